@@ -1,0 +1,36 @@
+# Two commands: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# torch is pinned: an unpinned torch pulls several GB of CUDA wheels.
+TORCH  := torch==2.13.0
+
+.PHONY: venv test test-all demo train-darkroom train-dktd evaluate clean
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[train,export,test]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: venv
+	$(PY) -m pytest -q
+
+test-all: venv
+	$(PY) -m pytest -q -m ""
+
+demo: venv
+	$(PY) training/demo.py
+
+train-darkroom: venv
+	$(PY) training/train.py --config config/train/darkroom.yaml
+
+train-dktd: venv
+	$(PY) training/train.py --config config/train/dark_key_to_door.yaml
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

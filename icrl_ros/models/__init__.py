@@ -1,0 +1,9 @@
+"""Torch modules: encoders, Sink-KV attention, the transformer core, policies, checkpoints."""
+
+from icrl_ros.models.checkpoint import load_checkpoint, save_checkpoint
+from icrl_ros.models.config import SINKS, ModelArgs
+from icrl_ros.models.core import TransformerCore, sequence_mask, step_mask
+from icrl_ros.models.policy import STEP_KEYS, ICLPolicy
+
+__all__ = ["ModelArgs", "SINKS", "ICLPolicy", "TransformerCore", "sequence_mask", "step_mask",
+           "STEP_KEYS", "save_checkpoint", "load_checkpoint"]

@@ -1,0 +1,85 @@
+"""Attention building blocks: RMSNorm, RoPE on episode indices, Sink-KV attention.
+
+Everything here is a pure function of its tensor inputs (no cache state), so the same
+code serves the full-sequence training pass, one-token cached steps and ONNX export.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# Large finite negative for masked scores: fp16-safe, and an all-masked row stays finite.
+MASK_NEG = -1.0e4
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope_angles(pos: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
+    """cos / sin for integer positions ``pos`` [B, T] -> each [B, 1, T, head_dim / 2]."""
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=pos.device) / head_dim))
+    ang = pos.to(torch.float32)[..., None] * inv  # (B, T, hd/2)
+    return ang.cos()[:, None], ang.sin()[:, None]
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (x1, x2) of the two halves of the head dimension. x: (B, H, T, hd)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class SinkAttention(nn.Module):
+    """Causal multi-head attention whose keys/values are prefixed with Sink-KV slots.
+
+    Variants (ReLIC): ``kv`` learnt key and value; ``kv0`` learnt key, zero value;
+    ``k0v0`` zero key and value (= softmax-one); ``none`` / ``token`` no slots. The
+    query gets no sink row and sink keys are not rotated. A sink slot guarantees every
+    row has one valid key.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, sink: str, n_sink: int) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+        self.n_sink = n_sink if sink in ("kv", "kv0", "k0v0") else 0
+        shape = (n_heads, self.n_sink, self.head_dim)
+        if sink in ("kv", "kv0"):
+            self.sink_k = nn.Parameter(torch.randn(shape) * 0.02)
+        else:
+            self.register_buffer("sink_k", torch.zeros(shape), persistent=False)
+        if sink == "kv":
+            self.sink_v = nn.Parameter(torch.randn(shape) * 0.02)
+        else:
+            self.register_buffer("sink_v", torch.zeros(shape), persistent=False)
+
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask_add: Tensor, past_k: Tensor, past_v: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, D); mask_add (B, 1, T, P + T) additive; past_k/v (B, H, P, hd).
+
+        Returns the attention output (B, T, D) and this step's rotated keys and values
+        (B, H, T, hd), which the caller appends to its cache.
+        """
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, hd)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        keys = torch.cat([past_k.to(k.dtype), k], dim=2)
+        vals = torch.cat([past_v.to(v.dtype), v], dim=2)
+        if self.n_sink:
+            sk = self.sink_k.to(k.dtype).unsqueeze(0).expand(B, -1, -1, -1)
+            sv = self.sink_v.to(v.dtype).unsqueeze(0).expand(B, -1, -1, -1)
+            keys, vals = torch.cat([sk, keys], dim=2), torch.cat([sv, vals], dim=2)
+            mask_add = F.pad(mask_add, (self.n_sink, 0), value=0.0)
+        y = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask_add.to(q.dtype))  # (B, H, T, hd)
+        return self.proj(y.transpose(1, 2).reshape(B, T, D)), k, v

@@ -1,0 +1,79 @@
+"""Model arguments: one typed dataclass, validated loudly, saved inside every checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+SINKS = ("kv", "kv0", "k0v0", "none", "token")
+KINDS = ("relic",)
+
+
+def check_choice(name: str, value: object, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}: {value!r} is not one of {list(allowed)}")
+
+
+def check_positive(name: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name}: must be {bound}, got {value!r}")
+
+
+@dataclass
+class ModelArgs:
+    """Shape and options of an in-context policy (encoder -> causal core -> heads)."""
+
+    n_obs: int
+    """Number of discrete observations (grid cells)."""
+    n_actions: int
+    """Number of discrete actions."""
+    max_episode_steps: int
+    """Size of the learnable within-episode position table."""
+    kind: str = "relic"
+    """Sequence model: ``relic`` (full causal context)."""
+    n_goals: int = 0
+    """Number of goal categories fed to the encoder (0 = no goal input)."""
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 8
+    d_mlp: int = 256
+    sink: str = "k0v0"
+    """Attention sink: kv, kv0 (key learnt, value 0), k0v0 (softmax-one), none, token."""
+    n_sink: int = 1
+    """Number of sink key/value slots per layer (kv / kv0 / k0v0)."""
+    iea: bool = True
+    """Inter-episode attention; False masks attention to the current episode."""
+    depth_dropout: float = 0.1
+    """Probability of skipping a whole layer per sample during training."""
+    rope_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        check_choice("model.kind", self.kind, KINDS)
+        check_choice("model.sink", self.sink, SINKS)
+        for name in ("n_obs", "n_actions", "max_episode_steps", "d_model", "n_layers", "n_heads", "d_mlp", "n_sink"):
+            check_positive(f"model.{name}", getattr(self, name))
+        check_positive("model.n_goals", self.n_goals, allow_zero=True)
+        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"model.d_model: {self.d_model} must split into n_heads={self.n_heads} heads of even size"
+            )
+        if not 0.0 <= self.depth_dropout < 1.0:
+            raise ValueError(f"model.depth_dropout: must be in [0, 1), got {self.depth_dropout}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelArgs:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"model: unknown fields {sorted(unknown)}; allowed: {sorted(known)}")
+        return cls(**d)

@@ -1,0 +1,94 @@
+"""ReLIC policy: step encoder -> causal transformer core (Sink-KV, episode RoPE) -> heads.
+
+Two entry points share every weight:
+
+* :meth:`ICLPolicy.forward_sequence` runs whole trials (training, KV refresh);
+* :meth:`ICLPolicy.step` runs one token per env against cached keys/values.
+
+Step inputs are dicts of tensors with keys ``obs``, ``prev_action``, ``prev_reward``,
+``episode_step``, ``episode_index`` (and ``goal`` when the model has goals), each (B, T).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from icrl_ros.models.attention import RMSNorm
+from icrl_ros.models.config import ModelArgs
+from icrl_ros.models.core import TransformerCore, sequence_mask, step_mask
+from icrl_ros.models.encoders import StepEncoder
+
+STEP_KEYS = ("obs", "prev_action", "prev_reward", "episode_step", "episode_index")
+
+
+class ICLPolicy(nn.Module):
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.args = args
+        self.encoder = StepEncoder(args)
+        self.core = TransformerCore(args)
+        self.norm = RMSNorm(args.d_model)
+        self.actor = nn.Linear(args.d_model, args.n_actions)
+        self.critic = nn.Linear(args.d_model, 1)
+        self.sink_token = nn.Parameter(torch.randn(args.d_model) * 0.02) if args.sink == "token" else None
+        self.apply(self._init)
+        nn.init.normal_(self.actor.weight, std=0.01)
+        nn.init.zeros_(self.actor.bias)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    @property
+    def n_prefix(self) -> int:
+        """Cache slots that exist before the first step (the StreamingLLM sink token)."""
+        return 1 if self.sink_token is not None else 0
+
+    def encode(self, inp: dict[str, Tensor]) -> Tensor:
+        return self.encoder(inp["obs"], inp["prev_action"], inp["prev_reward"], inp["episode_step"], inp.get("goal"))
+
+    def heads(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        h = self.norm(h)
+        return self.actor(h), self.critic(h).squeeze(-1)
+
+    def initial_cache(self, batch: int, device=None) -> tuple[Tensor, Tensor]:
+        """Keys/values present at a trial start: empty, or the sink token's (L, B, H, 1, hd)."""
+        if self.sink_token is None:
+            return self.core.empty_cache(batch, device)
+        x = self.sink_token.view(1, 1, -1).expand(batch, 1, -1)
+        zeros = torch.zeros(batch, 1, dtype=torch.long, device=x.device)
+        _, k, v = self.core(x, zeros, torch.ones(batch, 1, 1, dtype=torch.bool, device=x.device))
+        return k, v
+
+    def forward_sequence(self, inp: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Whole trials from their start. Returns logits (B, T, A), values (B, T), and the
+        keys/values of the steps (L, B, H, T, hd), sink-token slot excluded."""
+        x = self.encode(inp)
+        ep = inp["episode_index"]
+        mask = sequence_mask(ep, self.args.iea, self.n_prefix)
+        if self.sink_token is not None:
+            past_k, past_v = self.initial_cache(x.shape[0], x.device)
+            h, k, v = self.core(x, ep, mask[:, :, :], past_k, past_v)
+        else:
+            h, k, v = self.core(x, ep, mask)
+        logits, value = self.heads(h)
+        return logits, value, k, v
+
+    def step(
+        self, inp: dict[str, Tensor], past_k: Tensor, past_v: Tensor, past_episode: Tensor, past_valid: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One token per env: inp values (B,); cache (L, B, H, P, hd) with slot episode
+        indices (B, P) (-1 = sink token) and validity (B, P). Returns logits (B, A),
+        value (B,), and the token's keys/values (L, B, H, 1, hd) to commit."""
+        one = {k: v[:, None] for k, v in inp.items()}
+        x = self.encode(one)
+        mask = step_mask(past_episode, past_valid, inp["episode_index"], self.args.iea)
+        h, k, v = self.core(x, one["episode_index"], mask, past_k, past_v)
+        logits, value = self.heads(h[:, 0])
+        return logits, value, k, v

@@ -1,0 +1,30 @@
+"""Environments. Importing this package registers the Gymnasium ids:
+
+``icrl_ros/Darkroom-v0`` and ``icrl_ros/DarkKeyToDoor-v0``. Training and evaluation use
+the batched versions through :func:`make_vec`.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from icrl_ros.sim.gridworlds import DarkKeyToDoorVecEnv, DarkroomVecEnv, VecTrialEnv
+
+VEC_ENVS: dict[str, type[VecTrialEnv]] = {
+    "icrl_ros/Darkroom-v0": DarkroomVecEnv,
+    "icrl_ros/DarkKeyToDoor-v0": DarkKeyToDoorVecEnv,
+}
+
+
+def make_vec(env_id: str, num_envs: int, split: str = "train", seed: int | None = None) -> VecTrialEnv:
+    """Batched trial env by registered id; unknown ids list the known ones."""
+    if env_id not in VEC_ENVS:
+        raise ValueError(f"env_id: unknown id {env_id!r}; known ids: {sorted(VEC_ENVS)}")
+    return VEC_ENVS[env_id](num_envs, split=split, seed=seed)
+
+
+for _id, _cls in VEC_ENVS.items():
+    if _id not in gym.registry:
+        gym.register(id=_id, entry_point="icrl_ros.sim.gym_env:TrialEnv", kwargs={"vec_cls": _cls})
+
+__all__ = ["VEC_ENVS", "make_vec", "VecTrialEnv", "DarkroomVecEnv", "DarkKeyToDoorVecEnv"]

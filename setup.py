@@ -1,0 +1,34 @@
+"""ament_python package: `colcon build` installs launch/ and config/ under share/icrl_ros;
+`pip install -e .` gives the same modules without ROS."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "icrl_ros"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/config/train", glob("config/train/*.yaml")),
+    ],
+    python_requires=">=3.10",
+    install_requires=["numpy", "gymnasium>=1.0", "pyyaml", "torch"],
+    extras_require={
+        "train": ["tensorboard", "tqdm", "matplotlib"],
+        "export": ["onnx", "onnxruntime"],
+        "test": ["pytest", "pytest-timeout"],
+    },
+    zip_safe=True,
+    maintainer="icrl_ros maintainers",
+    description="In-context RL policies from training to a robot",
+    license="Apache-2.0",
+    tests_require=["pytest"],
+    entry_points={"console_scripts": []},
+)

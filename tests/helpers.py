@@ -1,0 +1,40 @@
+"""Shared test helpers: random trials with episode boundaries, cached-step rollouts."""
+
+from __future__ import annotations
+
+import torch
+
+from icrl_ros.models import ICLPolicy
+
+
+def random_trial(args, batch: int, steps: int, episode_len: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    t = torch.arange(steps)
+    inp = {
+        "obs": torch.randint(0, args.n_obs, (batch, steps), generator=g),
+        "prev_action": torch.randint(0, args.n_actions + 1, (batch, steps), generator=g),
+        "prev_reward": torch.rand(batch, steps, generator=g),
+        "episode_step": (t % episode_len).expand(batch, steps).clone(),
+        "episode_index": (t // episode_len).expand(batch, steps).clone(),
+    }
+    if args.n_goals:
+        inp["goal"] = torch.randint(0, args.n_goals, (batch, steps), generator=g)
+    return inp
+
+
+@torch.no_grad()
+def cached_rollout(policy: ICLPolicy, inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step the policy one token at a time over a trial; returns logits (B, T, A), values (B, T)."""
+    B, T = inp["obs"].shape
+    k, v = policy.initial_cache(B)
+    ep = torch.full((B, k.shape[3]), -1, dtype=torch.long)
+    logits, values = [], []
+    for t in range(T):
+        one = {key: val[:, t] for key, val in inp.items()}
+        valid = torch.ones_like(ep, dtype=torch.bool)
+        lg, val, nk, nv = policy.step(one, k, v, ep, valid)
+        k, v = torch.cat([k, nk], dim=3), torch.cat([v, nv], dim=3)
+        ep = torch.cat([ep, one["episode_index"][:, None]], dim=1)
+        logits.append(lg)
+        values.append(val)
+    return torch.stack(logits, 1), torch.stack(values, 1)

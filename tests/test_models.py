@@ -1,0 +1,66 @@
+import pytest
+import torch
+
+from icrl_ros.models import SINKS, ICLPolicy, ModelArgs, load_checkpoint, save_checkpoint
+from tests.helpers import cached_rollout, random_trial
+
+
+def small_args(**kw) -> ModelArgs:
+    base = dict(n_obs=20, n_actions=5, max_episode_steps=8, d_model=32, n_layers=2, n_heads=4, d_mlp=64)
+    base.update(kw)
+    return ModelArgs(**base)
+
+
+@pytest.mark.parametrize("iea", [True, False])
+@pytest.mark.parametrize("sink", SINKS)
+def test_cached_step_matches_full_sequence(sink, iea):
+    torch.manual_seed(0)
+    args = small_args(sink=sink, iea=iea)
+    policy = ICLPolicy(args).eval()
+    if sink in ("kv", "kv0", "token"):  # make the learnt sink parts matter
+        for name, p in policy.named_parameters():
+            if "sink" in name:
+                p.data.normal_(0, 1.0)
+    inp = random_trial(args, batch=3, steps=30, episode_len=7)  # crosses 4 episode boundaries
+    with torch.no_grad():
+        logits, values, _, _ = policy.forward_sequence(inp)
+    c_logits, c_values = cached_rollout(policy, inp)
+    assert (logits - c_logits).abs().max() <= 1e-5
+    assert (values - c_values).abs().max() <= 1e-5
+
+
+def test_no_iea_ignores_earlier_episodes():
+    torch.manual_seed(0)
+    args = small_args(iea=False)
+    policy = ICLPolicy(args).eval()
+    inp = random_trial(args, batch=1, steps=16, episode_len=8)
+    other = {k: v.clone() for k, v in inp.items()}
+    other["obs"][:, :8] = (other["obs"][:, :8] + 1) % args.n_obs  # change episode 0 only
+    with torch.no_grad():
+        a = policy.forward_sequence(inp)[0][:, 8:]
+        b = policy.forward_sequence(other)[0][:, 8:]
+    assert torch.allclose(a, b, atol=1e-6)
+    policy_iea = ICLPolicy(small_args(iea=True)).eval()
+    with torch.no_grad():
+        a = policy_iea.forward_sequence(inp)[0][:, 8:]
+        b = policy_iea.forward_sequence(other)[0][:, 8:]
+    assert not torch.allclose(a, b, atol=1e-6)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    policy = ICLPolicy(small_args(sink="kv"))
+    save_checkpoint(tmp_path / "c.pt", policy, {"note": "x"}, step=3)
+    loaded, blob = load_checkpoint(tmp_path / "c.pt")
+    assert blob["step"] == 3 and blob["config"] == {"note": "x"}
+    for (n, p), (_, q) in zip(policy.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(p, q), n
+
+
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [("sink", "kvv", "model.sink"), ("d_model", -4, "model.d_model"), ("n_layers", 0, "model.n_layers"),
+     ("kind", "lstm", "model.kind"), ("depth_dropout", 1.5, "model.depth_dropout")],
+)
+def test_bad_model_args_name_the_field(field, value, needle):
+    with pytest.raises(ValueError, match=needle):
+        small_args(**{field: value})

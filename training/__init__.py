@@ -1,0 +1,1 @@
+"""Training side: PPO with ReLIC partial updates, evaluation, export and benchmarks."""

@@ -1,0 +1,141 @@
+"""Typed training configuration with YAML files in ``config/train/`` and loud validation.
+
+``TrainConfig.load("config/train/darkroom.yaml", ["ppo.lr=1e-3"])`` reads a file and
+applies dotted overrides; every unknown field or bad value raises ``ValueError`` naming
+the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from icrl_ros.models.config import ModelArgs, check_positive
+from icrl_ros.sim import VEC_ENVS
+
+
+@dataclass
+class EnvConfig:
+    id: str = "icrl_ros/Darkroom-v0"
+    """Registered env id (see icrl_ros.sim.VEC_ENVS)."""
+    num_envs: int = 64
+    """Parallel trials per process."""
+
+    def validate(self) -> None:
+        if self.id not in VEC_ENVS:
+            raise ValueError(f"env.id: unknown id {self.id!r}; allowed: {sorted(VEC_ENVS)}")
+        check_positive("env.num_envs", self.num_envs)
+
+
+@dataclass
+class PPOConfig:
+    rollout_length: int = 512
+    """Steps per env per rollout; each rollout is one trial (the training context)."""
+    num_updates: int = 4
+    """Updates per rollout (K chunks); the last one is a full update."""
+    partial_updates: bool = True
+    """False: a single full update at the end of each rollout (the ablation)."""
+    num_minibatches: int = 2
+    """Env minibatches per update (one optimiser step each)."""
+    grad_accum: int = 1
+    """Micro-batches per minibatch whose gradients are accumulated."""
+    update_epochs: int = 1
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    ent_coef: float = 0.1
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    lr: float = 3e-4
+    min_lr_frac: float = 0.1
+    """Cosine schedule floor as a fraction of lr."""
+    warmup_steps: int = 20
+    """Optimiser steps of linear warm-up."""
+    shuffle_episodes: bool = True
+    """Shuffle the completed episodes of each context after every update."""
+    fp16_storage: bool = False
+    """Store the rollout key/value cache in float16."""
+
+    def validate(self) -> None:
+        for name in ("rollout_length", "num_updates", "num_minibatches", "grad_accum", "update_epochs", "lr"):
+            check_positive(f"ppo.{name}", getattr(self, name))
+        for name in ("ent_coef", "vf_coef", "max_grad_norm", "warmup_steps", "clip_coef"):
+            check_positive(f"ppo.{name}", getattr(self, name), allow_zero=True)
+        for name in ("gamma", "gae_lambda", "min_lr_frac"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"ppo.{name}: must be in [0, 1], got {v}")
+        if self.rollout_length < self.num_updates:
+            raise ValueError(f"ppo.rollout_length: {self.rollout_length} is shorter than ppo.num_updates")
+
+
+@dataclass
+class TrainConfig:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    model: dict = field(default_factory=dict)
+    """ModelArgs overrides; n_obs / n_actions / max_episode_steps come from the env."""
+    total_steps: int = 5_000_000
+    """Env steps over all processes."""
+    seed: int = 0
+    run_dir: str = "runs/darkroom"
+    checkpoint_every: int = 20
+    """Rollouts between checkpoints (the last one is always saved)."""
+    threads: int = 0
+    """torch intra-op threads per process (0 = torch default)."""
+    device: str = "cpu"
+
+    def validate(self) -> None:
+        self.env.validate()
+        self.ppo.validate()
+        check_positive("total_steps", self.total_steps)
+        check_positive("checkpoint_every", self.checkpoint_every)
+        check_positive("threads", self.threads, allow_zero=True)
+        self.model_args(n_obs=1, n_actions=1, max_episode_steps=1)  # validates the overrides
+
+    def model_args(self, n_obs: int, n_actions: int, max_episode_steps: int) -> ModelArgs:
+        d = dict(self.model)
+        d.update(n_obs=n_obs, n_actions=n_actions, max_episode_steps=max_episode_steps)
+        return ModelArgs.from_dict(d)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        d = dict(d)
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"config: unknown fields {sorted(unknown)}; allowed: {[f.name for f in fields(cls)]}")
+        sub = {"env": EnvConfig, "ppo": PPOConfig}
+        for key, typ in sub.items():
+            raw = d.get(key) or {}
+            bad = set(raw) - {f.name for f in fields(typ)}
+            if bad:
+                raise ValueError(f"{key}: unknown fields {sorted(bad)}; allowed: {[f.name for f in fields(typ)]}")
+            d[key] = typ(**raw)
+        cfg = cls(**d)
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+        d: dict = {}
+        if path is not None:
+            path = Path(path)
+            if not path.is_file():
+                raise FileNotFoundError(f"config file {path}: no such file")
+            d = yaml.safe_load(path.read_text()) or {}
+        for o in overrides or []:
+            if "=" not in o:
+                raise ValueError(f"override {o!r}: expected key=value, e.g. ppo.lr=1e-3")
+            key, raw = o.split("=", 1)
+            node = d
+            parts = key.split(".")
+            for p in parts[:-1]:
+                node = node.setdefault(p, {})
+            node[parts[-1]] = yaml.safe_load(raw)
+        return cls.from_dict(d)

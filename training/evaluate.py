@@ -1,0 +1,201 @@
+"""In-context learning curves on held-out tasks.
+
+    python training/evaluate.py runs/darkroom/checkpoints/final.pt
+    python training/evaluate.py ckpt_a.pt ckpt_b.pt --label relic --label no-iea --out eval/darkroom
+
+For each checkpoint: trials on held-out tasks (``--split test``), each ``--steps`` long
+(default: the env's evaluation trial, 40 episodes for Darkroom, 500 steps for
+Dark-Key-To-Door); return and oracle-normalised return per in-context episode index
+with mean and 95% CI, and the trial return. Prints a table and writes ``eval.json``
+and ``icl_curve.png`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+if __package__ in (None, ""):
+    from _cli import ensure_repo_on_path  # type: ignore[no-redef]
+
+    ensure_repo_on_path()
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from icrl_ros.memory import KVCache
+from icrl_ros.models import ICLPolicy, load_checkpoint
+from icrl_ros.sim import VecTrialEnv, make_vec
+from training._cli import fail
+
+
+@torch.no_grad()
+def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | None = None,
+               greedy: bool = False, seed: int = 0) -> dict[str, np.ndarray]:
+    """Run ``env.num_envs`` trials of ``steps`` steps from the env's current tasks.
+
+    Returns per-env episode returns ``returns`` (N, E) with NaN for episodes that did not
+    finish, and ``trial_return`` (N,). ``window``: keep only the newest steps (sink +
+    sliding window memory); None keeps the whole trial.
+    """
+    g = torch.Generator().manual_seed(seed)
+    a, B = policy.args, env.num_envs
+    cache = KVCache(a.n_layers, B, a.n_heads, a.head_dim, steps, window=window, n_prefix=policy.n_prefix)
+    if policy.n_prefix:
+        cache.set_prefix(*policy.initial_cache(B))
+    obs = env.observe()
+    cur = {"obs": torch.as_tensor(obs), "prev_action": torch.full((B,), a.n_actions, dtype=torch.long),
+           "prev_reward": torch.zeros(B), "episode_step": torch.as_tensor(env.episode_step),
+           "episode_index": torch.zeros(B, dtype=torch.long)}
+    episodes: list[list[float]] = [[] for _ in range(B)]
+    ep_ret = np.zeros(B)
+    trial_ret = np.zeros(B)
+    for _ in range(steps):
+        logits, _, k, v = policy.step(cur, cache.k, cache.v, cache.episode, cache.valid)
+        action = logits.argmax(-1) if greedy else torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]
+        cache.commit(k, v, cur["episode_index"])
+        obs, reward, done, _ = env.step(action.numpy())
+        ep_ret += reward
+        trial_ret += reward
+        for i in np.flatnonzero(done):
+            episodes[i].append(ep_ret[i])
+        ep_ret[done] = 0
+        cur = {"obs": torch.as_tensor(obs), "prev_action": action, "prev_reward": torch.as_tensor(reward),
+               "episode_step": torch.as_tensor(env.episode_step),
+               "episode_index": cur["episode_index"] + torch.as_tensor(done).long()}
+    E = max(len(e) for e in episodes)
+    returns = np.full((B, E), np.nan)
+    for i, e in enumerate(episodes):
+        returns[i, :len(e)] = e
+    return {"returns": returns, "trial_return": trial_ret}
+
+
+def mean_ci(x: np.ndarray) -> tuple[float, float, int]:
+    x = x[~np.isnan(x)]
+    if len(x) == 0:
+        return float("nan"), float("nan"), 0
+    ci = 1.96 * x.std(ddof=1) / np.sqrt(len(x)) if len(x) > 1 else float("nan")
+    return float(x.mean()), float(ci), int(len(x))
+
+
+def held_out_tasks(env: VecTrialEnv, trials: int, seed: int) -> None:
+    """Darkroom: every held-out goal equally often; other envs: draw held-out tasks."""
+    if hasattr(env, "goal_pool") and env.split == "test":
+        goals = np.resize(env.goal_pool, trials)
+        env.set_tasks(goals)
+    else:
+        env.rng = np.random.default_rng(seed)
+        env.reset_trial()
+
+
+def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int | None, greedy: bool,
+             seed: int, memory: str) -> dict:
+    policy, blob = load_checkpoint(ckpt)
+    env_id = blob["config"]["env"]["id"]
+    train_ctx = blob["config"]["ppo"]["rollout_length"]
+    env = make_vec(env_id, trials, split=split, seed=seed)
+    steps = steps or env.trial_steps
+    if memory == "window":
+        window = window or train_ctx
+    elif memory == "full":
+        window = None
+    held_out_tasks(env, trials, seed)
+    oracle_trial = env.oracle_trial_return(steps)
+    oracle_ep = env.oracle_episode_return() if hasattr(env, "oracle_episode_return") else None
+    out = run_trials(policy, env, steps, window=window, greedy=greedy, seed=seed)
+    R = out["returns"]
+    rows = []
+    for e in range(R.shape[1]):
+        m, ci, n = mean_ci(R[:, e])
+        row = {"episode": e + 1, "mean": m, "ci95": ci, "n": n}
+        if oracle_ep is not None:
+            row["normalised"] = mean_ci(R[:, e] / oracle_ep)[0]
+        rows.append(row)
+    tm, tci, _ = mean_ci(out["trial_return"])
+    nm, nci, _ = mean_ci(out["trial_return"] / oracle_trial)
+    return {"checkpoint": str(ckpt), "env": env_id, "split": split, "trials": trials, "steps": steps,
+            "memory": memory, "window": window, "greedy": greedy, "model": blob["model_args"],
+            "env_steps_trained": blob.get("env_steps"), "episodes": rows,
+            "trial_return": {"mean": tm, "ci95": tci, "oracle_normalised": nm, "oracle_normalised_ci95": nci}}
+
+
+def print_table(results: list[dict], labels: list[str], max_rows: int = 40) -> None:
+    print(f"{'episode':>7} " + " ".join(f"{lab:>22}" for lab in labels))
+    n = max(len(r["episodes"]) for r in results)
+    for e in range(min(n, max_rows)):
+        cells = []
+        for r in results:
+            if e < len(r["episodes"]) and r["episodes"][e]["n"]:
+                row = r["episodes"][e]
+                cells.append(f"{row['mean']:8.2f} ± {row['ci95']:5.2f} (n={row['n']:3d})")
+            else:
+                cells.append(f"{'-':>22}")
+        print(f"{e + 1:>7} " + " ".join(f"{c:>22}" for c in cells))
+    for lab, r in zip(labels, results):
+        t = r["trial_return"]
+        print(f"{lab}: trial return {t['mean']:.2f} ± {t['ci95']:.2f}, oracle-normalised "
+              f"{t['oracle_normalised']:.3f} ± {t['oracle_normalised_ci95']:.3f}")
+
+
+def plot(results: list[dict], labels: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for lab, r in zip(labels, results):
+        rows = [row for row in r["episodes"] if row["n"] >= max(2, r["trials"] // 2)]
+        x = np.array([row["episode"] for row in rows])
+        m = np.array([row["mean"] for row in rows])
+        ci = np.array([row["ci95"] for row in rows])
+        ax.plot(x, m, label=lab)
+        ax.fill_between(x, m - ci, m + ci, alpha=0.25)
+    ax.set_xlabel("in-context episode")
+    ax.set_ylabel("episode return")
+    ax.set_title(f"{results[0]['env']} ({results[0]['split']} tasks, mean ± 95% CI)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoints", nargs="+")
+    p.add_argument("--label", action="append", default=[], help="one per checkpoint")
+    p.add_argument("--split", default="test", choices=["train", "test", "all"])
+    p.add_argument("--trials", type=int, default=100)
+    p.add_argument("--steps", type=int, help="steps per trial (default: the env's evaluation trial)")
+    p.add_argument("--memory", default="window", choices=["window", "full"],
+                   help="window: sink + sliding window of the training context (default); full: whole trial")
+    p.add_argument("--window", type=int, help="window size in steps (default: the training rollout length)")
+    p.add_argument("--greedy", action="store_true", help="argmax actions instead of sampling")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="eval", help="output directory for eval.json and icl_curve.png")
+    args = p.parse_args(argv)
+    labels = args.label or [Path(c).parent.parent.name or Path(c).stem for c in args.checkpoints]
+    if len(labels) != len(args.checkpoints):
+        fail(f"--label given {len(labels)} times for {len(args.checkpoints)} checkpoints; give one per checkpoint")
+    if args.trials <= 0:
+        fail(f"--trials must be positive, got {args.trials}")
+    results = []
+    for c in args.checkpoints:
+        try:
+            results.append(evaluate(c, args.split, args.trials, args.steps, args.window, args.greedy,
+                                    args.seed, args.memory))
+        except (FileNotFoundError, ValueError, KeyError) as e:
+            fail(f"{c}: {e}")
+    print_table(results, labels)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(dict(zip(labels, results)), indent=1))
+    plot(results, labels, out / "icl_curve.png")
+    print(f"wrote {out / 'eval.json'} and {out / 'icl_curve.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""PPO with ReLIC partial updates over in-context trials.
+
+One rollout = one trial of ``rollout_length`` steps per env, collected with cached-KV
+stepping. The rollout is cut into ``num_updates`` chunks. After each chunk but the last,
+a *partial update* runs a forward over every step collected so far with the loss on the
+newest chunk only; then each env's completed episodes are shuffled in its context and
+the cached keys/values (and values) are recomputed with the new weights. The last update
+of a rollout is a full update (loss on all steps).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor
+
+from icrl_ros.memory import KVCache
+from icrl_ros.models import STEP_KEYS, ICLPolicy
+from icrl_ros.sim import VecTrialEnv
+from training.config import PPOConfig
+
+_FIELDS = STEP_KEYS + ("action", "reward", "done", "logprob", "value", "chunk")
+
+
+@dataclass
+class RolloutStats:
+    episode_returns: list[tuple[int, float]] = field(default_factory=list)  # (episode index in trial, return)
+    losses: dict[str, list[float]] = field(default_factory=dict)
+
+    def add_loss(self, **kw: float) -> None:
+        for k, v in kw.items():
+            self.losses.setdefault(k, []).append(v)
+
+
+class PPOTrainer:
+    def __init__(self, policy: ICLPolicy, env: VecTrialEnv, cfg: PPOConfig, total_rollouts: int,
+                 device: str = "cpu", world_size: int = 1) -> None:
+        self.policy, self.env, self.cfg, self.device = policy, env, cfg, device
+        self.world_size = world_size
+        self.opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
+        n_upd = cfg.num_updates if cfg.partial_updates else 1
+        self.total_opt_steps = max(1, total_rollouts * n_upd * cfg.update_epochs * cfg.num_minibatches)
+        self.opt_step = 0
+
+    # -- schedule -----------------------------------------------------------------
+    def lr_at(self, step: int) -> float:
+        c = self.cfg
+        if step < c.warmup_steps:
+            return c.lr * (step + 1) / c.warmup_steps
+        frac = min(1.0, (step - c.warmup_steps) / max(1, self.total_opt_steps - c.warmup_steps))
+        return c.lr * (c.min_lr_frac + (1 - c.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    # -- rollout ------------------------------------------------------------------
+    def _chunks(self) -> list[tuple[int, int]]:
+        T, K = self.cfg.rollout_length, self.cfg.num_updates if self.cfg.partial_updates else 1
+        edges = np.linspace(0, T, K + 1).round().astype(int)
+        return list(zip(edges[:-1], edges[1:]))
+
+    def rollout_and_update(self) -> RolloutStats:
+        cfg, env, policy, dev = self.cfg, self.env, self.policy, self.device
+        B, T, a = env.num_envs, cfg.rollout_length, policy.args
+        stats = RolloutStats()
+        buf = {k: torch.zeros(B, T, dtype=torch.long if k in ("obs", "prev_action", "episode_step",
+                                                              "episode_index", "action", "chunk") else torch.float32,
+                              device=dev) for k in _FIELDS}
+        obs = env.reset_trial()
+        cur = {
+            "obs": torch.as_tensor(obs, device=dev),
+            "prev_action": torch.full((B,), a.n_actions, dtype=torch.long, device=dev),
+            "prev_reward": torch.zeros(B, device=dev),
+            "episode_step": torch.as_tensor(env.episode_step, device=dev),
+            "episode_index": torch.zeros(B, dtype=torch.long, device=dev),
+        }
+        cache = KVCache(a.n_layers, B, a.n_heads, a.head_dim, T, n_prefix=policy.n_prefix,
+                        dtype=torch.float16 if cfg.fp16_storage else torch.float32, device=dev)
+        policy.eval()
+        if policy.n_prefix:
+            with torch.no_grad():
+                cache.set_prefix(*policy.initial_cache(B, dev))
+        ep_return = np.zeros(B)
+        chunks = self._chunks()
+        for c, (t0, t1) in enumerate(chunks):
+            for t in range(t0, t1):
+                with torch.no_grad():
+                    logits, value, k, v = policy.step(cur, cache.k, cache.v, cache.episode, cache.valid)
+                dist_ = torch.distributions.Categorical(logits=logits.float())
+                action = dist_.sample()
+                for key in STEP_KEYS:
+                    buf[key][:, t] = cur[key]
+                buf["action"][:, t], buf["logprob"][:, t] = action, dist_.log_prob(action)
+                buf["value"][:, t], buf["chunk"][:, t] = value, c
+                cache.commit(k, v, cur["episode_index"])
+                obs, reward, done, _ = env.step(action.cpu().numpy())
+                buf["reward"][:, t] = torch.as_tensor(reward, device=dev)
+                buf["done"][:, t] = torch.as_tensor(done, dtype=torch.float32, device=dev)
+                ep_return += reward
+                ep_idx = cur["episode_index"].cpu().numpy()
+                for i in np.flatnonzero(done):
+                    stats.episode_returns.append((int(ep_idx[i]), float(ep_return[i])))
+                ep_return[done] = 0.0
+                cur = {
+                    "obs": torch.as_tensor(obs, device=dev),
+                    "prev_action": action,
+                    "prev_reward": torch.as_tensor(reward, device=dev),
+                    "episode_step": torch.as_tensor(env.episode_step, device=dev),
+                    "episode_index": cur["episode_index"] + torch.as_tensor(done, device=dev).long(),
+                }
+            last = c == len(chunks) - 1
+            loss_mask = torch.ones(B, t1, dtype=torch.bool, device=dev) if last else buf["chunk"][:, :t1] == c
+            with torch.no_grad():
+                boot = policy.step(cur, cache.k, cache.v, cache.episode, cache.valid)[1]
+            self.update(buf, t1, loss_mask, boot, stats)
+            if not last:
+                if cfg.shuffle_episodes:
+                    self.shuffle_episodes(buf, t1, cur["episode_index"])
+                self.refresh(buf, t1, cache)
+        return stats
+
+    # -- after-update bookkeeping ------------------------------------------------------
+    @staticmethod
+    def shuffle_episodes(buf: dict[str, Tensor], t1: int, current_episode: Tensor) -> None:
+        """Permute each env's completed episodes (contiguous blocks) into a random order; the
+        in-progress episode stays last. Episode indices are renumbered in the new order."""
+        B = current_episode.shape[0]
+        ep = buf["episode_index"][:, :t1]
+        n_ids = int(max(current_episode.max().item(), ep.max().item())) + 1
+        ids = torch.arange(n_ids, device=ep.device).expand(B, n_ids)
+        keys = torch.rand(B, n_ids, device=ep.device)
+        keys = torch.where(ids >= current_episode[:, None], 2.0 + ids.float(), keys)  # not completed: keep order, last
+        rank = keys.argsort(dim=1).argsort(dim=1)  # new index of each episode id
+        new_ep = rank.gather(1, ep)
+        perm = (new_ep * t1 + torch.arange(t1, device=ep.device)).argsort(dim=1)
+        for key, val in buf.items():
+            val[:, :t1] = (new_ep if key == "episode_index" else val[:, :t1]).gather(1, perm)
+
+    @torch.no_grad()
+    def refresh(self, buf: dict[str, Tensor], t1: int, cache: KVCache) -> None:
+        """Recompute the cache and the values of steps [0, t1) with the current weights."""
+        self.policy.eval()
+        inp = {k: buf[k][:, :t1] for k in STEP_KEYS}
+        _, values, k, v = self.policy.forward_sequence(inp)
+        cache.load_sequence(k, v, inp["episode_index"])
+        if self.policy.n_prefix:
+            cache.set_prefix(*self.policy.initial_cache(k.shape[1], k.device))
+        buf["value"][:, :t1] = values
+
+    # -- PPO update -------------------------------------------------------------------
+    def gae(self, buf: dict[str, Tensor], t1: int, boot: Tensor) -> tuple[Tensor, Tensor]:
+        g, lam = self.cfg.gamma, self.cfg.gae_lambda
+        r, v, d = buf["reward"][:, :t1], buf["value"][:, :t1], buf["done"][:, :t1]
+        adv = torch.zeros_like(v)
+        last = torch.zeros_like(boot)
+        for t in reversed(range(t1)):
+            next_v = boot if t == t1 - 1 else v[:, t + 1]
+            nonterm = 1.0 - d[:, t]
+            delta = r[:, t] + g * next_v * nonterm - v[:, t]
+            last = delta + g * lam * nonterm * last
+            adv[:, t] = last
+        return adv, adv + v
+
+    def update(self, buf: dict[str, Tensor], t1: int, loss_mask: Tensor, boot: Tensor, stats: RolloutStats) -> None:
+        cfg, policy = self.cfg, self.policy
+        adv, ret = self.gae(buf, t1, boot)
+        B = adv.shape[0]
+        policy.train()
+        for _ in range(cfg.update_epochs):
+            for mb in torch.randperm(B, device=adv.device).chunk(cfg.num_minibatches):
+                m = loss_mask[mb]
+                n = m.sum().clamp(min=1)
+                a_mb = adv[mb]
+                mean = a_mb[m].mean()
+                std = a_mb[m].std() if m.sum() > 1 else torch.ones(())
+                a_mb = (a_mb - mean) / (std + 1e-8)
+                self.opt.zero_grad(set_to_none=True)
+                logs = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
+                for micro in torch.arange(len(mb), device=adv.device).chunk(cfg.grad_accum):
+                    idx = mb[micro]
+                    inp = {k: buf[k][idx, :t1] for k in STEP_KEYS}
+                    logits, values, _, _ = policy.forward_sequence(inp)
+                    logp_all = F.log_softmax(logits.float(), dim=-1)
+                    logp = logp_all.gather(-1, buf["action"][idx, :t1, None]).squeeze(-1)
+                    entropy = -(logp_all.exp() * logp_all).sum(-1)
+                    mm = m[micro].float()
+                    log_ratio = logp - buf["logprob"][idx, :t1]
+                    ratio = log_ratio.exp()
+                    A = a_mb[micro]
+                    pg = torch.max(-A * ratio, -A * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef))
+                    vl = 0.5 * (values - ret[idx]).pow(2)
+                    pg_l, v_l, ent = ((x * mm).sum() / n for x in (pg, vl, entropy))
+                    loss = pg_l + cfg.vf_coef * v_l - cfg.ent_coef * ent
+                    loss.backward()
+                    with torch.no_grad():
+                        logs["policy_loss"] += pg_l.item()
+                        logs["value_loss"] += v_l.item()
+                        logs["entropy"] += ent.item()
+                        logs["approx_kl"] += (((ratio - 1) - log_ratio) * mm).sum().item() / n.item()
+                        logs["clipfrac"] += (((ratio - 1).abs() > cfg.clip_coef).float() * mm).sum().item() / n.item()
+                if self.world_size > 1:
+                    for p in policy.parameters():
+                        if p.grad is not None:
+                            dist.all_reduce(p.grad)
+                            p.grad /= self.world_size
+                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                for group in self.opt.param_groups:
+                    group["lr"] = self.lr_at(self.opt_step)
+                self.opt.step()
+                self.opt_step += 1
+                stats.add_loss(**logs, grad_norm=float(grad_norm), lr=self.lr_at(self.opt_step - 1))
+        policy.eval()
