@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from icrl_ros.models import ICLPolicy
+from icrl_ros.models import ICLPolicy, act, make_memory
 
 
 def random_trial(args, batch: int, steps: int, episode_len: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -23,18 +23,14 @@ def random_trial(args, batch: int, steps: int, episode_len: int, seed: int = 0) 
 
 
 @torch.no_grad()
-def cached_rollout(policy: ICLPolicy, inp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def cached_rollout(policy: ICLPolicy, inp: dict[str, torch.Tensor], schedule: list[int] | None = None,
+                   **mem_kw) -> tuple[torch.Tensor, torch.Tensor]:
     """Step the policy one token at a time over a trial; returns logits (B, T, A), values (B, T)."""
     B, T = inp["obs"].shape
-    k, v = policy.initial_cache(B)
-    ep = torch.full((B, k.shape[3]), -1, dtype=torch.long)
+    mem = make_memory(policy, B, T, schedule=schedule, **mem_kw)
     logits, values = [], []
     for t in range(T):
-        one = {key: val[:, t] for key, val in inp.items()}
-        valid = torch.ones_like(ep, dtype=torch.bool)
-        lg, val, nk, nv = policy.step(one, k, v, ep, valid)
-        k, v = torch.cat([k, nk], dim=3), torch.cat([v, nv], dim=3)
-        ep = torch.cat([ep, one["episode_index"][:, None]], dim=1)
+        lg, val = act(policy, {key: val[:, t] for key, val in inp.items()}, mem)
         logits.append(lg)
         values.append(val)
     return torch.stack(logits, 1), torch.stack(values, 1)

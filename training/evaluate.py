@@ -24,26 +24,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from icrl_ros.memory import KVCache
-from icrl_ros.models import ICLPolicy, load_checkpoint
+from icrl_ros.models import ICLPolicy, act, load_checkpoint, make_memory
 from icrl_ros.sim import VecTrialEnv, make_vec
 from training._cli import fail
 
 
 @torch.no_grad()
 def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | None = None,
-               greedy: bool = False, seed: int = 0) -> dict[str, np.ndarray]:
+               greedy: bool = False, seed: int = 0, max_sets: int | None = None) -> dict[str, np.ndarray]:
     """Run ``env.num_envs`` trials of ``steps`` steps from the env's current tasks.
 
     Returns per-env episode returns ``returns`` (N, E) with NaN for episodes that did not
-    finish, and ``trial_return`` (N,). ``window``: keep only the newest steps (sink +
-    sliding window memory); None keeps the whole trial.
+    finish, and ``trial_return`` (N,). ``window``: ReLIC keeps only the newest steps (sink +
+    sliding window memory); None keeps the whole trial. ``max_sets``: Memo keeps only the
+    newest summary sets (streaming Memo); None keeps every set.
     """
     g = torch.Generator().manual_seed(seed)
     a, B = policy.args, env.num_envs
-    cache = KVCache(a.n_layers, B, a.n_heads, a.head_dim, steps, window=window, n_prefix=policy.n_prefix)
-    if policy.n_prefix:
-        cache.set_prefix(*policy.initial_cache(B))
+    mem = make_memory(policy, B, steps, window=window, max_sets=max_sets)
     obs = env.observe()
     cur = {"obs": torch.as_tensor(obs), "prev_action": torch.full((B,), a.n_actions, dtype=torch.long),
            "prev_reward": torch.zeros(B), "episode_step": torch.as_tensor(env.episode_step),
@@ -52,9 +50,8 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     ep_ret = np.zeros(B)
     trial_ret = np.zeros(B)
     for _ in range(steps):
-        logits, _, k, v = policy.step(cur, cache.k, cache.v, cache.episode, cache.valid)
+        logits, _ = act(policy, cur, mem)
         action = logits.argmax(-1) if greedy else torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]
-        cache.commit(k, v, cur["episode_index"])
         obs, reward, done, _ = env.step(action.numpy())
         ep_ret += reward
         trial_ret += reward
@@ -90,7 +87,7 @@ def held_out_tasks(env: VecTrialEnv, trials: int, seed: int) -> None:
 
 
 def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int | None, greedy: bool,
-             seed: int, memory: str) -> dict:
+             seed: int, memory: str, max_sets: int | None = None) -> dict:
     policy, blob = load_checkpoint(ckpt)
     env_id = blob["config"]["env"]["id"]
     train_ctx = blob["config"]["ppo"]["rollout_length"]
@@ -103,7 +100,7 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
     held_out_tasks(env, trials, seed)
     oracle_trial = env.oracle_trial_return(steps)
     oracle_ep = env.oracle_episode_return() if hasattr(env, "oracle_episode_return") else None
-    out = run_trials(policy, env, steps, window=window, greedy=greedy, seed=seed)
+    out = run_trials(policy, env, steps, window=window, greedy=greedy, seed=seed, max_sets=max_sets)
     R = out["returns"]
     rows = []
     for e in range(R.shape[1]):
@@ -115,7 +112,7 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
     tm, tci, _ = mean_ci(out["trial_return"])
     nm, nci, _ = mean_ci(out["trial_return"] / oracle_trial)
     return {"checkpoint": str(ckpt), "env": env_id, "split": split, "trials": trials, "steps": steps,
-            "memory": memory, "window": window, "greedy": greedy, "model": blob["model_args"],
+            "memory": memory, "window": window, "max_sets": max_sets, "greedy": greedy, "model": blob["model_args"],
             "env_steps_trained": blob.get("env_steps"), "episodes": rows,
             "trial_return": {"mean": tm, "ci95": tci, "oracle_normalised": nm, "oracle_normalised_ci95": nci}}
 
@@ -170,8 +167,10 @@ def main(argv=None) -> int:
     p.add_argument("--trials", type=int, default=100)
     p.add_argument("--steps", type=int, help="steps per trial (default: the env's evaluation trial)")
     p.add_argument("--memory", default="window", choices=["window", "full"],
-                   help="window: sink + sliding window of the training context (default); full: whole trial")
+                   help="ReLIC memory: window = sink + sliding window of the training context (default); "
+                        "full = whole trial. Memo always keeps its summaries (see --max-sets)")
     p.add_argument("--window", type=int, help="window size in steps (default: the training rollout length)")
+    p.add_argument("--max-sets", type=int, help="Memo: keep only the newest N summary sets (streaming Memo)")
     p.add_argument("--greedy", action="store_true", help="argmax actions instead of sampling")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="eval", help="output directory for eval.json and icl_curve.png")
@@ -185,7 +184,7 @@ def main(argv=None) -> int:
     for c in args.checkpoints:
         try:
             results.append(evaluate(c, args.split, args.trials, args.steps, args.window, args.greedy,
-                                    args.seed, args.memory))
+                                    args.seed, args.memory, args.max_sets))
         except (FileNotFoundError, ValueError, KeyError) as e:
             fail(f"{c}: {e}")
     print_table(results, labels)

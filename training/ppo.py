@@ -19,8 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from icrl_ros.memory import KVCache
-from icrl_ros.models import STEP_KEYS, ICLPolicy
+from icrl_ros.models import STEP_KEYS, ICLPolicy, MemoPolicy, act, make_memory, refresh, segment_schedule
 from icrl_ros.sim import VecTrialEnv
 from training.config import PPOConfig
 
@@ -46,6 +45,7 @@ class PPOTrainer:
         n_upd = cfg.num_updates if cfg.partial_updates else 1
         self.total_opt_steps = max(1, total_rollouts * n_upd * cfg.update_epochs * cfg.num_minibatches)
         self.opt_step = 0
+        self.schedule: list[int] | None = None
 
     # -- schedule -----------------------------------------------------------------
     def lr_at(self, step: int) -> float:
@@ -76,25 +76,22 @@ class PPOTrainer:
             "episode_step": torch.as_tensor(env.episode_step, device=dev),
             "episode_index": torch.zeros(B, dtype=torch.long, device=dev),
         }
-        cache = KVCache(a.n_layers, B, a.n_heads, a.head_dim, T, n_prefix=policy.n_prefix,
-                        dtype=torch.float16 if cfg.fp16_storage else torch.float32, device=dev)
+        # Memo: one random segment schedule per rollout, shared by stepping and updates.
+        self.schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if isinstance(policy, MemoPolicy) else None
         policy.eval()
-        if policy.n_prefix:
-            with torch.no_grad():
-                cache.set_prefix(*policy.initial_cache(B, dev))
+        cache = make_memory(policy, B, T, dtype=torch.float16 if cfg.fp16_storage else torch.float32, device=dev,
+                            schedule=self.schedule)
         ep_return = np.zeros(B)
         chunks = self._chunks()
         for c, (t0, t1) in enumerate(chunks):
             for t in range(t0, t1):
-                with torch.no_grad():
-                    logits, value, k, v = policy.step(cur, cache.k, cache.v, cache.episode, cache.valid)
+                logits, value = act(policy, cur, cache)
                 dist_ = torch.distributions.Categorical(logits=logits.float())
                 action = dist_.sample()
                 for key in STEP_KEYS:
                     buf[key][:, t] = cur[key]
                 buf["action"][:, t], buf["logprob"][:, t] = action, dist_.log_prob(action)
                 buf["value"][:, t], buf["chunk"][:, t] = value, c
-                cache.commit(k, v, cur["episode_index"])
                 obs, reward, done, _ = env.step(action.cpu().numpy())
                 buf["reward"][:, t] = torch.as_tensor(reward, device=dev)
                 buf["done"][:, t] = torch.as_tensor(done, dtype=torch.float32, device=dev)
@@ -112,8 +109,7 @@ class PPOTrainer:
                 }
             last = c == len(chunks) - 1
             loss_mask = torch.ones(B, t1, dtype=torch.bool, device=dev) if last else buf["chunk"][:, :t1] == c
-            with torch.no_grad():
-                boot = policy.step(cur, cache.k, cache.v, cache.episode, cache.valid)[1]
+            boot = act(policy, cur, cache, commit=False)[1]
             self.update(buf, t1, loss_mask, boot, stats)
             if not last:
                 if cfg.shuffle_episodes:
@@ -138,16 +134,10 @@ class PPOTrainer:
         for key, val in buf.items():
             val[:, :t1] = (new_ep if key == "episode_index" else val[:, :t1]).gather(1, perm)
 
-    @torch.no_grad()
-    def refresh(self, buf: dict[str, Tensor], t1: int, cache: KVCache) -> None:
-        """Recompute the cache and the values of steps [0, t1) with the current weights."""
+    def refresh(self, buf: dict[str, Tensor], t1: int, cache) -> None:
+        """Recompute the memory and the values of steps [0, t1) with the current weights."""
         self.policy.eval()
-        inp = {k: buf[k][:, :t1] for k in STEP_KEYS}
-        _, values, k, v = self.policy.forward_sequence(inp)
-        cache.load_sequence(k, v, inp["episode_index"])
-        if self.policy.n_prefix:
-            cache.set_prefix(*self.policy.initial_cache(k.shape[1], k.device))
-        buf["value"][:, :t1] = values
+        buf["value"][:, :t1] = refresh(self.policy, cache, {k: buf[k][:, :t1] for k in STEP_KEYS}, self.schedule)
 
     # -- PPO update -------------------------------------------------------------------
     def gae(self, buf: dict[str, Tensor], t1: int, boot: Tensor) -> tuple[Tensor, Tensor]:
@@ -181,7 +171,7 @@ class PPOTrainer:
                 for micro in torch.arange(len(mb), device=adv.device).chunk(cfg.grad_accum):
                     idx = mb[micro]
                     inp = {k: buf[k][idx, :t1] for k in STEP_KEYS}
-                    logits, values, _, _ = policy.forward_sequence(inp)
+                    logits, values = policy.forward_sequence(inp, self.schedule)[:2]
                     logp_all = F.log_softmax(logits.float(), dim=-1)
                     logp = logp_all.gather(-1, buf["action"][idx, :t1, None]).squeeze(-1)
                     entropy = -(logp_all.exp() * logp_all).sum(-1)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from icrl_ros.models import ICLPolicy, save_checkpoint
+from icrl_ros.models import build_policy, save_checkpoint
 from icrl_ros.models.checkpoint import FORMAT
 from icrl_ros.sim import make_vec
 from training._cli import fail
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     torch.manual_seed(cfg.seed + 1000 * rank)
     env = make_vec(cfg.env.id, cfg.env.num_envs, split="train", seed=cfg.seed + 1000 * rank)
     model_args = cfg.model_args(env.n_obs, env.n_actions, env.max_episode_steps)
-    policy = ICLPolicy(model_args).to(device)
+    policy = build_policy(model_args).to(device)
     if world > 1:  # identical initial weights on every rank
         for p in policy.parameters():
             dist.broadcast(p.data, 0)

@@ -74,12 +74,33 @@ class SinkAttention(nn.Module):
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        keys = torch.cat([past_k.to(k.dtype), k], dim=2)
-        vals = torch.cat([past_v.to(v.dtype), v], dim=2)
-        if self.n_sink:
-            sk = self.sink_k.to(k.dtype).unsqueeze(0).expand(B, -1, -1, -1)
-            sv = self.sink_v.to(v.dtype).unsqueeze(0).expand(B, -1, -1, -1)
-            keys, vals = torch.cat([sk, keys], dim=2), torch.cat([sv, vals], dim=2)
-            mask_add = F.pad(mask_add, (self.n_sink, 0), value=0.0)
-        y = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask_add.to(q.dtype))  # (B, H, T, hd)
+        if past_k.shape[2] == 0:  # full-sequence pass: fused attention over [sink | new]
+            keys, vals = k, v
+            if self.n_sink:
+                sk = self.sink_k.to(k.dtype).unsqueeze(0).expand(B, -1, -1, -1)
+                sv = self.sink_v.to(v.dtype).unsqueeze(0).expand(B, -1, -1, -1)
+                keys, vals = torch.cat([sk, k], dim=2), torch.cat([sv, v], dim=2)
+                mask_add = F.pad(mask_add, (self.n_sink, 0), value=0.0)
+            y = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask_add.to(q.dtype))  # (B, H, T, hd)
+        else:
+            y = self._attend_split(q, k, v, mask_add, past_k, past_v)
         return self.proj(y.transpose(1, 2).reshape(B, T, D)), k, v
+
+    def _attend_split(self, q: Tensor, k: Tensor, v: Tensor, mask_add: Tensor, past_k: Tensor, past_v: Tensor) -> Tensor:
+        """Softmax over [sink | past | new] keys without concatenating the cache.
+
+        A cached step reads the (possibly 64k-slot) cache once instead of copying it into a
+        new tensor; only the (B, H, T, S) scores are concatenated.
+        """
+        P, scale = past_k.shape[2], self.head_dim ** -0.5
+        mask_add = mask_add.to(q.dtype)
+        parts = [torch.matmul(q, past_k.to(q.dtype).transpose(-1, -2)) * scale + mask_add[..., :P],
+                 torch.matmul(q, k.transpose(-1, -2)) * scale + mask_add[..., P:]]
+        if self.n_sink:
+            parts.insert(0, torch.matmul(q, self.sink_k.to(q.dtype).unsqueeze(0).transpose(-1, -2)) * scale)
+        p = torch.softmax(torch.cat(parts, dim=-1), dim=-1)
+        n = self.n_sink
+        y = torch.matmul(p[..., n:n + P], past_v.to(q.dtype)) + torch.matmul(p[..., n + P:], v)
+        if n:
+            y = y + torch.matmul(p[..., :n], self.sink_v.to(q.dtype).unsqueeze(0))
+        return y

@@ -34,6 +34,8 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[ICLPol
     blob = torch.load(path, map_location=map_location, weights_only=False)
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise ValueError(f"checkpoint {path}: field 'format' is not {FORMAT!r}")
-    policy = ICLPolicy(ModelArgs.from_dict(blob["model_args"]))
+    from icrl_ros.models.stepping import build_policy
+
+    policy = build_policy(ModelArgs.from_dict(blob["model_args"]))
     policy.load_state_dict(blob["state_dict"])
     return policy.eval(), blob

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 SINKS = ("kv", "kv0", "k0v0", "none", "token")
-KINDS = ("relic",)
+KINDS = ("relic", "memo")
+MEMO_VARIANTS = ("memo", "rmt")
 
 
 def check_choice(name: str, value: object, allowed: tuple) -> None:
@@ -30,7 +31,7 @@ class ModelArgs:
     max_episode_steps: int
     """Size of the learnable within-episode position table."""
     kind: str = "relic"
-    """Sequence model: ``relic`` (full causal context)."""
+    """Sequence model: ``relic`` (full causal context) or ``memo`` (summary tokens)."""
     n_goals: int = 0
     """Number of goal categories fed to the encoder (0 = no goal input)."""
     d_model: int = 64
@@ -46,6 +47,14 @@ class ModelArgs:
     depth_dropout: float = 0.1
     """Probability of skipping a whole layer per sample during training."""
     rope_base: float = 10000.0
+    l_seg: int = 64
+    """Memo: steps per segment (randomised in [0.8, 1.2] x l_seg during training)."""
+    l_sum: int = 8
+    """Memo: summary tokens written at each segment end."""
+    memo_variant: str = "memo"
+    """Memo: ``memo`` accumulates every summary; ``rmt`` keeps only the newest set."""
+    seg_jitter: float = 0.2
+    """Memo: training segment lengths are drawn in [1 - j, 1 + j] x l_seg."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -60,6 +69,15 @@ class ModelArgs:
             raise ValueError(
                 f"model.d_model: {self.d_model} must split into n_heads={self.n_heads} heads of even size"
             )
+        check_choice("model.memo_variant", self.memo_variant, MEMO_VARIANTS)
+        check_positive("model.l_seg", self.l_seg)
+        check_positive("model.l_sum", self.l_sum)
+        if not 0.0 <= self.seg_jitter < 1.0:
+            raise ValueError(f"model.seg_jitter: must be in [0, 1), got {self.seg_jitter}")
+        if self.kind == "memo" and not self.iea:
+            raise ValueError("model.iea: memo attends across episodes through its summaries; iea must be true")
+        if self.kind == "memo" and self.sink == "token":
+            raise ValueError(f"model.sink: memo supports {[s for s in SINKS if s != 'token']}, got 'token'")
         if not 0.0 <= self.depth_dropout < 1.0:
             raise ValueError(f"model.depth_dropout: must be in [0, 1), got {self.depth_dropout}")
 

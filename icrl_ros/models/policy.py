@@ -66,29 +66,33 @@ class ICLPolicy(nn.Module):
         _, k, v = self.core(x, zeros, torch.ones(batch, 1, 1, dtype=torch.bool, device=x.device))
         return k, v
 
-    def forward_sequence(self, inp: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward_sequence(self, inp: dict[str, Tensor], segments: list[int] | None = None):
         """Whole trials from their start. Returns logits (B, T, A), values (B, T), and the
-        keys/values of the steps (L, B, H, T, hd), sink-token slot excluded."""
+        keys/values of the steps (L, B, H, T, hd), sink-token slot excluded.
+        ``segments`` is accepted for interface parity with Memo and ignored."""
         x = self.encode(inp)
         ep = inp["episode_index"]
         mask = sequence_mask(ep, self.args.iea, self.n_prefix)
         if self.sink_token is not None:
             past_k, past_v = self.initial_cache(x.shape[0], x.device)
-            h, k, v = self.core(x, ep, mask[:, :, :], past_k, past_v)
+            h, k, v = self.core(x, ep, mask, past_k, past_v)
         else:
             h, k, v = self.core(x, ep, mask)
         logits, value = self.heads(h)
         return logits, value, k, v
 
     def step(
-        self, inp: dict[str, Tensor], past_k: Tensor, past_v: Tensor, past_episode: Tensor, past_valid: Tensor
+        self, inp: dict[str, Tensor], past_k: Tensor, past_v: Tensor, past_episode: Tensor, past_valid: Tensor,
+        position: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """One token per env: inp values (B,); cache (L, B, H, P, hd) with slot episode
-        indices (B, P) (-1 = sink token) and validity (B, P). Returns logits (B, A),
+        indices (B, P) (-1 = sink token) and validity (B, P); ``position`` (B,) the RoPE
+        index (default: the episode index, ReLIC's scheme). Returns logits (B, A),
         value (B,), and the token's keys/values (L, B, H, 1, hd) to commit."""
         one = {k: v[:, None] for k, v in inp.items()}
         x = self.encode(one)
         mask = step_mask(past_episode, past_valid, inp["episode_index"], self.args.iea)
-        h, k, v = self.core(x, one["episode_index"], mask, past_k, past_v)
+        pos = one["episode_index"] if position is None else position[:, None]
+        h, k, v = self.core(x, pos, mask, past_k, past_v)
         logits, value = self.heads(h[:, 0])
         return logits, value, k, v

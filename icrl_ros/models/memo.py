@@ -1,0 +1,128 @@
+"""Memo: summary-token memory on the shared transformer core.
+
+A trial is cut into segments. A token attends to the kept summary tokens and to the
+earlier tokens of its own segment, never to older raw observations. At a segment end,
+``l_sum`` learnable summary embeddings are run through the core over (summaries +
+segment) [pass 1]; their outputs are re-encoded and run through the core again at fresh
+positions over the earlier summaries only [pass 2]; pass 2's keys/values are the new
+summary tokens in the cache. ``rmt`` keeps only the newest summary set.
+
+Positions (RoPE; Memo's scheme): with ``n`` summary sets in the position space, the
+summaries sit at 0 .. n*l_sum-1, the segment's tokens at n*l_sum + j, the summary
+embeddings after the segment's last token, and the new summaries at n*l_sum + i.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from icrl_ros.models.config import ModelArgs
+from icrl_ros.models.policy import ICLPolicy
+
+
+def causal_block(n: int, batch: int, device) -> Tensor:
+    return torch.ones(n, n, dtype=torch.bool, device=device).tril().expand(batch, n, n)
+
+
+def segment_schedule(total: int, l_seg: int, jitter: float, generator: torch.Generator | None = None) -> list[int]:
+    """Segment lengths covering ``total`` steps; randomised in [1-j, 1+j] x l_seg when j > 0."""
+    lo, hi = max(1, round((1 - jitter) * l_seg)), max(1, round((1 + jitter) * l_seg))
+    out, n = [], 0
+    while n < total:
+        s = int(torch.randint(lo, hi + 1, (1,), generator=generator)) if jitter > 0 else l_seg
+        out.append(s)
+        n += s
+    return out
+
+
+class MemoPolicy(ICLPolicy):
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__(args)
+        self.summary_emb = nn.Parameter(torch.randn(args.l_sum, args.d_model) * 0.02)
+        self.summary_proj = nn.Linear(args.d_model, args.d_model)
+        nn.init.normal_(self.summary_proj.weight, std=0.02)
+        nn.init.zeros_(self.summary_proj.bias)
+
+    @property
+    def max_segment(self) -> int:
+        """Largest segment a training schedule can draw (cache capacity for a segment)."""
+        return max(1, round((1 + self.args.seg_jitter) * self.args.l_seg))
+
+    def kept_sets(self, n_generated: int) -> int:
+        """Summary sets in the position space after ``n_generated`` segment ends."""
+        return min(n_generated, 1) if self.args.memo_variant == "rmt" else n_generated
+
+    def summarize(self, mem_k: Tensor, mem_v: Tensor, mem_valid: Tensor, sum_valid: Tensor,
+                  pos_base: Tensor, seg_len: Tensor, new_base: Tensor) -> tuple[Tensor, Tensor]:
+        """Pure function run at a segment end.
+
+        mem_k / mem_v (L, B, H, P, hd): the memory (summaries + segment); mem_valid (B, P)
+        the slots pass 1 sees; sum_valid (B, P) the summary slots pass 2 sees (all False
+        for rmt); pos_base (B,) the segment's first position; seg_len (B,) its length;
+        new_base (B,) the first position of the new summaries.
+        Returns the new summary keys/values (L, B, H, l_sum, hd).
+        """
+        a = self.args
+        B, S, dev = mem_k.shape[1], a.l_sum, mem_k.device
+        i = torch.arange(S, device=dev)
+        q = self.summary_emb.unsqueeze(0).expand(B, S, -1)
+        pos1 = (pos_base + seg_len)[:, None] + i
+        mask1 = torch.cat([mem_valid[:, None, :].expand(B, S, -1), causal_block(S, B, dev)], dim=2)
+        h, _, _ = self.core(q, pos1, mask1, mem_k, mem_v)
+        tokens = self.summary_proj(self.norm(h))  # re-encoded as fresh input tokens
+        mask2 = torch.cat([sum_valid[:, None, :].expand(B, S, -1), causal_block(S, B, dev)], dim=2)
+        _, k, v = self.core(tokens, new_base[:, None] + i, mask2, mem_k, mem_v)
+        return k, v
+
+    def forward_sequence(self, inp: dict[str, Tensor], segments: list[int] | None = None):
+        """Whole trials, segment by segment, gradients through every summary.
+
+        Returns logits (B, T, A), values (B, T) and the memory state at the end:
+        ``{"summaries": [(k, v), ...] kept sets, "n_generated": int, "segment": (k, v),
+        "seg_count": int}``.
+        """
+        a = self.args
+        x_all = self.encode(inp)
+        B, T, _ = x_all.shape
+        dev = x_all.device
+        segments = segments or segment_schedule(T, a.l_seg, 0.0)
+        sums: list[tuple[Tensor, Tensor]] = []
+        n_gen, t0 = 0, 0
+        logits, values = [], []
+        seg_k = seg_v = None
+        seg_count = 0
+        empty_k, empty_v = self.core.empty_cache(B, dev, x_all.dtype)
+        for length in segments:
+            if t0 >= T:
+                break
+            t1 = min(T, t0 + length)
+            n = t1 - t0
+            past_k = torch.cat([empty_k] + [k for k, _ in sums], dim=3)
+            past_v = torch.cat([empty_v] + [v for _, v in sums], dim=3)
+            P = past_k.shape[3]
+            base = self.kept_sets(n_gen) * a.l_sum
+            pos = torch.full((B, n), base, device=dev) + torch.arange(n, device=dev)
+            mask = torch.cat([torch.ones(B, n, P, dtype=torch.bool, device=dev), causal_block(n, B, dev)], dim=2)
+            h, seg_k, seg_v = self.core(x_all[:, t0:t1], pos, mask, past_k, past_v)
+            lg, val = self.heads(h)
+            logits.append(lg)
+            values.append(val)
+            seg_count = n
+            if n == length:  # segment complete: write its summaries
+                mem_k, mem_v = torch.cat([past_k, seg_k], dim=3), torch.cat([past_v, seg_v], dim=3)
+                ones = torch.ones(B, P + n, dtype=torch.bool, device=dev)
+                sum_valid = ones.clone()
+                sum_valid[:, P:] = False
+                if a.memo_variant == "rmt":
+                    sum_valid[:] = False
+                full = torch.full((B,), base, device=dev)
+                new_base = full if a.memo_variant == "memo" else torch.zeros_like(full)
+                k, v = self.summarize(mem_k, mem_v, ones, sum_valid, full, torch.full((B,), n, device=dev), new_base)
+                sums = [(k, v)] if a.memo_variant == "rmt" else sums + [(k, v)]
+                n_gen += 1
+                seg_k = seg_v = None
+                seg_count = 0
+            t0 = t1
+        state = {"summaries": sums, "n_generated": n_gen, "segment": (seg_k, seg_v), "seg_count": seg_count}
+        return torch.cat(logits, 1), torch.cat(values, 1), state

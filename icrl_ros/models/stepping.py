@@ -1,0 +1,74 @@
+"""Cached stepping of a torch policy against a memory: one function per operation.
+
+Used by training rollouts and evaluation; the deploy runtime does the same through its
+engines. ReLIC uses a :class:`~icrl_ros.memory.KVCache`, Memo a
+:class:`~icrl_ros.memory.MemoMemory` (which summarises at segment ends).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from icrl_ros.memory import KVCache, MemoMemory
+from icrl_ros.models.memo import MemoPolicy
+from icrl_ros.models.policy import ICLPolicy
+
+
+def make_memory(policy: ICLPolicy, batch: int, steps: int, window: int | None = None, dtype=torch.float32,
+                device=None, schedule: list[int] | None = None, max_sets: int | None = None):
+    """A memory sized for trials of ``steps`` steps.
+
+    ReLIC: full context (``window=None``) or sink + sliding window. Memo: every summary
+    set of the trial (or ``max_sets``, oldest dropped), segments per ``schedule``.
+    """
+    a = policy.args
+    if isinstance(policy, MemoPolicy):
+        shortest = min(schedule) if schedule else a.l_seg
+        sets = max_sets or max(1, math.ceil(steps / shortest))
+        mem = MemoMemory(a.n_layers, batch, a.n_heads, a.head_dim, a.l_seg, a.l_sum, a.memo_variant, sets,
+                         segment_capacity=max(schedule) if schedule else a.l_seg, schedule=schedule,
+                         dtype=dtype, device=device)
+        return mem
+    mem = KVCache(a.n_layers, batch, a.n_heads, a.head_dim, steps, window=window, n_prefix=policy.n_prefix,
+                  dtype=dtype, device=device)
+    if policy.n_prefix:
+        with torch.no_grad():
+            mem.set_prefix(*policy.initial_cache(batch, device))
+    return mem
+
+
+@torch.no_grad()
+def act(policy: ICLPolicy, inp: dict[str, Tensor], mem, commit: bool = True) -> tuple[Tensor, Tensor]:
+    """Logits (B, A) and value (B,) for one step; with ``commit`` the step enters memory
+    (and a Memo segment end is summarised)."""
+    position = mem.position() if isinstance(mem, MemoMemory) else None
+    logits, value, k, v = policy.step(inp, mem.k, mem.v, mem.episode, mem.valid, position)
+    if commit:
+        if isinstance(mem, MemoMemory):
+            if mem.commit(k, v, inp["episode_index"]):
+                mem.add_summary(*policy.summarize(*mem.summary_inputs()))
+        else:
+            mem.commit(k, v, inp["episode_index"])
+    return logits, value
+
+
+@torch.no_grad()
+def refresh(policy: ICLPolicy, mem, seq: dict[str, Tensor], schedule: list[int] | None = None) -> Tensor:
+    """Recompute the memory and the values of a trial prefix with the current weights."""
+    if isinstance(mem, MemoMemory):
+        _, values, state = policy.forward_sequence(seq, schedule)
+        mem.load_state(state)
+        return values
+    _, values, k, v = policy.forward_sequence(seq)
+    mem.load_sequence(k, v, seq["episode_index"])
+    if policy.n_prefix:
+        mem.set_prefix(*policy.initial_cache(k.shape[1], k.device))
+    return values
+
+
+def build_policy(args) -> ICLPolicy:
+    """The policy class for ``args.kind``."""
+    return MemoPolicy(args) if args.kind == "memo" else ICLPolicy(args)
