@@ -50,6 +50,15 @@ class ICLPolicy(nn.Module):
         """Cache slots that exist before the first step (the StreamingLLM sink token)."""
         return 1 if self.sink_token is not None else 0
 
+    def input_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Per-step encoder inputs: name -> (shape after the batch dim, dtype). The episode
+        index is not an encoder input (it only sets RoPE positions and the IEA mask)."""
+        spec = {"obs": ((), torch.long), "prev_action": ((), torch.long), "prev_reward": ((), torch.float32),
+                "episode_step": ((), torch.long)}
+        if self.args.n_goals:
+            spec["goal"] = ((), torch.long)
+        return spec
+
     def encode(self, inp: dict[str, Tensor]) -> Tensor:
         return self.encoder(inp["obs"], inp["prev_action"], inp["prev_reward"], inp["episode_step"], inp.get("goal"))
 
