@@ -1,0 +1,203 @@
+"""Node parameters as typed dataclasses: one documented field per ROS parameter.
+
+The nodes declare one ROS parameter per field (description, range and choices go into the
+``ParameterDescriptor``), read them back into the dataclass and call :meth:`validate`, which
+raises ``ValueError`` quoting the bad value. Pure Python: the config files and docs are
+checked against these fields without ROS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+BACKENDS = ("onnxruntime", "torch", "tensorrt")
+DEVICES = ("cpu", "cuda")
+MEMORY_POLICIES = ("", "full", "window", "memo")
+ACTION_MODES = ("discrete", "twist")
+BRIDGE_MODES = ("lockstep", "realtime")
+
+
+def spec(doc: str, *, choices: tuple[str, ...] | None = None, min: float | None = None,
+         max: float | None = None) -> dict[str, Any]:
+    """Field metadata: the ROS parameter's description, allowed strings and numeric range."""
+    return {"doc": doc, "choices": choices, "min": min, "max": max}
+
+
+def _param(default: Any, doc: str, **kw: Any) -> Any:
+    return field(default=default, metadata=spec(doc, **kw))
+
+
+class ParamsBase:
+    """Shared checks for the parameter dataclasses."""
+
+    def validate(self) -> "ParamsBase":
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            check_value(f, getattr(self, f.name))
+        return self
+
+    @classmethod
+    def field_specs(cls) -> list[dataclasses.Field]:
+        return list(dataclasses.fields(cls))  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "ParamsBase":
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {unknown}; known: {sorted(names)}")
+        return cls(**values).validate()  # type: ignore[call-arg]
+
+
+def check_value(f: dataclasses.Field, value: Any) -> None:
+    """Raise ValueError naming the parameter if ``value`` breaks the field's type, range or choices."""
+    meta = f.metadata
+    default = f.default
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise ValueError(f"{f.name}: expected {type(default).__name__}, got {value!r}")
+    if meta.get("choices") is not None and value not in meta["choices"]:
+        raise ValueError(f"{f.name}: {value!r} is not one of {list(meta['choices'])}")
+    if meta.get("min") is not None and value < meta["min"]:
+        raise ValueError(f"{f.name}: {value!r} is below the minimum {meta['min']}")
+    if meta.get("max") is not None and value > meta["max"]:
+        raise ValueError(f"{f.name}: {value!r} is above the maximum {meta['max']}")
+
+
+@dataclass
+class AgentParams(ParamsBase):
+    """Parameters of ``agent_node`` (``config/agent.yaml``, ``config/fetch.yaml``)."""
+
+    # --- policy -------------------------------------------------------------------------------
+    bundle_path: str = _param("", "Export bundle directory written by training/export.py (required).")
+    backend: str = _param("onnxruntime", "Inference engine.", choices=BACKENDS)
+    device: str = _param("cpu", "Inference device.", choices=DEVICES)
+    memory: str = _param("", "Memory policy; empty = the bundle's default.", choices=MEMORY_POLICIES)
+    memory_budget_bytes: int = _param(0, "Memory byte budget; 0 = the bundle's default.", min=0)
+    memory_path: str = _param(
+        "~/.ros/icrl_ros/memory", "Snapshot file used by the save_memory / load_memory services."
+    )
+    # --- acting -------------------------------------------------------------------------------
+    action_mode: str = _param(
+        "discrete",
+        "discrete: publish std_msgs/Int32 once per new image (lockstep with the bridge); "
+        "twist: drive cmd_vel through the closed-loop ActionExecutor.",
+        choices=ACTION_MODES,
+    )
+    idle_after_stop: bool = _param(True, "After the stop action, wait for a new goal before acting again.")
+    settle_s: float = _param(0.1, "Twist mode: ignore images received sooner than this after a step ends.", min=0.0)
+    odom_sync_tolerance_s: float = _param(
+        0.05, "Act on an image only with odometry stamped no more than this before it.", min=0.0
+    )
+    # --- topics -------------------------------------------------------------------------------
+    camera_topic: str = _param("camera/image_raw", "sensor_msgs/Image input (sensor-data QoS).")
+    odom_topic: str = _param("odom", "nav_msgs/Odometry input (sensor-data QoS).")
+    goal_topic: str = _param("goal", "std_msgs/String goal category; each message starts an episode.")
+    goal_transient_local: bool = _param(
+        True, "Subscribe to the goal with transient-local durability (receives the bridge's latched goal)."
+    )
+    episode_events_topic: str = _param(
+        "episode_events", "std_msgs/String JSON events from the bridge; trial_start resets memory. Empty = off."
+    )
+    action_topic: str = _param("action", "std_msgs/Int32 output: the chosen discrete action.")
+    cmd_vel_topic: str = _param("cmd_vel", "geometry_msgs/Twist output in twist mode.")
+    status_topic: str = _param("agent_status", "diagnostic_msgs/DiagnosticArray output.")
+    # --- rates and timeouts -------------------------------------------------------------------
+    control_rate_hz: float = _param(
+        20.0, "Twist republish / watchdog rate; >= 10 Hz (Fetch drops commands after 0.25 s).", min=10.0, max=1000.0
+    )
+    status_rate_hz: float = _param(1.0, "Status publishing rate.", min=0.01, max=100.0)
+    input_timeout_s: float = _param(
+        1.0, "Watchdog: camera or odometry older than this stops the robot.", min=0.01
+    )
+    log_throttle_s: float = _param(2.0, "Minimum seconds between two log lines of one kind.", min=0.0)
+    # --- executor (twist mode) ----------------------------------------------------------------
+    forward_m: float = _param(0.0, "Forward step length in m; 0 = the bundle's action spec.", min=0.0)
+    turn_deg: float = _param(0.0, "Turn step in degrees; 0 = the bundle's action spec.", min=0.0, max=180.0)
+    max_linear_speed: float = _param(0.3, "m/s.", min=0.0)
+    max_angular_speed: float = _param(0.8, "rad/s.", min=0.0)
+    max_linear_accel: float = _param(0.5, "m/s^2.", min=0.0)
+    max_angular_accel: float = _param(1.5, "rad/s^2.", min=0.0)
+    kp_linear: float = _param(2.0, "P gain on the remaining distance, 1/s.", min=0.0)
+    kp_angular: float = _param(2.5, "P gain on the remaining angle, 1/s.", min=0.0)
+    kp_heading: float = _param(1.5, "P gain holding the heading while driving forward, 1/s.", min=0.0)
+    min_linear_speed: float = _param(0.03, "Floor on |v| until the tolerance is met, m/s.", min=0.0)
+    min_angular_speed: float = _param(0.08, "Floor on |w| until the tolerance is met, rad/s.", min=0.0)
+    linear_tolerance_m: float = _param(0.01, "Forward step done within this distance.", min=1e-4)
+    angular_tolerance_deg: float = _param(1.0, "Turn step done within this angle.", min=0.01)
+    action_timeout_s: float = _param(5.0, "Give up on a step after this long.", min=0.1)
+
+
+@dataclass
+class BridgeParams(ParamsBase):
+    """Parameters of ``sim_bridge_node`` (``config/bridge.yaml``)."""
+
+    env_id: str = _param(
+        "icrl_ros/MiniWorldHouse-v0",
+        "Registered Gymnasium id ('module:Id' imports the module first) with an image observation.",
+    )
+    env_kwargs: str = _param("{}", "JSON object of keyword arguments for gymnasium.make.")
+    seed: int = _param(0, "Seed of the first trial.", min=0)
+    mode: str = _param(
+        "lockstep",
+        "lockstep: one env step per std_msgs/Int32 action; realtime: integrate cmd_vel at realtime_rate_hz.",
+        choices=BRIDGE_MODES,
+    )
+    episodes_per_trial: int = _param(0, "Start a new trial (new house) after this many episodes; 0 = never.", min=0)
+    auto_reset: bool = _param(True, "Start the next episode as soon as one ends.")
+    lockstep_dt_s: float = _param(0.5, "Simulated seconds per lockstep step (/clock advance).", min=1e-3)
+    republish_period_s: float = _param(
+        0.5, "Lockstep: republish the current observation this often while waiting for an action; 0 = off.", min=0.0
+    )
+    realtime_rate_hz: float = _param(20.0, "Realtime: integration and odometry rate.", min=1.0, max=1000.0)
+    camera_rate_hz: float = _param(10.0, "Realtime: camera publishing rate.", min=0.1, max=1000.0)
+    cmd_timeout_s: float = _param(0.5, "Realtime: a cmd_vel older than this counts as zero.", min=0.01)
+    stop_action: int = _param(0, "Index of the stop action (ends an episode in realtime mode too).", min=0)
+    camera_fov_y_deg: float = _param(60.0, "Vertical field of view for camera_info.", min=1.0, max=179.0)
+    camera_height_m: float = _param(1.0, "Camera height above base_link for the static transform.")
+    publish_clock: bool = _param(True, "Publish /clock in simulated time.")
+    publish_tf: bool = _param(True, "Publish odom -> base_link on /tf (needs tf2_msgs).")
+    odom_frame: str = _param("odom", "Odometry frame id.")
+    base_frame: str = _param("base_link", "Robot base frame id.")
+    camera_frame: str = _param("camera_optical_frame", "Image frame id (optical convention).")
+    camera_topic: str = _param("camera/image_raw", "sensor_msgs/Image output (rgb8).")
+    camera_info_topic: str = _param("camera/camera_info", "sensor_msgs/CameraInfo output.")
+    odom_topic: str = _param("odom", "nav_msgs/Odometry output (pose relative to the episode start).")
+    goal_topic: str = _param("goal", "std_msgs/String goal category (transient local), once per episode.")
+    reward_topic: str = _param("reward", "std_msgs/Float32 reward of each step.")
+    episode_events_topic: str = _param("episode_events", "std_msgs/String JSON episode and trial events.")
+    action_topic: str = _param("action", "std_msgs/Int32 input: one env step each (lockstep).")
+    cmd_vel_topic: str = _param("cmd_vel", "geometry_msgs/Twist input (realtime).")
+
+    def validate(self) -> "BridgeParams":
+        super().validate()
+        try:
+            kwargs = json.loads(self.env_kwargs)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"env_kwargs: not JSON ({e}): {self.env_kwargs!r}") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"env_kwargs: expected a JSON object, got {self.env_kwargs!r}")
+        return self
+
+
+__all__ = [
+    "AgentParams",
+    "BridgeParams",
+    "ParamsBase",
+    "check_value",
+    "BACKENDS",
+    "DEVICES",
+    "MEMORY_POLICIES",
+    "ACTION_MODES",
+    "BRIDGE_MODES",
+]

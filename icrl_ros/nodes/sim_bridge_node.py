@@ -1,0 +1,369 @@
+"""``sim_bridge_node``: a registered Gymnasium env behind the robot's ROS interface.
+
+The env follows the house-env contract (``icrl_ros/MiniWorldHouse-v0``): Discrete actions
+(stop / forward / turn_left / turn_right), a dict observation ``{"rgb", "goal", "odom",
+"prev_action"}`` with ``odom`` = (x, y, yaw) relative to the episode start, ``reset(options=
+{"new_trial": True})`` for a new house, ``goal_names``, ``move_continuous(linear_m, angular_rad)``
+and ``observe()``. Envs whose observation is a bare image work too (odometry then stays at 0).
+
+Published: camera ``sensor_msgs/Image`` (rgb8) + ``CameraInfo``, ``nav_msgs/Odometry`` (the odom
+frame is re-anchored at each episode start, like a base whose odometry is reset), TF odom ->
+base_link when ``tf2_msgs`` is installed, goal ``std_msgs/String`` (transient local, once per
+episode), reward ``std_msgs/Float32``, episode events ``std_msgs/String`` (JSON) and ``/clock``.
+
+lockstep: each ``std_msgs/Int32`` on the action topic is one ``env.step``; the next observation
+follows (or, after the episode ends, the next episode's goal and first observation). While
+waiting, the current observation is republished with its old stamp (late joiners, lost
+messages). realtime: ``cmd_vel`` is integrated with ``move_continuous`` at a fixed rate and
+zeroed after ``cmd_timeout_s``; the stop action on the action topic ends the episode.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import rclpy
+from geometry_msgs.msg import TransformStamped, Twist
+from nav_msgs.msg import Odometry
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CameraInfo, Image
+from std_msgs.msg import Float32, Int32, String
+from std_srvs.srv import Trigger
+
+from icrl_ros.nodes.convert import quaternion_from_yaw, rgb_to_image_fields
+from icrl_ros.nodes.params import BridgeParams
+from icrl_ros.nodes.ros_params import declare_params, read_params
+
+try:  # not shipped as a PyPI wheel; present on a ROS install
+    from tf2_msgs.msg import TFMessage
+except ImportError:  # pragma: no cover - depends on the install
+    TFMessage = None
+
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def make_env(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env:
+    """``gymnasium.make`` after importing ``icrl_ros.sim`` (which registers the project's ids)."""
+    try:
+        import icrl_ros.sim  # noqa: F401  (registration side effect)
+    except ImportError:
+        pass
+    return gym.make(env_id, **env_kwargs)
+
+
+def _time_msg(seconds: float) -> Any:
+    from builtin_interfaces.msg import Time
+
+    sec = int(math.floor(seconds))
+    return Time(sec=sec, nanosec=int(round((seconds - sec) * 1e9)) % 1_000_000_000)
+
+
+class SimBridgeNode(Node):
+    """Publishes an env's observations as robot topics and steps it on actions or ``cmd_vel``."""
+
+    def __init__(self, node_name: str = "sim_bridge", *, env: gym.Env | None = None, **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        declare_params(self, BridgeParams)
+        self.params: BridgeParams = read_params(self, BridgeParams)
+        p = self.params
+        self.env = env if env is not None else make_env(p.env_id, json.loads(p.env_kwargs))
+        self._base = self.env.unwrapped
+        if not isinstance(self.env.action_space, gym.spaces.Discrete):
+            raise ValueError(f"env_id: {p.env_id!r} has action space {self.env.action_space}; expected Discrete")
+        if p.mode == "realtime" and not hasattr(self._base, "move_continuous"):
+            raise ValueError(f"mode: realtime needs env.move_continuous(linear_m, angular_rad); {p.env_id!r} has none")
+
+        self.sim_time = 1.0  # /clock starts at 1 s: a zero stamp reads as "unset" to many tools
+        self.trial = -1
+        self.episode = -1
+        self.episode_step = 0
+        self.episode_return = 0.0
+        self.episodes_done = 0
+        self.counters = {"steps": 0, "bad_actions": 0, "episodes": 0, "trials": 0}
+        self._obs: Any = None
+        self._stamp = self.sim_time
+        self._cmd = (0.0, 0.0)
+        self._cmd_time = -math.inf
+        self._cmd_timed_out = True
+        self._episode_t0 = self.sim_time
+        self._tick = 0
+        self._done = False  # episode over and auto_reset off: actions wait for ~/new_episode
+
+        self.pub_image = self.create_publisher(Image, p.camera_topic, 5)
+        self.pub_info = self.create_publisher(CameraInfo, p.camera_info_topic, 5)
+        self.pub_odom = self.create_publisher(Odometry, p.odom_topic, 10)
+        self.pub_goal = self.create_publisher(String, p.goal_topic, LATCHED)
+        self.pub_reward = self.create_publisher(Float32, p.reward_topic, 10)
+        self.pub_events = self.create_publisher(String, p.episode_events_topic, QoSProfile(
+            depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        self.pub_clock = self.create_publisher(Clock, "/clock", 10) if p.publish_clock else None
+        self.pub_tf = None
+        if p.publish_tf:
+            if TFMessage is None:
+                self.get_logger().info("tf2_msgs is not installed: no TF published (odometry carries the pose)")
+            else:
+                self.pub_tf = self.create_publisher(TFMessage, "/tf", 10)
+                self.pub_tf_static = self.create_publisher(TFMessage, "/tf_static", LATCHED)
+
+        self.create_subscription(Int32, p.action_topic, self._on_action, 10)
+        if p.mode == "realtime":
+            self.create_subscription(Twist, p.cmd_vel_topic, self._on_cmd_vel, 10)
+            self.create_timer(1.0 / p.realtime_rate_hz, self._on_realtime_tick)
+        elif p.republish_period_s > 0:
+            self.create_timer(p.republish_period_s, self._republish)
+        self.create_service(Trigger, "~/new_trial", self._srv_new_trial)
+        self.create_service(Trigger, "~/new_episode", self._srv_new_episode)
+
+        self._publish_static_tf()
+        self._reset(new_trial=True, seed=p.seed)
+        self.get_logger().info(
+            f"bridging {p.env_id!r} in {p.mode} mode; goals {list(self.goal_names)}; "
+            f"actions {self.env.action_space.n}")
+
+    # -----------------------------------------------------------------------------------------
+    # env access
+
+    @property
+    def goal_names(self) -> list[str]:
+        return list(getattr(self._base, "goal_names", []))
+
+    def _goal_name(self, obs: Any, info: dict[str, Any]) -> str:
+        if "goal_name" in info:
+            return str(info["goal_name"])
+        if isinstance(obs, dict) and "goal" in obs:
+            g = int(np.asarray(obs["goal"]).reshape(-1)[0])
+            names = self.goal_names
+            return names[g] if 0 <= g < len(names) else str(g)
+        return ""
+
+    @staticmethod
+    def _rgb(obs: Any) -> np.ndarray:
+        return np.asarray(obs["rgb"] if isinstance(obs, dict) else obs)
+
+    @staticmethod
+    def _odom(obs: Any) -> tuple[float, float, float]:
+        if isinstance(obs, dict) and "odom" in obs:
+            x, y, yaw = (float(v) for v in np.asarray(obs["odom"], dtype=np.float64).reshape(-1)[:3])
+            return x, y, yaw
+        return 0.0, 0.0, 0.0
+
+    # -----------------------------------------------------------------------------------------
+    # episodes
+
+    def _reset(self, new_trial: bool, seed: int | None = None) -> None:
+        if new_trial:
+            obs, info = self.env.reset(seed=seed, options={"new_trial": True})
+            self.trial += 1
+            self.episodes_done = 0
+            self.counters["trials"] += 1
+            self._event({"event": "trial_start", "trial": self.trial})
+        else:
+            obs, info = self.env.reset()
+        self.episode = int(info.get("episode_index", self.episode + 1))
+        self.episode_step = 0
+        self.episode_return = 0.0
+        self._episode_t0 = self.sim_time
+        self._done = False
+        self.counters["episodes"] += 1
+        goal = self._goal_name(obs, info)
+        self._event({"event": "episode_start", "trial": self.trial, "episode": self.episode, "goal": goal})
+        self.pub_goal.publish(String(data=goal))
+        self._advance(0.0)
+        self._publish_obs(obs, publish_image=True)
+
+    def _end_episode(self, info: dict[str, Any]) -> None:
+        self.episodes_done += 1
+        self._done = True
+        self._event({
+            "event": "episode_end",
+            "trial": self.trial,
+            "episode": self.episode,
+            "goal": str(info.get("goal_name", "")),
+            "success": bool(info.get("success", False)),
+            "spl": float(info.get("spl", 0.0)),
+            "steps": int(info.get("episode_step", self.episode_step)),
+            "return": float(self.episode_return),
+        })
+        if self.params.auto_reset:
+            n = self.params.episodes_per_trial
+            self._reset(new_trial=bool(n and self.episodes_done >= n))
+
+    def _step(self, action: int) -> None:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.counters["steps"] += 1
+        self.episode_step += 1
+        self.episode_return += float(reward)
+        self.pub_reward.publish(Float32(data=float(reward)))
+        self._obs = obs
+        if terminated or truncated:
+            self._end_episode(info)
+        else:
+            self._publish_obs(obs, publish_image=True)
+
+    def _event(self, payload: dict[str, Any]) -> None:
+        payload = {**payload, "stamp": round(self.sim_time, 6)}
+        self.pub_events.publish(String(data=json.dumps(payload, sort_keys=True)))
+
+    # -----------------------------------------------------------------------------------------
+    # publishing
+
+    def _advance(self, dt: float) -> None:
+        self.sim_time += dt
+        if self.pub_clock is not None:
+            self.pub_clock.publish(Clock(clock=_time_msg(self.sim_time)))
+
+    def _publish_obs(self, obs: Any, publish_image: bool, twist: tuple[float, float] = (0.0, 0.0)) -> None:
+        self._obs = obs
+        self._stamp = self.sim_time
+        stamp = _time_msg(self.sim_time)
+        p = self.params
+        x, y, yaw = self._odom(obs)
+        qx, qy, qz, qw = quaternion_from_yaw(yaw)
+        odom = Odometry()
+        odom.header.stamp = stamp
+        odom.header.frame_id = p.odom_frame
+        odom.child_frame_id = p.base_frame
+        odom.pose.pose.position.x, odom.pose.pose.position.y = x, y
+        o = odom.pose.pose.orientation
+        o.x, o.y, o.z, o.w = qx, qy, qz, qw
+        odom.twist.twist.linear.x, odom.twist.twist.angular.z = float(twist[0]), float(twist[1])
+        self.pub_odom.publish(odom)
+        if self.pub_tf is not None:
+            t = TransformStamped()
+            t.header.stamp = stamp
+            t.header.frame_id = p.odom_frame
+            t.child_frame_id = p.base_frame
+            t.transform.translation.x, t.transform.translation.y = x, y
+            r = t.transform.rotation
+            r.x, r.y, r.z, r.w = qx, qy, qz, qw
+            self.pub_tf.publish(TFMessage(transforms=[t]))
+        if publish_image:
+            fields = rgb_to_image_fields(self._rgb(obs))
+            img = Image(**fields)
+            img.header.stamp = stamp
+            img.header.frame_id = p.camera_frame
+            self.pub_info.publish(self._camera_info(fields["height"], fields["width"], stamp))
+            self.pub_image.publish(img)
+
+    def _camera_info(self, height: int, width: int, stamp: Any) -> CameraInfo:
+        f = (height / 2.0) / math.tan(math.radians(self.params.camera_fov_y_deg) / 2.0)  # square pixels
+        cx, cy = width / 2.0, height / 2.0
+        info = CameraInfo(height=height, width=width, distortion_model="plumb_bob")
+        info.header.stamp = stamp
+        info.header.frame_id = self.params.camera_frame
+        info.d = [0.0] * 5
+        info.k = [f, 0.0, cx, 0.0, f, cy, 0.0, 0.0, 1.0]
+        info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+        info.p = [f, 0.0, cx, 0.0, 0.0, f, cy, 0.0, 0.0, 0.0, 1.0, 0.0]
+        return info
+
+    def _publish_static_tf(self) -> None:
+        if self.pub_tf is None:
+            return
+        p = self.params
+        t = TransformStamped()
+        t.header.stamp = _time_msg(self.sim_time)
+        t.header.frame_id = p.base_frame
+        t.child_frame_id = p.camera_frame
+        t.transform.translation.z = p.camera_height_m
+        r = t.transform.rotation  # optical frame: z forward, x right, y down
+        r.x, r.y, r.z, r.w = -0.5, 0.5, -0.5, 0.5
+        self.pub_tf_static.publish(TFMessage(transforms=[t]))
+
+    # -----------------------------------------------------------------------------------------
+    # callbacks
+
+    def _on_action(self, msg: Int32) -> None:
+        action = int(msg.data)
+        n = int(self.env.action_space.n)
+        if not 0 <= action < n:
+            self.counters["bad_actions"] += 1
+            self.get_logger().warning(f"action {action} is outside [0, {n}); ignored", throttle_duration_sec=2.0)
+            return
+        if self._done:
+            self.get_logger().warning("episode over (auto_reset is off): call ~/new_episode", throttle_duration_sec=2.0)
+            return
+        if self.params.mode == "lockstep":
+            self._advance(self.params.lockstep_dt_s)
+            self._step(action)
+        elif action == self.params.stop_action:  # realtime: only stop is a discrete event
+            self._step(action)
+
+    def _republish(self) -> None:
+        """Lockstep idle: the current observation again, same stamp (duplicates are ignored by stamp)."""
+        if self._obs is not None:
+            saved = self.sim_time
+            self.sim_time = self._stamp
+            self._publish_obs(self._obs, publish_image=True)
+            self.sim_time = saved
+
+    def _on_cmd_vel(self, msg: Twist) -> None:
+        v, w = float(msg.linear.x), float(msg.angular.z)
+        if not (math.isfinite(v) and math.isfinite(w)):
+            self.counters["bad_actions"] += 1
+            self.get_logger().warning(f"cmd_vel with non-finite values ({v}, {w}); ignored", throttle_duration_sec=2.0)
+            return
+        self._cmd = (v, w)
+        self._cmd_time = time.monotonic()
+        self._cmd_timed_out = False
+
+    def _on_realtime_tick(self) -> None:
+        p = self.params
+        dt = 1.0 / p.realtime_rate_hz
+        if time.monotonic() - self._cmd_time > p.cmd_timeout_s:
+            if not self._cmd_timed_out and self._cmd != (0.0, 0.0):
+                self.get_logger().warning(f"cmd_vel older than {p.cmd_timeout_s} s: stopping")
+            self._cmd_timed_out = True
+            self._cmd = (0.0, 0.0)
+        v, w = self._cmd
+        if v != 0.0 or w != 0.0:
+            self._base.move_continuous(v * dt, w * dt)
+        self._advance(dt)
+        self._tick += 1
+        every = max(1, round(p.realtime_rate_hz / p.camera_rate_hz))
+        obs = self._base.observe() if hasattr(self._base, "observe") else self._obs
+        self._publish_obs(obs, publish_image=self._tick % every == 0, twist=(v, w))
+
+    def _srv_new_trial(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self._reset(new_trial=True)
+        response.success = True
+        response.message = f"trial {self.trial}, episode {self.episode}"
+        return response
+
+    def _srv_new_episode(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self._reset(new_trial=False)
+        response.success = True
+        response.message = f"trial {self.trial}, episode {self.episode}"
+        return response
+
+    def destroy_node(self) -> None:
+        try:
+            self.env.close()
+        finally:
+            super().destroy_node()
+
+
+def main(args: list[str] | None = None) -> None:
+    try:
+        rclpy.init(args=args)
+        node = SimBridgeNode()
+        try:
+            rclpy.spin(node)
+        finally:
+            node.destroy_node()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

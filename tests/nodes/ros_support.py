@@ -1,0 +1,58 @@
+"""Helpers for the ROS 2 tests: loopback-only checks, skipping without rclpy, spinning."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from functools import lru_cache
+
+import pytest
+
+
+def assert_loopback_env() -> None:
+    """Refuse to start DDS unless discovery is loopback-only on a private domain."""
+    assert os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") == "LOCALHOST", "DDS must stay on this machine"
+    assert 100 <= int(os.environ.get("ROS_DOMAIN_ID", "-1")) <= 200, "use a private ROS_DOMAIN_ID"
+    assert not os.environ.get("ROS_STATIC_PEERS"), "no static peers in tests"
+
+
+@lru_cache(maxsize=1)
+def ros_import_error() -> str:
+    """Empty when rclpy and the message packages import; else why the ROS tests are skipped."""
+    try:
+        import diagnostic_msgs.msg  # noqa: F401
+        import geometry_msgs.msg  # noqa: F401
+        import nav_msgs.msg  # noqa: F401
+        import rclpy  # noqa: F401
+        import rclpy.lifecycle  # noqa: F401
+        import rosgraph_msgs.msg  # noqa: F401
+        import sensor_msgs.msg  # noqa: F401
+        import std_msgs.msg  # noqa: F401
+        import std_srvs.srv  # noqa: F401
+    except ImportError as e:
+        return (f"ROS 2 tests need rclpy and its message packages ({type(e).__name__}: {e}); "
+                "install them with scripts/ensure_ros.sh .venv/bin/python or source a ROS 2 install")
+    return ""
+
+
+def require_ros() -> None:
+    """Skip the calling test module when rclpy is unavailable."""
+    if ros_import_error():
+        pytest.skip(ros_import_error(), allow_module_level=True)
+
+
+def spin_until(executor, predicate: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
+    """Spin ``executor`` until ``predicate()`` or ``timeout`` seconds; returns the predicate."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        executor.spin_once(timeout_sec=step)
+    return predicate()
+
+
+def spin_for(executor, seconds: float, step: float = 0.02) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=step)
