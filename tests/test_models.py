@@ -29,6 +29,37 @@ def test_cached_step_matches_full_sequence(sink, iea):
     assert (values - c_values).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("kind", ["relic", "memo"])
+def test_image_policy_cached_step_matches_full_sequence(kind):
+    torch.manual_seed(0)
+    args = small_args(kind=kind, obs_type="image", image_size=24, n_goals=12, sink="kv0", l_seg=5, l_sum=2)
+    from icrl_ros.models import build_policy
+
+    policy = build_policy(args).eval()
+    assert set(policy.input_spec()) == {"rgb", "odom", "prev_action", "prev_reward", "episode_step", "goal"}
+    inp = random_trial(args, batch=2, steps=14, episode_len=6)
+    with torch.no_grad():
+        logits, values = policy.forward_sequence(inp)[:2]
+    c_logits, c_values = cached_rollout(policy, inp)
+    assert (logits - c_logits).abs().max() <= 1e-5 and (values - c_values).abs().max() <= 1e-5
+
+
+def test_frozen_pretrained_encoder_loads_from_a_local_file(tmp_path):
+    from icrl_ros.models.encoders import ImageEncoder
+
+    enc = ImageEncoder(32, 24)
+    torch.save(enc.state_dict(), tmp_path / "enc.pt")
+    from icrl_ros.models import build_policy
+
+    policy = build_policy(small_args(obs_type="image", image_size=24, pretrained_encoder=str(tmp_path / "enc.pt")),
+                          load_pretrained=True)
+    assert torch.equal(policy.encoder.image.fc.weight, enc.fc.weight)
+    assert not any(p.requires_grad for p in policy.encoder.image.parameters())
+    with pytest.raises(FileNotFoundError, match="pretrained_encoder"):
+        build_policy(small_args(obs_type="image", image_size=24, pretrained_encoder=str(tmp_path / "nope.pt")),
+                     load_pretrained=True)
+
+
 def test_no_iea_ignores_earlier_episodes():
     torch.manual_seed(0)
     args = small_args(iea=False)

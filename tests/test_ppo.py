@@ -5,7 +5,8 @@ import torch
 from icrl_ros.models import ICLPolicy, ModelArgs
 from icrl_ros.sim import make_vec
 from training.config import PPOConfig, TrainConfig
-from training.ppo import _FIELDS, PPOTrainer
+from icrl_ros.models import STEP_KEYS
+from training.ppo import _EXTRA, PPOTrainer
 
 
 def _trainer(env_id="icrl_ros/Darkroom-v0", num_envs=4, **ppo):
@@ -21,7 +22,7 @@ def test_shuffle_keeps_episodes_whole_and_in_progress_last():
     B, T = 3, 20
     # episodes of length 4 (the last one in progress at t1 = 18)
     ep = (torch.arange(T) // 4).expand(B, T).clone()
-    buf = {k: torch.zeros(B, T, dtype=torch.long) for k in _FIELDS}
+    buf = {k: torch.zeros(B, T, dtype=torch.long) for k in (*STEP_KEYS, *_EXTRA)}
     buf["episode_index"] = ep.clone()
     buf["obs"] = torch.arange(T).expand(B, T).clone()  # original time stamps ride along
     current = torch.full((B,), 4)
@@ -79,7 +80,6 @@ def test_refresh_makes_cache_equal_to_a_fresh_forward():
     torch.manual_seed(0)
     tr = _trainer(rollout_length=48, num_updates=2)
     from icrl_ros.memory import KVCache
-    from icrl_ros.models import STEP_KEYS
 
     B, a = tr.env.num_envs, tr.policy.args
     T = 30

@@ -27,6 +27,7 @@ import torch
 from icrl_ros.models import ICLPolicy, act, load_checkpoint, make_memory
 from icrl_ros.sim import VecTrialEnv, make_vec
 from training._cli import fail
+from training.ppo import env_inputs
 
 
 @torch.no_grad()
@@ -43,7 +44,7 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     a, B = policy.args, env.num_envs
     mem = make_memory(policy, B, steps, window=window, max_sets=max_sets)
     obs = env.observe()
-    cur = {"obs": torch.as_tensor(obs), "prev_action": torch.full((B,), a.n_actions, dtype=torch.long),
+    cur = {**env_inputs(obs, "cpu"), "prev_action": torch.full((B,), a.n_actions, dtype=torch.long),
            "prev_reward": torch.zeros(B), "episode_step": torch.as_tensor(env.episode_step),
            "episode_index": torch.zeros(B, dtype=torch.long)}
     episodes: list[list[float]] = [[] for _ in range(B)]
@@ -58,7 +59,7 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
         for i in np.flatnonzero(done):
             episodes[i].append(ep_ret[i])
         ep_ret[done] = 0
-        cur = {"obs": torch.as_tensor(obs), "prev_action": action, "prev_reward": torch.as_tensor(reward),
+        cur = {**env_inputs(obs, "cpu"), "prev_action": action, "prev_reward": torch.as_tensor(reward),
                "episode_step": torch.as_tensor(env.episode_step),
                "episode_index": cur["episode_index"] + torch.as_tensor(done).long()}
     E = max(len(e) for e in episodes)

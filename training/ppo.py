@@ -19,11 +19,22 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from icrl_ros.models import STEP_KEYS, ICLPolicy, MemoPolicy, act, make_memory, refresh, segment_schedule
+from icrl_ros.models import ICLPolicy, MemoPolicy, act, make_memory, refresh, segment_schedule
 from icrl_ros.sim import VecTrialEnv
 from training.config import PPOConfig
 
-_FIELDS = STEP_KEYS + ("action", "reward", "done", "logprob", "value", "chunk")
+# Per-step bookkeeping stored beside the policy inputs.
+_EXTRA = {"episode_index": torch.long, "action": torch.long, "reward": torch.float32, "done": torch.float32,
+          "logprob": torch.float32, "value": torch.float32, "chunk": torch.long}
+
+
+def env_inputs(obs, device) -> dict[str, Tensor]:
+    """Observation of a batched env -> policy inputs: a cell index array, or a dict with
+    ``rgb``, ``odom`` and ``goal`` (the env's own ``prev_action`` is not used: the trainer
+    tracks it)."""
+    if isinstance(obs, dict):
+        return {k: torch.as_tensor(np.asarray(obs[k]), device=device) for k in ("rgb", "odom", "goal") if k in obs}
+    return {"obs": torch.as_tensor(obs, device=device)}
 
 
 @dataclass
@@ -46,6 +57,7 @@ class PPOTrainer:
         self.total_opt_steps = max(1, total_rollouts * n_upd * cfg.update_epochs * cfg.num_minibatches)
         self.opt_step = 0
         self.schedule: list[int] | None = None
+        self.keys = [*policy.input_spec(), "episode_index"]  # policy inputs stored per step
 
     # -- schedule -----------------------------------------------------------------
     def lr_at(self, step: int) -> float:
@@ -65,12 +77,12 @@ class PPOTrainer:
         cfg, env, policy, dev = self.cfg, self.env, self.policy, self.device
         B, T, a = env.num_envs, cfg.rollout_length, policy.args
         stats = RolloutStats()
-        buf = {k: torch.zeros(B, T, dtype=torch.long if k in ("obs", "prev_action", "episode_step",
-                                                              "episode_index", "action", "chunk") else torch.float32,
-                              device=dev) for k in _FIELDS}
+        spec = policy.input_spec()
+        buf = {k: torch.zeros(B, T, *shape, dtype=dtype, device=dev) for k, (shape, dtype) in spec.items()}
+        buf.update({k: torch.zeros(B, T, dtype=dtype, device=dev) for k, dtype in _EXTRA.items()})
         obs = env.reset_trial()
         cur = {
-            "obs": torch.as_tensor(obs, device=dev),
+            **env_inputs(obs, dev),
             "prev_action": torch.full((B,), a.n_actions, dtype=torch.long, device=dev),
             "prev_reward": torch.zeros(B, device=dev),
             "episode_step": torch.as_tensor(env.episode_step, device=dev),
@@ -88,7 +100,7 @@ class PPOTrainer:
                 logits, value = act(policy, cur, cache)
                 dist_ = torch.distributions.Categorical(logits=logits.float())
                 action = dist_.sample()
-                for key in STEP_KEYS:
+                for key in self.keys:
                     buf[key][:, t] = cur[key]
                 buf["action"][:, t], buf["logprob"][:, t] = action, dist_.log_prob(action)
                 buf["value"][:, t], buf["chunk"][:, t] = value, c
@@ -101,7 +113,7 @@ class PPOTrainer:
                     stats.episode_returns.append((int(ep_idx[i]), float(ep_return[i])))
                 ep_return[done] = 0.0
                 cur = {
-                    "obs": torch.as_tensor(obs, device=dev),
+                    **env_inputs(obs, dev),
                     "prev_action": action,
                     "prev_reward": torch.as_tensor(reward, device=dev),
                     "episode_step": torch.as_tensor(env.episode_step, device=dev),
@@ -132,12 +144,14 @@ class PPOTrainer:
         new_ep = rank.gather(1, ep)
         perm = (new_ep * t1 + torch.arange(t1, device=ep.device)).argsort(dim=1)
         for key, val in buf.items():
-            val[:, :t1] = (new_ep if key == "episode_index" else val[:, :t1]).gather(1, perm)
+            src = new_ep if key == "episode_index" else val[:, :t1]
+            idx = perm.view(B, t1, *([1] * (src.dim() - 2))).expand_as(src)
+            val[:, :t1] = src.gather(1, idx)
 
     def refresh(self, buf: dict[str, Tensor], t1: int, cache) -> None:
         """Recompute the memory and the values of steps [0, t1) with the current weights."""
         self.policy.eval()
-        buf["value"][:, :t1] = refresh(self.policy, cache, {k: buf[k][:, :t1] for k in STEP_KEYS}, self.schedule)
+        buf["value"][:, :t1] = refresh(self.policy, cache, {k: buf[k][:, :t1] for k in self.keys}, self.schedule)
 
     # -- PPO update -------------------------------------------------------------------
     def gae(self, buf: dict[str, Tensor], t1: int, boot: Tensor) -> tuple[Tensor, Tensor]:
@@ -170,7 +184,7 @@ class PPOTrainer:
                 logs = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
                 for micro in torch.arange(len(mb), device=adv.device).chunk(cfg.grad_accum):
                     idx = mb[micro]
-                    inp = {k: buf[k][idx, :t1] for k in STEP_KEYS}
+                    inp = {k: buf[k][idx, :t1] for k in self.keys}
                     logits, values = policy.forward_sequence(inp, self.schedule)[:2]
                     logp_all = F.log_softmax(logits.float(), dim=-1)
                     logp = logp_all.gather(-1, buf["action"][idx, :t1, None]).squeeze(-1)

@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     torch.manual_seed(cfg.seed + 1000 * rank)
     env = make_vec(cfg.env.id, cfg.env.num_envs, split="train", seed=cfg.seed + 1000 * rank)
     model_args = cfg.model_args(env.n_obs, env.n_actions, env.max_episode_steps)
-    policy = build_policy(model_args).to(device)
+    policy = build_policy(model_args, load_pretrained=True).to(device)
     if world > 1:  # identical initial weights on every rank
         for p in policy.parameters():
             dist.broadcast(p.data, 0)

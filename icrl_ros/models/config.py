@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, fields
 SINKS = ("kv", "kv0", "k0v0", "none", "token")
 KINDS = ("relic", "memo")
 MEMO_VARIANTS = ("memo", "rmt")
+OBS_TYPES = ("discrete", "image")
+VISUAL_ENCODERS = ("cnn",)
 
 
 def check_choice(name: str, value: object, allowed: tuple) -> None:
@@ -34,6 +36,14 @@ class ModelArgs:
     """Sequence model: ``relic`` (full causal context) or ``memo`` (summary tokens)."""
     n_goals: int = 0
     """Number of goal categories fed to the encoder (0 = no goal input)."""
+    obs_type: str = "discrete"
+    """``discrete`` (a cell index ``obs``) or ``image`` (``rgb`` uint8 HxWx3 + ``odom`` x, y, yaw)."""
+    image_size: int = 64
+    """Square RGB input size for ``obs_type: image``."""
+    visual_encoder: str = "cnn"
+    """Image encoder: ``cnn`` (small CNN trained from scratch)."""
+    pretrained_encoder: str = ""
+    """Optional local weights file (torch state dict) for the image encoder; frozen when given."""
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 8
@@ -70,6 +80,11 @@ class ModelArgs:
                 f"model.d_model: {self.d_model} must split into n_heads={self.n_heads} heads of even size"
             )
         check_choice("model.memo_variant", self.memo_variant, MEMO_VARIANTS)
+        check_choice("model.obs_type", self.obs_type, OBS_TYPES)
+        check_choice("model.visual_encoder", self.visual_encoder, VISUAL_ENCODERS)
+        check_positive("model.image_size", self.image_size)
+        if self.obs_type == "image" and self.image_size < 16:
+            raise ValueError(f"model.image_size: must be >= 16 for the CNN, got {self.image_size}")
         check_positive("model.l_seg", self.l_seg)
         check_positive("model.l_sum", self.l_sum)
         if not 0.0 <= self.seg_jitter < 1.0:

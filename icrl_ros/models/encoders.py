@@ -1,6 +1,14 @@
-"""Per-step token encoders: one embedding per environment step."""
+"""Per-step token encoders: one embedding per environment step.
+
+Grid worlds feed a discrete cell index; the house task feeds an RGB image (a small CNN
+trained from scratch, or a frozen one loaded from a local weights file), odometry
+relative to the episode start and the goal category. Every step also carries the
+previous action and reward and its within-episode step (a learnable position).
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -8,8 +16,44 @@ from torch import Tensor, nn
 from icrl_ros.models.config import ModelArgs
 
 
+class ImageEncoder(nn.Module):
+    """Small CNN: uint8 (B, H, W, 3) -> (B, D). Three strided convs + a linear layer."""
+
+    def __init__(self, d_out: int, image_size: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 32, 5, stride=2, padding=2), nn.GELU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.GELU(),
+            nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.GELU(),
+            nn.Conv2d(64, 32, 3, stride=2, padding=1), nn.GELU(),
+        )
+        side = image_size
+        for _ in range(4):
+            side = (side + 1) // 2
+        self.fc = nn.Linear(32 * side * side, d_out)
+
+    def forward(self, rgb: Tensor) -> Tensor:
+        lead = rgb.shape[:-3]
+        x = rgb.reshape(-1, *rgb.shape[-3:]).permute(0, 3, 1, 2).float() / 255.0  # (N, 3, H, W)
+        x = self.net(x).flatten(1)
+        return self.fc(x).reshape(*lead, -1)
+
+
+def load_frozen(module: nn.Module, path: str) -> None:
+    """Load a local state dict into ``module`` and freeze it."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"model.pretrained_encoder: {p} does not exist")
+    state = torch.load(p, map_location="cpu", weights_only=True)
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    if missing:
+        raise ValueError(f"model.pretrained_encoder: {p} lacks weights {missing[:5]}")
+    for q in module.parameters():
+        q.requires_grad_(False)
+
+
 class StepEncoder(nn.Module):
-    """obs + previous action + previous reward + goal + within-episode step -> token (B, T, D).
+    """(obs | rgb + odom) + previous action + previous reward + goal + within-episode step -> token.
 
     ``prev_action == n_actions`` means "no previous action" (start of a trial). The
     within-episode step is a learnable position; the episode index goes to RoPE instead.
@@ -18,17 +62,32 @@ class StepEncoder(nn.Module):
     def __init__(self, a: ModelArgs) -> None:
         super().__init__()
         self.args = a
-        self.obs = nn.Embedding(a.n_obs, a.d_model)
+        if a.obs_type == "image":
+            self.image = ImageEncoder(a.d_model, a.image_size)
+            self.odom = nn.Linear(4, a.d_model)  # x, y, cos(yaw), sin(yaw)
+        else:
+            self.obs = nn.Embedding(a.n_obs, a.d_model)
         self.prev_action = nn.Embedding(a.n_actions + 1, a.d_model)
         self.prev_reward = nn.Linear(1, a.d_model)
         self.step = nn.Embedding(a.max_episode_steps, a.d_model)
         self.goal = nn.Embedding(a.n_goals, a.d_model) if a.n_goals else None
 
-    def forward(
-        self, obs: Tensor, prev_action: Tensor, prev_reward: Tensor, episode_step: Tensor, goal: Tensor | None = None
-    ) -> Tensor:
-        x = self.obs(obs) + self.prev_action(prev_action) + self.prev_reward(prev_reward.unsqueeze(-1).float())
-        x = x + self.step(episode_step.clamp(max=self.args.max_episode_steps - 1))
-        if self.goal is not None and goal is not None:
-            x = x + self.goal(goal)
+    def load_pretrained(self) -> None:
+        """Load and freeze ``model.pretrained_encoder`` (training start only: checkpoints
+        carry the weights, so deployment never needs the file)."""
+        if self.args.obs_type == "image" and self.args.pretrained_encoder:
+            load_frozen(self.image, self.args.pretrained_encoder)
+
+    def forward(self, inp: dict[str, Tensor]) -> Tensor:
+        a = self.args
+        if a.obs_type == "image":
+            odom = inp["odom"].float()
+            yaw = odom[..., 2:3]
+            x = self.image(inp["rgb"]) + self.odom(torch.cat([odom[..., :2], yaw.cos(), yaw.sin()], -1))
+        else:
+            x = self.obs(inp["obs"])
+        x = x + self.prev_action(inp["prev_action"]) + self.prev_reward(inp["prev_reward"].unsqueeze(-1).float())
+        x = x + self.step(inp["episode_step"].clamp(max=a.max_episode_steps - 1))
+        if self.goal is not None:
+            x = x + self.goal(inp["goal"])
         return x

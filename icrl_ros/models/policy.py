@@ -5,8 +5,10 @@ Two entry points share every weight:
 * :meth:`ICLPolicy.forward_sequence` runs whole trials (training, KV refresh);
 * :meth:`ICLPolicy.step` runs one token per env against cached keys/values.
 
-Step inputs are dicts of tensors with keys ``obs``, ``prev_action``, ``prev_reward``,
-``episode_step``, ``episode_index`` (and ``goal`` when the model has goals), each (B, T).
+Step inputs are dicts of tensors, each (B, T, ...): the encoder inputs of
+:meth:`ICLPolicy.input_spec` (``obs`` or ``rgb`` + ``odom``, ``prev_action``,
+``prev_reward``, ``episode_step``, ``goal`` when the model has goals) and
+``episode_index`` (RoPE position and IEA mask).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.core import TransformerCore, sequence_mask, step_mask
 from icrl_ros.models.encoders import StepEncoder
 
-STEP_KEYS = ("obs", "prev_action", "prev_reward", "episode_step", "episode_index")
+STEP_KEYS = ("obs", "prev_action", "prev_reward", "episode_step", "episode_index")  # grid-world inputs
 
 
 class ICLPolicy(nn.Module):
@@ -53,14 +55,19 @@ class ICLPolicy(nn.Module):
     def input_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Per-step encoder inputs: name -> (shape after the batch dim, dtype). The episode
         index is not an encoder input (it only sets RoPE positions and the IEA mask)."""
-        spec = {"obs": ((), torch.long), "prev_action": ((), torch.long), "prev_reward": ((), torch.float32),
-                "episode_step": ((), torch.long)}
+        a = self.args
+        if a.obs_type == "image":
+            spec = {"rgb": ((a.image_size, a.image_size, 3), torch.uint8), "odom": ((3,), torch.float32)}
+        else:
+            spec = {"obs": ((), torch.long)}
+        spec.update({"prev_action": ((), torch.long), "prev_reward": ((), torch.float32),
+                     "episode_step": ((), torch.long)})
         if self.args.n_goals:
             spec["goal"] = ((), torch.long)
         return spec
 
     def encode(self, inp: dict[str, Tensor]) -> Tensor:
-        return self.encoder(inp["obs"], inp["prev_action"], inp["prev_reward"], inp["episode_step"], inp.get("goal"))
+        return self.encoder(inp)
 
     def heads(self, h: Tensor) -> tuple[Tensor, Tensor]:
         h = self.norm(h)

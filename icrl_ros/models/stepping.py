@@ -69,6 +69,10 @@ def refresh(policy: ICLPolicy, mem, seq: dict[str, Tensor], schedule: list[int] 
     return values
 
 
-def build_policy(args) -> ICLPolicy:
-    """The policy class for ``args.kind``."""
-    return MemoPolicy(args) if args.kind == "memo" else ICLPolicy(args)
+def build_policy(args, load_pretrained: bool = False) -> ICLPolicy:
+    """The policy class for ``args.kind``; ``load_pretrained`` loads and freezes
+    ``args.pretrained_encoder`` (at training start)."""
+    policy = MemoPolicy(args) if args.kind == "memo" else ICLPolicy(args)
+    if load_pretrained:
+        policy.encoder.load_pretrained()
+    return policy

@@ -1,0 +1,61 @@
+"""The training and evaluation CLIs end to end on tiny budgets (real processes)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+TINY = ["--set", "env.num_envs=4", "--set", "ppo.rollout_length=64", "--set", "total_steps=512",
+        "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=4", "--no-progress"]
+
+
+def run(args, **kw):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, env=env, **kw)
+
+
+def test_train_resume_and_evaluate(tmp_path):
+    r = run(["training/train.py", "--config", "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "a"), *TINY])
+    assert r.returncode == 0, r.stderr
+    ckpt = tmp_path / "a" / "checkpoints" / "final.pt"
+    blob = torch.load(ckpt, weights_only=False)
+    assert blob["rollout"] == 2 and blob["env_steps"] == 512
+    assert (tmp_path / "a" / "tb").is_dir()
+    # resume continues the schedule instead of restarting it
+    r = run(["training/train.py", "--config", "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "a"),
+             "--resume", str(tmp_path / "a" / "checkpoints" / "latest.pt"), *TINY[:-1], "--set", "total_steps=1024",
+             "--no-progress"])
+    assert r.returncode == 0, r.stderr
+    assert "rollout 3/4" in r.stdout and "rollout 1/4" not in r.stdout
+    out = tmp_path / "eval"
+    r = run(["training/evaluate.py", str(ckpt), "--trials", "4", "--steps", "250", "--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "eval.json").read_text())
+    (label, data), = res.items()
+    assert [row["episode"] for row in data["episodes"]][:2] == [1, 2] and data["trials"] == 4
+    assert (out / "icl_curve.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [(["--set", "env.id=Nope-v0"], "env.id"), (["--set", "model.sink=sinky"], "model.sink"),
+     (["--set", "ppo.num_updates=-1"], "ppo.num_updates"), (["--config", "missing.yaml"], "missing.yaml")],
+)
+def test_bad_config_fails_at_start_with_the_field(args, needle):
+    r = run(["training/train.py", "--config", "config/train/darkroom.yaml", *args, "--no-progress"])
+    assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_torchrun_two_processes_gloo(tmp_path):
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "training/train.py", "--config",
+                        "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "d"), *TINY[:-1],
+                        "--set", "total_steps=1024", "--no-progress"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "2 process(es)" in r.stdout
+    assert torch.load(tmp_path / "d" / "checkpoints" / "final.pt", weights_only=False)["env_steps"] == 1024
