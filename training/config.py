@@ -48,6 +48,9 @@ class PPOConfig:
     clip_coef: float = 0.2
     ent_coef: float = 0.1
     vf_coef: float = 0.5
+    reward_scale: float = 1.0
+    """Rewards are multiplied by this for the value targets and advantages (the policy
+    still sees raw rewards as inputs); keeps value gradients from swamping the clip."""
     max_grad_norm: float = 0.5
     lr: float = 3e-4
     min_lr_frac: float = 0.1
@@ -62,6 +65,7 @@ class PPOConfig:
     def validate(self) -> None:
         for name in ("rollout_length", "num_updates", "num_minibatches", "grad_accum", "update_epochs", "lr"):
             check_positive(f"ppo.{name}", getattr(self, name))
+        check_positive("ppo.reward_scale", self.reward_scale)
         for name in ("ent_coef", "vf_coef", "max_grad_norm", "warmup_steps", "clip_coef"):
             check_positive(f"ppo.{name}", getattr(self, name), allow_zero=True)
         for name in ("gamma", "gae_lambda", "min_lr_frac"):

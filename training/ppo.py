@@ -156,7 +156,7 @@ class PPOTrainer:
     # -- PPO update -------------------------------------------------------------------
     def gae(self, buf: dict[str, Tensor], t1: int, boot: Tensor) -> tuple[Tensor, Tensor]:
         g, lam = self.cfg.gamma, self.cfg.gae_lambda
-        r, v, d = buf["reward"][:, :t1], buf["value"][:, :t1], buf["done"][:, :t1]
+        r, v, d = buf["reward"][:, :t1] * self.cfg.reward_scale, buf["value"][:, :t1], buf["done"][:, :t1]
         adv = torch.zeros_like(v)
         last = torch.zeros_like(boot)
         for t in reversed(range(t1)):
