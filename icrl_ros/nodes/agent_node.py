@@ -97,6 +97,8 @@ class AgentNode(LifecycleNode):
         self.active = False
         self.goal: str | None = None  # goal of the running episode
         self._pending_goal: str | None = None  # begins at the next image
+        self._resumed_goal: str | None = None  # episode restored by load_memory, until its first action
+        self._bridge_trial: Any = None  # last trial index announced by a trial_start event
         self._origin: tuple[float, float, float] | None = None  # odometry pose at episode start
         self._stopped = False  # the policy chose stop; wait for a new goal
         self._seen_image = False
@@ -109,7 +111,7 @@ class AgentNode(LifecycleNode):
         self._stale = False
         self._ready_after = -math.inf
         self._last_info: dict[str, Any] = {}
-        self.executor: ActionExecutor | None = None
+        self.action_executor: ActionExecutor | None = None
         self._kinds: list[ActionKind] = []
         self._image_size: tuple[int, int] = (0, 0)
         self._goal_names: list[str] = []
@@ -122,9 +124,19 @@ class AgentNode(LifecycleNode):
     def _log_throttled(self, key: str, message: str, level: str = "warning") -> None:
         now = time.monotonic()
         throttle = self.params.log_throttle_s if self.params else 2.0
-        if now - self._last_log.get(key, -math.inf) >= throttle:
-            self._last_log[key] = now
-            getattr(self.get_logger(), level)(message)
+        if now - self._last_log.get(key, -math.inf) < throttle:
+            return
+        self._last_log[key] = now
+        # one call site per severity: rclpy refuses two severities from one line
+        logger = self.get_logger()
+        if level == "error":
+            logger.error(message)
+        elif level == "warning":
+            logger.warning(message)
+        elif level == "info":
+            logger.info(message)
+        else:
+            logger.debug(message)
 
     # -----------------------------------------------------------------------------------------
     # lifecycle
@@ -169,7 +181,7 @@ class AgentNode(LifecycleNode):
 
         self._reset_state()
         self.runner = runner
-        self.executor = executor
+        self.action_executor = executor
         self._kinds = kinds
         self._image_size = (h, w)
         self._goal_names = goal_names
@@ -183,8 +195,9 @@ class AgentNode(LifecycleNode):
         add = self._entities.append
         # creation order = service order when several are ready: events, goal, odom, camera
         if p.episode_events_topic:
+            # volatile on purpose: a replayed old trial_start must not wipe a restored memory
             events_qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
-                                    durability=DurabilityPolicy.TRANSIENT_LOCAL)
+                                    durability=DurabilityPolicy.VOLATILE)
             add(("sub", self.create_subscription(String, p.episode_events_topic, self._on_event, events_qos)))
         goal_qos = QoSProfile(
             depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -261,8 +274,8 @@ class AgentNode(LifecycleNode):
 
     def _halt(self) -> None:
         """Abort the current step and send one zero velocity (while publishers are still active)."""
-        if self.executor is not None:
-            self.executor.abort()
+        if self.action_executor is not None:
+            self.action_executor.abort()
         if self.pub_cmd is not None and self.active:
             self.pub_cmd.publish(Twist())
 
@@ -277,12 +290,21 @@ class AgentNode(LifecycleNode):
             self._count("bad_events", f"episode event is not JSON with an 'event' key ({e}): {msg.data[:80]!r}")
             return
         if kind == "trial_start" and self.runner is not None:
-            self._reset_memory(f"trial_start event (trial {event.get('trial')})")
+            trial = event.get("trial")
+            if trial is not None and trial == self._bridge_trial:
+                return  # the same trial announced twice
+            self._bridge_trial = trial
+            self._reset_memory(f"trial_start event (trial {trial})")
 
     def _on_goal(self, msg: String) -> None:
         goal = msg.data.strip()
         if goal not in self._goal_names:
             self._count("unknown_goal", f"goal {goal!r} is not one of {self._goal_names}; ignored")
+            return
+        if goal == self._resumed_goal:
+            # a restarted node receives the latched goal of the episode it just restored
+            self._resumed_goal = None
+            self.get_logger().info(f"goal {goal!r} continues the restored episode")
             return
         if not self._seen_image:
             self._count("goal_before_image", f"goal {goal!r} arrived before any image; it starts with the first one",
@@ -329,7 +351,7 @@ class AgentNode(LifecycleNode):
             self._pending = None
             self._count("dropped_stale", "image dropped: inputs are stale", "debug")
             return
-        if self.executor is not None and self.executor.busy:
+        if self.action_executor is not None and self.action_executor.busy:
             return  # twist mode: the step in progress finishes first; newer images replace this one
         if t_in < self._ready_after:
             self._pending = None  # taken while the base was still moving
@@ -366,24 +388,25 @@ class AgentNode(LifecycleNode):
             self._count("runner_errors", f"runner.act failed: {type(e).__name__}: {e}", "error")
             return
         self._last_acted_stamp = stamp
+        self._resumed_goal = None
         self.pub_action.publish(Int32(data=action))
         self.latencies_ms.append((time.monotonic() - t_in) * 1e3)
         self.counters["actions"] += 1
         self._last_info = dict(info)
         if kind is ActionKind.STOP:
             self._stopped = True
-        if self.pub_cmd is not None and self.executor is not None:
-            self.executor.start(kind, pose)
+        if self.pub_cmd is not None and self.action_executor is not None:
+            self.action_executor.start(kind, pose)
             self._publish_twist()  # first command without waiting for the next tick
 
     def _publish_twist(self) -> None:
-        if self.pub_cmd is None or self.executor is None or self._odom is None:
+        if self.pub_cmd is None or self.action_executor is None or self._odom is None:
             return
-        v, w, done = self.executor.update(self._odom[0], time.monotonic())
-        if done and self.executor.result == "timeout":
+        v, w, done = self.action_executor.update(self._odom[0], time.monotonic())
+        if done and self.action_executor.result == "timeout":
             self._count("executor_timeouts", "step timed out before reaching its target")
-        if done and self.executor.result in ("reached", "timeout", "stopped"):
-            self.executor.result = None
+        if done and self.action_executor.result in ("reached", "timeout", "stopped"):
+            self.action_executor.result = None
             self._ready_after = time.monotonic() + self.params.settle_s
         msg = Twist()
         msg.linear.x, msg.angular.z = float(v), float(w)
@@ -402,8 +425,8 @@ class AgentNode(LifecycleNode):
             if not self._stale:
                 self._stale = True
                 self.counters["watchdog_trips"] += 1
-            if self.executor is not None:
-                self.executor.abort()
+            if self.action_executor is not None:
+                self.action_executor.abort()
             self._pending = None
             self._log_throttled("stale", f"inputs stale (camera {camera_age:.2f} s, odometry {odom_age:.2f} s, "
                                 f"timeout {timeout} s): robot stopped [watchdog_trips: {self.counters['watchdog_trips']}]")
@@ -414,7 +437,7 @@ class AgentNode(LifecycleNode):
             self._stale = False
             self.get_logger().info("inputs fresh again: resuming")
         if self.pub_cmd is not None:
-            if self.executor is not None and self.executor.busy:
+            if self.action_executor is not None and self.action_executor.busy:
                 self._publish_twist()
             else:
                 self.pub_cmd.publish(Twist())
@@ -435,7 +458,8 @@ class AgentNode(LifecycleNode):
         self.get_logger().info(f"memory reset: {why}")
 
     def _memory_path(self) -> str:
-        return os.path.expanduser(self.params.memory_path) if self.params else ""
+        """Read live, so ``ros2 param set`` can point save / load at another file."""
+        return os.path.expanduser(str(self.get_parameter("memory_path").value))
 
     def _srv_reset_memory(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         if self.runner is None:
@@ -502,6 +526,8 @@ class AgentNode(LifecycleNode):
             self._stopped = bool(state.get("stopped", False))
             if self._pending_goal == goal:
                 self._pending_goal = None  # the latched goal of the episode we are continuing
+            else:
+                self._resumed_goal = goal  # ... or it is still on its way
             if state.get("last_acted_stamp") is not None:
                 self._last_acted_stamp = float(state["last_acted_stamp"])
 

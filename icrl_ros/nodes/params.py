@@ -159,6 +159,12 @@ class BridgeParams(ParamsBase):
     republish_period_s: float = _param(
         0.5, "Lockstep: republish the current observation this often while waiting for an action; 0 = off.", min=0.0
     )
+    episode_start_delay_s: float = _param(
+        0.05,
+        "Lockstep: publish an episode's first observation this long after its events and goal "
+        "(DDS does not order messages across topics).",
+        min=0.0,
+    )
     realtime_rate_hz: float = _param(20.0, "Realtime: integration and odometry rate.", min=1.0, max=1000.0)
     camera_rate_hz: float = _param(10.0, "Realtime: camera publishing rate.", min=0.1, max=1000.0)
     cmd_timeout_s: float = _param(0.5, "Realtime: a cmd_vel older than this counts as zero.", min=0.01)

@@ -96,6 +96,8 @@ class SimBridgeNode(Node):
         self._episode_t0 = self.sim_time
         self._tick = 0
         self._done = False  # episode over and auto_reset off: actions wait for ~/new_episode
+        self._first_obs: Any = None
+        self._first_obs_timer: Any = None
 
         self.pub_image = self.create_publisher(Image, p.camera_topic, 5)
         self.pub_info = self.create_publisher(CameraInfo, p.camera_info_topic, 5)
@@ -177,7 +179,26 @@ class SimBridgeNode(Node):
         self._event({"event": "episode_start", "trial": self.trial, "episode": self.episode, "goal": goal})
         self.pub_goal.publish(String(data=goal))
         self._advance(0.0)
-        self._publish_obs(obs, publish_image=True)
+        delay = self.params.episode_start_delay_s
+        if self.params.mode == "lockstep" and delay > 0:
+            # events and goal first, the observation a moment later: a subscriber gets them in that order
+            self._cancel_first_obs()
+            self._first_obs = obs
+            self._first_obs_timer = self.create_timer(delay, self._publish_first_obs)
+        else:
+            self._publish_obs(obs, publish_image=True)
+
+    def _publish_first_obs(self) -> None:
+        obs = self._first_obs
+        self._cancel_first_obs()
+        if obs is not None:
+            self._publish_obs(obs, publish_image=True)
+
+    def _cancel_first_obs(self) -> None:
+        if self._first_obs_timer is not None:
+            self.destroy_timer(self._first_obs_timer)
+        self._first_obs_timer = None
+        self._first_obs = None
 
     def _end_episode(self, info: dict[str, Any]) -> None:
         self.episodes_done += 1
@@ -202,7 +223,6 @@ class SimBridgeNode(Node):
         self.episode_step += 1
         self.episode_return += float(reward)
         self.pub_reward.publish(Float32(data=float(reward)))
-        self._obs = obs
         if terminated or truncated:
             self._end_episode(info)
         else:
@@ -290,6 +310,10 @@ class SimBridgeNode(Node):
             return
         if self._done:
             self.get_logger().warning("episode over (auto_reset is off): call ~/new_episode", throttle_duration_sec=2.0)
+            return
+        if self._first_obs is not None:
+            self.counters["bad_actions"] += 1
+            self.get_logger().warning("action before the episode's first observation; ignored", throttle_duration_sec=2.0)
             return
         if self.params.mode == "lockstep":
             self._advance(self.params.lockstep_dt_s)

@@ -53,6 +53,7 @@ class FakeRunner:
         self.step = 0
         self.goal: str | None = None
         self.closed = False
+        self.infos: list[dict[str, Any]] = []
         FakeRunner.instances.append(self)
 
     @classmethod
@@ -105,6 +106,7 @@ class FakeRunner:
         self.step += 1
         info = {"latency_ms": 0.1, "memory_tokens": len(self.memory), "memory_bytes": 28 * len(self.memory),
                 "episode": self.episode, "trial": self.trial, "step": self.step - 1}
+        self.infos.append(info)
         return action, info
 
     def snapshot(self, path: str) -> None:

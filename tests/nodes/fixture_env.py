@@ -53,6 +53,7 @@ class TinyImageNavEnv(gym.Env):
         self.path_length = 0.0
         self.geodesic = 1.0
         self.moved_continuous = 0.0
+        self.obs_log: list[tuple[int, int, np.ndarray]] = []  # (episode, step, odom) of each observation handed out
         self._started = False
 
     # --- contract -------------------------------------------------------------------------------
@@ -72,7 +73,9 @@ class TinyImageNavEnv(gym.Env):
         self.prev_action = 4
         self.path_length = 0.0
         self.geodesic = max(self._distance() - self.success_radius, 1e-3)
-        return self.observe(), self._info(False)
+        obs = self.observe()
+        self.obs_log.append((self.episode_index, self.step_count, obs["odom"]))
+        return obs, self._info(False)
 
     def step(self, action: int):
         action = int(action)
@@ -92,7 +95,10 @@ class TinyImageNavEnv(gym.Env):
         terminated = action == 0
         truncated = not terminated and self.step_count >= self.max_steps
         reward = (before - self._distance()) - 0.01 + (2.5 if success else 0.0)
-        return self.observe(), float(reward), terminated, truncated, self._info(success)
+        obs = self.observe()
+        if not (terminated or truncated):
+            self.obs_log.append((self.episode_index, self.step_count, obs["odom"]))
+        return obs, float(reward), terminated, truncated, self._info(success)
 
     def move_continuous(self, linear_m: float, angular_rad: float) -> bool:
         self._move(linear_m, angular_rad)
