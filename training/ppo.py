@@ -40,6 +40,7 @@ def env_inputs(obs, device) -> dict[str, Tensor]:
 @dataclass
 class RolloutStats:
     episode_returns: list[tuple[int, float]] = field(default_factory=list)  # (episode index in trial, return)
+    trial_return_normalised: float = float("nan")  # rollout return / the oracle's over the same steps
     losses: dict[str, list[float]] = field(default_factory=dict)
 
     def add_loss(self, **kw: float) -> None:
@@ -120,6 +121,9 @@ class PPOTrainer:
                     "episode_index": cur["episode_index"] + torch.as_tensor(done, device=dev).long(),
                 }
             last = c == len(chunks) - 1
+            if last and hasattr(env, "oracle_trial_return"):
+                oracle = env.oracle_trial_return(T)
+                stats.trial_return_normalised = float((buf["reward"].sum(1).cpu().numpy() / oracle).mean())
             loss_mask = torch.ones(B, t1, dtype=torch.bool, device=dev) if last else buf["chunk"][:, :t1] == c
             boot = act(policy, cur, cache, commit=False)[1]
             self.update(buf, t1, loss_mask, boot, stats)

@@ -61,6 +61,7 @@ def summarise(stats, n_ep_first: int = 1) -> dict[str, float]:
         out["charts/return_first_episode"] = float(ret[idx == 0].mean()) if (idx == 0).any() else float("nan")
         hi = idx.max()
         out["charts/return_last_episode"] = float(ret[idx == hi].mean())
+    out["charts/trial_return_normalised"] = stats.trial_return_normalised
     for k, v in stats.losses.items():
         out[f"losses/{k}" if k not in ("lr",) else "charts/learning_rate"] = float(np.mean(v))
     return out
