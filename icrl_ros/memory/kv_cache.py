@@ -1,8 +1,12 @@
-"""Preallocated key/value cache with a validity mask: full context or sink + sliding window.
+"""ReLIC memories: full context (bounded) and sink + sliding window, one static buffer each.
 
-Static shapes: attention always runs over the whole buffer and the mask says which slots
-hold data. Keys are stored after RoPE, so attention does not depend on slot order and a
-ring buffer overwrites its oldest slot without shifting or re-rotating anything.
+Static shapes: attention always runs over the whole buffer and ``valid`` says which
+slots hold data. Keys are stored after RoPE, so attention does not depend on slot order
+and a ring buffer overwrites its oldest slot without shifting or re-rotating anything.
+
+Layout per env: ``[pinned prefix (n_prefix, the StreamingLLM sink token) | step slots]``.
+Step ``t`` (counted from the trial start, or from the last on-full reset) lives in slot
+``n_prefix + t % steps_cap`` whenever the memory rings.
 """
 
 from __future__ import annotations
@@ -10,27 +14,42 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icrl_ros.memory.base import Memory, MemoryBudgetError, MemoryFullError, check_on_full
 
-class KVCache:
-    """Cache of ``capacity`` slots per env, the first ``n_prefix`` pinned (sink token).
 
-    ``window=None``: full context, refuses to write past ``capacity``.
-    ``window=W``: the newest ``W`` steps are kept in a ring (StreamingLLM-style), so
-    memory is constant forever; pinned prefix slots are never overwritten.
+class KVCache(Memory):
+    """Cache of ``capacity`` step slots per env plus ``n_prefix`` pinned slots.
+
+    ``window=None``: full context; at the bound ``on_full`` decides: ``"error"`` raises
+    :class:`MemoryFullError`, ``"evict_oldest"`` overwrites the oldest step (the memory
+    becomes a sliding window of ``capacity`` steps), ``"reset"`` forgets every step and
+    starts filling again (episode indices keep counting).
+    ``window=W``: the newest ``W`` steps in a ring (StreamingLLM-style sliding window;
+    the Sink-KV slots live in the model's weights, a sink token in the pinned prefix),
+    constant memory forever.
     """
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
-                 window: int | None = None, n_prefix: int = 0, dtype=torch.float32, device=None) -> None:
+                 window: int | None = None, n_prefix: int = 0, dtype=torch.float32, device=None,
+                 on_full: str = "error", budget_bytes: int | None = None) -> None:
         if window is not None and window <= 0:
             raise ValueError(f"window: must be > 0, got {window}")
-        self.capacity = n_prefix + (window if window is not None else capacity)
+        if window is None and capacity <= 0:
+            raise ValueError(f"capacity: must be > 0, got {capacity}")
         self.window, self.n_prefix = window, n_prefix
-        shape = (n_layers, batch, n_heads, self.capacity, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.episode = torch.full((batch, self.capacity), -1, dtype=torch.long, device=device)
-        self.valid = torch.zeros(batch, self.capacity, dtype=torch.bool, device=device)
-        self.count = 0  # steps committed since the trial start
+        self.on_full = check_on_full(on_full)
+        self.steps_cap = window if window is not None else capacity
+        self.capacity = n_prefix + self.steps_cap  # slots per env
+        self._allocate(n_layers, batch, n_heads, head_dim, self.capacity, dtype, device, budget_bytes)
+        self.count = 0  # steps committed since the trial start (or the last on-full reset)
+
+    @property
+    def policy(self) -> str:  # type: ignore[override]
+        return "full" if self.window is None else "window"
+
+    @property
+    def rings(self) -> bool:
+        return self.window is not None or self.on_full == "evict_oldest"
 
     def set_prefix(self, k: Tensor, v: Tensor) -> None:
         """Pin the sink-token keys/values (L, B, H, n_prefix, hd)."""
@@ -46,11 +65,14 @@ class KVCache:
         self.count = 0
 
     def next_slot(self) -> int:
-        if self.window is None:
-            if self.count >= self.capacity - self.n_prefix:
-                raise RuntimeError(f"KVCache full: capacity {self.capacity - self.n_prefix} steps reached")
-            return self.n_prefix + self.count
-        return self.n_prefix + self.count % self.window
+        if self.rings:
+            return self.n_prefix + self.count % self.steps_cap
+        if self.count >= self.steps_cap:
+            if self.on_full == "error":
+                raise MemoryFullError(f"KVCache full: capacity {self.steps_cap} steps reached (on_full='error'); "
+                                      "reset the trial, raise the capacity or use on_full='evict_oldest'")
+            self.reset()  # on_full == "reset"
+        return self.n_prefix + self.count
 
     def commit(self, k: Tensor, v: Tensor, episode: Tensor) -> None:
         """Store one step's keys/values (L, B, H, 1, hd) and episode indices (B,)."""
@@ -61,19 +83,91 @@ class KVCache:
         self.valid[:, s] = True
         self.count += 1
 
-    def load_sequence(self, k: Tensor, v: Tensor, episode: Tensor) -> None:
-        """Replace the steps with a whole recomputed prefix (L, B, H, T, hd), full context only."""
-        T = k.shape[3]
-        if self.window is not None and T > self.window:
-            k, v, episode = k[:, :, :, -self.window:], v[:, :, :, -self.window:], episode[:, -self.window:]
-            T = self.window
-        self.reset()
-        n = self.n_prefix
-        self.k[:, :, :, n:n + T], self.v[:, :, :, n:n + T] = k, v
-        self.episode[:, n:n + T] = episode
-        self.valid[:, n:n + T] = True
-        self.count = T
+    def _kept(self, T: int) -> int:
+        """First step of a T-step history that this memory still holds."""
+        if T <= self.steps_cap:
+            return 0
+        if self.rings:
+            return T - self.steps_cap
+        if self.on_full == "error":
+            raise MemoryFullError(f"KVCache full: {T} steps do not fit capacity {self.steps_cap} (on_full='error')")
+        return ((T - 1) // self.steps_cap) * self.steps_cap  # the steps after the last reset
 
-    @property
-    def nbytes(self) -> int:
-        return self.k.nbytes + self.v.nbytes + self.episode.nbytes + self.valid.nbytes
+    def _place(self, k: Tensor, v: Tensor, episode: Tensor, t0: int, T: int) -> None:
+        """Write steps t0 .. T-1 (k/v (L, B, H, T - t0, hd)) where stepping would have put them."""
+        self.reset()
+        n, cap = self.n_prefix, self.steps_cap
+        first = t0 if self.rings else t0 - self._kept(T)
+        slots = (torch.arange(first, first + (T - t0)) % cap) + n
+        slots = slots.to(self.k.device)
+        self.k.index_copy_(3, slots, k.to(self.k.dtype))
+        self.v.index_copy_(3, slots, v.to(self.v.dtype))
+        self.episode.index_copy_(1, slots, episode)
+        self.valid[:, slots] = True
+        self.count = T if self.rings else T - self._kept(T)
+
+    def load_sequence(self, k: Tensor, v: Tensor, episode: Tensor) -> None:
+        """Replace the steps with a whole recomputed prefix (L, B, H, T, hd)."""
+        T = k.shape[3]
+        t0 = self._kept(T)
+        self._place(k[:, :, :, t0:], v[:, :, :, t0:], episode[:, t0:], t0, T)
+
+    def fill_synthetic(self, steps: int, generator: torch.Generator | None = None, episode_len: int = 500) -> None:
+        t0 = self._kept(steps)
+        k, v = self._random_kv(steps - t0, generator)
+        ep = (torch.arange(t0, steps) // episode_len).expand(self.batch, -1).to(self.episode.device)
+        self._place(k, v, ep, t0, steps)
+
+    # -- snapshot contract ------------------------------------------------------------
+    def config(self) -> dict:
+        return {**super().config(), "window": self.window, "n_prefix": self.n_prefix, "steps_cap": self.steps_cap}
+
+    def counters(self) -> dict:
+        return {"count": self.count}
+
+    def _load_counters(self, c: dict) -> None:
+        self.count = c["count"]
+
+    def _check_counters(self, c: dict) -> str | None:
+        bad = super()._check_counters(c)
+        if bad is None and not self.rings and c["count"] > self.steps_cap:
+            return "count"
+        return bad
+
+
+def _steps_from_budget(cls_name: str, budget_bytes: int | None, batch: int, n_layers: int, n_heads: int,
+                       head_dim: int, dtype, n_prefix: int, what: str) -> int:
+    if budget_bytes is None:
+        raise ValueError(f"{what}: give {what} or memory_budget_bytes")
+    n = Memory.slots_for_budget(budget_bytes, batch, n_layers, n_heads, head_dim, dtype) - n_prefix
+    if n < 1:
+        raise MemoryBudgetError(f"memory_budget_bytes: {budget_bytes:,} bytes do not hold one step of {cls_name} "
+                                f"(batch {batch}, {n_prefix} pinned slots)")
+    return n
+
+
+class FullContextMemory(KVCache):
+    """Full context, bounded: every step of the trial up to ``capacity`` steps (default:
+    as many as ``budget_bytes`` holds), then ``on_full`` ("error" | "evict_oldest" | "reset")."""
+
+    def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int | None = None,
+                 n_prefix: int = 0, on_full: str = "error", budget_bytes: int | None = None,
+                 dtype=torch.float32, device=None) -> None:
+        if capacity is None:
+            capacity = _steps_from_budget("FullContextMemory", budget_bytes, batch, n_layers, n_heads, head_dim,
+                                          dtype, n_prefix, "capacity")
+        super().__init__(n_layers, batch, n_heads, head_dim, capacity, None, n_prefix, dtype, device, on_full,
+                         budget_bytes)
+
+
+class SinkWindowMemory(KVCache):
+    """Sink + sliding window: the newest ``window`` steps in a ring (default: as many as
+    ``budget_bytes`` holds) plus the pinned sink-token prefix; constant memory forever."""
+
+    def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, window: int | None = None,
+                 n_prefix: int = 0, budget_bytes: int | None = None, dtype=torch.float32, device=None) -> None:
+        if window is None:
+            window = _steps_from_budget("SinkWindowMemory", budget_bytes, batch, n_layers, n_heads, head_dim,
+                                        dtype, n_prefix, "window")
+        super().__init__(n_layers, batch, n_heads, head_dim, window, window, n_prefix, dtype, device,
+                         "evict_oldest", budget_bytes)

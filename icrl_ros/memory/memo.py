@@ -3,8 +3,14 @@
 Layout per env: ``[summary slots (kept sets x l_sum) | segment slots]``. Every step
 appends to the segment; at a segment end the caller runs the model's ``summarize`` on
 :meth:`MemoMemory.summary_inputs` and hands the result to :meth:`add_summary`, which
-writes one summary set (a ring over sets when bounded, oldest dropped) and clears the
-segment. Positions keep counting across evictions (keys are stored rotated).
+writes one summary set and clears the segment. Positions keep counting across
+evictions (keys are stored rotated).
+
+Bound (``max_sets`` summary sets, default: as many as ``budget_bytes`` holds): summaries
+accumulate until the bound; then ``on_full`` decides: ``"evict_oldest"`` (streaming
+Memo: the newest ``max_sets`` sets are kept, a ring over sets), ``"error"`` (raise
+:class:`~icrl_ros.memory.base.MemoryFullError`), ``"reset"`` (forget everything, as at a
+trial start). The ``rmt`` variant keeps exactly one set (fixed-size memory).
 """
 
 from __future__ import annotations
@@ -12,27 +18,36 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icrl_ros.memory.base import Memory, MemoryBudgetError, MemoryFullError, check_on_full
 
-class MemoMemory:
+
+class MemoMemory(Memory):
+    policy = "memo"
+
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, l_seg: int, l_sum: int,
-                 variant: str = "memo", max_sets: int = 64, segment_capacity: int | None = None,
-                 schedule: list[int] | None = None, dtype=torch.float32, device=None) -> None:
+                 variant: str = "memo", max_sets: int | None = 64, segment_capacity: int | None = None,
+                 schedule: list[int] | None = None, dtype=torch.float32, device=None,
+                 on_full: str = "evict_oldest", budget_bytes: int | None = None) -> None:
+        self.l_seg, self.l_sum, self.variant = l_seg, l_sum, variant
+        self.seg_cap = segment_capacity or l_seg
+        if max_sets is None:
+            if budget_bytes is None:
+                raise ValueError("max_sets: give max_sets or memory_budget_bytes")
+            slots = self.slots_for_budget(budget_bytes, batch, n_layers, n_heads, head_dim, dtype)
+            max_sets = (slots - self.seg_cap) // l_sum
+            if max_sets < 1:
+                raise MemoryBudgetError(
+                    f"memory_budget_bytes: {budget_bytes:,} bytes do not hold one summary set ({l_sum} slots) plus "
+                    f"the {self.seg_cap}-slot segment of MemoMemory (batch {batch})")
         if max_sets <= 0:
             raise ValueError(f"max_sets: must be > 0, got {max_sets}")
-        self.l_seg, self.l_sum, self.variant = l_seg, l_sum, variant
+        self.on_full = check_on_full(on_full)
         self.kept_cap = 1 if variant == "rmt" else max_sets
         self.sum_slots = self.kept_cap * l_sum
-        self.seg_cap = segment_capacity or l_seg
         self.schedule = schedule
-        P = self.sum_slots + self.seg_cap
-        shape = (n_layers, batch, n_heads, P, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.valid = torch.zeros(batch, P, dtype=torch.bool, device=device)
-        self.episode = torch.full((batch, P), -1, dtype=torch.long, device=device)  # unused by memo's mask
-        self.is_summary = torch.zeros(P, dtype=torch.bool, device=device)
+        self._allocate(n_layers, batch, n_heads, head_dim, self.sum_slots + self.seg_cap, dtype, device, budget_bytes)
+        self.is_summary = torch.zeros(self.slots, dtype=torch.bool, device=device)
         self.is_summary[: self.sum_slots] = True
-        self.batch = batch
         self.n_generated = 0
         self.seg_count = 0
 
@@ -56,15 +71,6 @@ class MemoMemory:
         if self.schedule is not None and self.n_generated < len(self.schedule):
             return self.schedule[self.n_generated]
         return self.l_seg
-
-    @property
-    def tokens(self) -> int:
-        """Cached tokens per env (summaries kept + segment)."""
-        return int(self.valid[0].sum())
-
-    @property
-    def nbytes(self) -> int:
-        return self.k.nbytes + self.v.nbytes + self.valid.nbytes + self.episode.nbytes
 
     # -- writes -------------------------------------------------------------------
     def commit(self, k: Tensor, v: Tensor, episode: Tensor) -> bool:
@@ -91,13 +97,22 @@ class MemoMemory:
 
     def add_summary(self, k: Tensor, v: Tensor) -> None:
         """Write one summary set (L, B, H, l_sum, hd) and clear the segment."""
+        if self.variant == "memo" and self.n_generated >= self.kept_cap and self.on_full != "evict_oldest":
+            if self.on_full == "error":
+                raise MemoryFullError(f"MemoMemory full: {self.kept_cap} summary sets kept (on_full='error'); "
+                                      "reset the trial, raise max_sets or use on_full='evict_oldest'")
+            self.reset()  # on_full == "reset": the new set is dropped too (its positions assume the old memory)
+            return
+        self._write_set(k, v)
+        self.n_generated += 1
+        self.valid[:, self.sum_slots:] = False
+        self.seg_count = 0
+
+    def _write_set(self, k: Tensor, v: Tensor) -> None:
         slot = 0 if self.variant == "rmt" else self.n_generated % self.kept_cap
         a, b = slot * self.l_sum, (slot + 1) * self.l_sum
         self.k[:, :, :, a:b], self.v[:, :, :, a:b] = k, v
         self.valid[:, a:b] = True
-        self.n_generated += 1
-        self.valid[:, self.sum_slots:] = False
-        self.seg_count = 0
 
     def load_state(self, state: dict) -> None:
         """Adopt the memory a full-sequence forward ended with (``MemoPolicy.forward_sequence``)."""
@@ -107,7 +122,7 @@ class MemoMemory:
         first = n_gen - len(sums)
         for j, (k, v) in enumerate(sums):
             self.n_generated = first + j
-            self.add_summary(k, v)
+            self._write_set(k, v)
         self.n_generated = n_gen
         seg_k, seg_v = state["segment"]
         n = state["seg_count"]
@@ -116,3 +131,27 @@ class MemoMemory:
             self.k[:, :, :, s:s + n], self.v[:, :, :, s:s + n] = seg_k, seg_v
             self.valid[:, s:s + n] = True
         self.seg_count = n
+
+    def fill_synthetic(self, steps: int, generator: torch.Generator | None = None, episode_len: int = 500) -> None:
+        n_gen, seg = divmod(steps, self.l_seg)
+        kept = min(self.kept_sets(n_gen), self.kept_cap)
+        sums = [self._random_kv(self.l_sum, generator) for _ in range(kept)]
+        segment = self._random_kv(seg, generator) if seg else (None, None)
+        self.load_state({"summaries": sums, "n_generated": n_gen, "segment": segment, "seg_count": seg})
+
+    # -- snapshot contract ------------------------------------------------------------
+    def config(self) -> dict:
+        return {**super().config(), "l_seg": self.l_seg, "l_sum": self.l_sum, "variant": self.variant,
+                "max_sets": self.kept_cap, "segment_capacity": self.seg_cap}
+
+    def counters(self) -> dict:
+        return {"n_generated": self.n_generated, "seg_count": self.seg_count}
+
+    def _load_counters(self, c: dict) -> None:
+        self.n_generated, self.seg_count = c["n_generated"], c["seg_count"]
+
+    def _check_counters(self, c: dict) -> str | None:
+        bad = super()._check_counters(c)
+        if bad is None and c["seg_count"] > self.seg_cap:
+            return "seg_count"
+        return bad

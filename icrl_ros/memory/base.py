@@ -1,0 +1,166 @@
+"""The contract every memory manager keeps, and the byte-budget arithmetic they share.
+
+A memory owns the keys/values a policy attends to between steps, in *static* buffers
+allocated once (static shapes for ONNX Runtime / TensorRT / CUDA graphs):
+
+* ``k``, ``v`` (L, B, H, P, hd): keys stored after RoPE, so slot order never matters;
+* ``valid`` (B, P) bool: which slots hold data (the attention mask's source);
+* ``episode`` (B, P) int64: episode index of each slot (-1 = pinned prefix / unused).
+
+Contract (checked by ``tests/test_memory.py`` over every registered policy):
+
+* ``nbytes`` is the bytes the buffers hold; it never changes after construction and
+  never exceeds ``budget_bytes`` when a budget is given (too small a budget raises
+  :class:`MemoryBudgetError` at construction, naming the bytes needed).
+* ``commit(k, v, episode)`` stores one step; what happens when the memory is full is
+  the policy's documented ``on_full`` behaviour, never silent growth.
+* episode boundaries do nothing to memory (ICL attends across episodes); ``reset()``
+  is the trial reset and forgets every step (a pinned sink-token prefix stays).
+* ``snapshot(path, **meta)`` writes the state atomically; ``restore(path, expect)``
+  validates the file completely before changing anything, so a refused restore leaves
+  the memory exactly as it was.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+ON_FULL = ("error", "evict_oldest", "reset")
+
+
+class MemoryFullError(RuntimeError):
+    """A bounded memory with ``on_full="error"`` was asked to store one step too many."""
+
+
+class MemoryBudgetError(ValueError):
+    """The requested memory does not fit its byte budget."""
+
+
+def check_on_full(value: str) -> str:
+    if value not in ON_FULL:
+        raise ValueError(f"on_full: {value!r} is not one of {list(ON_FULL)}")
+    return value
+
+
+def slot_bytes(n_layers: int, n_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+    """Bytes one cache slot costs per env: K and V for every layer, plus validity (bool)
+    and episode index (int64)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return 2 * n_layers * n_heads * head_dim * itemsize + 1 + 8
+
+
+class Memory:
+    """Base class: static buffers, byte accounting, snapshot / restore.
+
+    Subclasses set ``policy`` (registry name), allocate with :meth:`_allocate`, and
+    implement ``commit``, ``reset``, :meth:`config` (what a snapshot must match) and
+    :meth:`counters` / :meth:`_load_counters` (their Python-side bookkeeping).
+    """
+
+    policy: str = ""
+    k: Tensor
+    v: Tensor
+    valid: Tensor
+    episode: Tensor
+
+    def _allocate(self, n_layers: int, batch: int, n_heads: int, head_dim: int, slots: int, dtype, device,
+                  budget_bytes: int | None) -> None:
+        need = batch * slots * slot_bytes(n_layers, n_heads, head_dim, dtype)
+        if budget_bytes is not None and need > budget_bytes:
+            raise MemoryBudgetError(
+                f"memory_budget_bytes: {type(self).__name__} with {slots} slots x batch {batch} needs {need:,} bytes, "
+                f"budget is {budget_bytes:,}; raise the budget or lower the capacity")
+        self.n_layers, self.batch, self.n_heads, self.head_dim = n_layers, batch, n_heads, head_dim
+        self.budget_bytes = budget_bytes
+        shape = (n_layers, batch, n_heads, slots, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.valid = torch.zeros(batch, slots, dtype=torch.bool, device=device)
+        self.episode = torch.full((batch, slots), -1, dtype=torch.long, device=device)
+
+    @staticmethod
+    def slots_for_budget(budget_bytes: int, batch: int, n_layers: int, n_heads: int, head_dim: int, dtype) -> int:
+        """The most slots per env that fit ``budget_bytes``."""
+        return budget_bytes // (batch * slot_bytes(n_layers, n_heads, head_dim, dtype))
+
+    # -- sizes ------------------------------------------------------------------------
+    @property
+    def slots(self) -> int:
+        """Slots per env in the static buffer (the cache length engines see)."""
+        return self.k.shape[3]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the buffers (constant for the memory's whole life)."""
+        return self.k.nbytes + self.v.nbytes + self.valid.nbytes + self.episode.nbytes
+
+    @property
+    def tokens(self) -> int:
+        """Cached tokens of env 0 (valid slots, pinned prefix included)."""
+        return int(self.valid[0].sum())
+
+    @property
+    def live_bytes(self) -> int:
+        """Bytes of the slots that hold data (env 0 x batch)."""
+        return self.tokens * self.batch * slot_bytes(self.n_layers, self.n_heads, self.head_dim, self.k.dtype)
+
+    # -- snapshot contract ------------------------------------------------------------
+    def config(self) -> dict:
+        """What a snapshot must match to be restored into this memory."""
+        return {"policy": self.policy, "n_layers": self.n_layers, "batch": self.batch, "n_heads": self.n_heads,
+                "head_dim": self.head_dim, "slots": self.slots, "dtype": str(self.k.dtype).replace("torch.", "")}
+
+    def counters(self) -> dict:
+        raise NotImplementedError
+
+    def _load_counters(self, c: dict) -> None:
+        raise NotImplementedError
+
+    def _check_counters(self, c: dict) -> str | None:
+        """Name of the first counter that is missing or out of range, else None."""
+        for key in self.counters():
+            if not isinstance(c.get(key), int) or c[key] < 0:
+                return key
+        return None
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {"k": self.k, "v": self.v, "valid": self.valid, "episode": self.episode}
+
+    def snapshot(self, path: str | Path, **meta) -> None:
+        """Write the memory (and ``meta``: model hash, trial id, step counts ...) atomically."""
+        from icrl_ros.memory.snapshot import write_snapshot
+
+        write_snapshot(path, self.tensors(), {"memory": self.config(), "counters": self.counters(), **meta})
+
+    def restore(self, path: str | Path, expect: dict | None = None, check_meta=None) -> dict:
+        """Load a snapshot after validating all of it; returns its metadata.
+
+        ``expect`` maps metadata fields to required values (e.g. ``{"model_hash": ...}``);
+        ``check_meta(meta)`` may raise to refuse it on the caller's own fields. Raises :class:`~icrl_ros.memory.snapshot.SnapshotError` naming the file and field;
+        on any error the memory is left untouched.
+        """
+        from icrl_ros.memory.snapshot import read_snapshot, validate_snapshot
+
+        arrays, meta = read_snapshot(path)
+        tensors = validate_snapshot(path, arrays, meta, self, expect or {})
+        if check_meta is not None:
+            check_meta(meta)
+        for name, t in self.tensors().items():
+            t.copy_(tensors[name])
+        self._load_counters(meta["counters"])
+        return meta
+
+    # -- benchmark support ------------------------------------------------------------
+    def fill_synthetic(self, steps: int, generator: torch.Generator | None = None) -> None:
+        """Put the memory in the state it would have after ``steps`` steps of one
+        episode, with random keys/values, through its own write API (bookkeeping exact)."""
+        raise NotImplementedError
+
+    def _random_kv(self, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        shape = (self.n_layers, self.batch, self.n_heads, n, self.head_dim)
+        k = torch.randn(shape, generator=generator).to(self.k.dtype)
+        v = torch.randn(shape, generator=generator).to(self.k.dtype)
+        return k.to(self.k.device), v.to(self.k.device)

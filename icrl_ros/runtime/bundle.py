@@ -1,0 +1,270 @@
+"""Deploy bundles: a directory with ``manifest.yaml`` plus the files it lists.
+
+``load_bundle(path)`` validates everything the runtime relies on before anything runs,
+and every refusal is a :class:`BundleError` whose message starts with the file and
+names the field: ``core.onnx: field 'inputs' ...``, ``manifest.yaml: field 'dims.n_heads' ...``.
+
+Checked: the manifest parses and has a known format/version; ``model.args`` builds a
+valid model; ``dims`` agree with it; every listed file exists with its SHA-256; every
+ONNX graph has the manifest's opset and exactly the input / output names, dtypes and
+static dims the model implies (:func:`~icrl_ros.runtime.graphs.graph_specs`); the
+sink-token cache and the recorded sample have the right arrays. Weights for the torch
+backend are loaded strictly and checked against ``model.hash`` when first used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from icrl_ros.models.config import ModelArgs
+from icrl_ros.models.policy import ICLPolicy
+
+FORMAT = "icrl_ros.bundle/1"
+VERSION = 1
+MANIFEST = "manifest.yaml"
+WEIGHTS = "weights.pt"
+SINK_CACHE = "sink_cache.npz"
+SAMPLE = "sample.npz"
+
+_ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 9: "bool", 2: "uint8", 6: "int32"}
+
+
+class BundleError(ValueError):
+    """A bundle cannot be used; the message names the file and the field."""
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def model_hash(policy: torch.nn.Module) -> str:
+    """SHA-256 over the state dict (names, dtypes, shapes, bytes), in key order."""
+    h = hashlib.sha256()
+    for name, t in sorted(policy.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _get(manifest: dict, dotted: str, types: type | tuple = object):
+    cur = manifest
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            raise BundleError(f"{MANIFEST}: field '{dotted}' is missing")
+        cur = cur[part]
+    if not isinstance(cur, types):
+        raise BundleError(f"{MANIFEST}: field '{dotted}' is {cur!r}, expected {types}")
+    return cur
+
+
+@dataclass
+class Bundle:
+    """A validated bundle: its directory, manifest and the model it describes."""
+
+    path: Path
+    manifest: dict
+    args: ModelArgs
+    specs: dict = field(repr=False)
+    _policy: ICLPolicy | None = field(default=None, repr=False)
+
+    @property
+    def kind(self) -> str:
+        return self.args.kind
+
+    @property
+    def precision(self) -> str:
+        return self.manifest["precision"]
+
+    @property
+    def model_hash(self) -> str:
+        return self.manifest["model"]["hash"]
+
+    @property
+    def n_prefix(self) -> int:
+        return 1 if self.args.sink == "token" else 0
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def graph_path(self, graph: str) -> Path:
+        return self.path / self.manifest["onnx"]["graphs"][graph]["file"]
+
+    def load_policy(self) -> ICLPolicy:
+        """The torch policy (fp32, eval) from ``weights.pt``, checked against ``model.hash``."""
+        if self._policy is None:
+            from icrl_ros.models.stepping import build_policy
+
+            path = self.file(WEIGHTS)
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
+                raise BundleError(f"{WEIGHTS}: not a readable state dict ({e})") from e
+            policy = build_policy(self.args)
+            try:
+                policy.load_state_dict(state)
+            except RuntimeError as e:
+                raise BundleError(f"{WEIGHTS}: field 'state_dict' does not fit model.args ({e})") from e
+            if model_hash(policy) != self.model_hash:
+                raise BundleError(f"{WEIGHTS}: weights do not match {MANIFEST} field 'model.hash'")
+            self._policy = policy.eval()
+        return self._policy
+
+    def sink_cache(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The StreamingLLM sink token's keys/values (L, 1, H, 1, hd), or None."""
+        if not self.n_prefix:
+            return None
+        with np.load(self.file(SINK_CACHE), allow_pickle=False) as z:
+            return torch.from_numpy(z["k"].copy()), torch.from_numpy(z["v"].copy())
+
+    def sample(self) -> dict[str, np.ndarray]:
+        with np.load(self.file(self.manifest["sample"]["file"]), allow_pickle=False) as z:
+            return {k: z[k].copy() for k in z.files}
+
+
+def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
+    """Open and validate a bundle directory (see the module docstring for what is checked)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise BundleError(f"{path}: not a bundle directory")
+    mpath = path / MANIFEST
+    if not mpath.is_file():
+        raise BundleError(f"{MANIFEST}: missing in {path}")
+    try:
+        manifest = yaml.safe_load(mpath.read_text())
+    except yaml.YAMLError as e:
+        raise BundleError(f"{MANIFEST}: not valid YAML ({e})") from e
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{MANIFEST}: field '<root>' is not a mapping")
+    fmt = manifest.get("format")
+    if fmt != FORMAT:
+        raise BundleError(f"{MANIFEST}: field 'format' is {fmt!r}, expected {FORMAT!r}")
+    if _get(manifest, "version", int) > VERSION:
+        raise BundleError(f"{MANIFEST}: field 'version' is {manifest['version']}, this runtime reads <= {VERSION}")
+    try:
+        args = ModelArgs.from_dict(dict(_get(manifest, "model.args", dict)))
+    except (TypeError, ValueError) as e:
+        raise BundleError(f"{MANIFEST}: field 'model.args' is invalid ({e})") from e
+    if _get(manifest, "model.kind", str) != args.kind:
+        raise BundleError(f"{MANIFEST}: field 'model.kind' is {manifest['model']['kind']!r}, model.args says {args.kind!r}")
+    _get(manifest, "model.hash", str)
+    dims = {"n_layers": args.n_layers, "n_heads": args.n_heads, "head_dim": args.head_dim, "d_model": args.d_model,
+            "n_actions": args.n_actions}
+    for key, want in dims.items():
+        got = _get(manifest, f"dims.{key}", int)
+        if got != want:
+            raise BundleError(f"{MANIFEST}: field 'dims.{key}' is {got}, model.args gives {want}")
+    precision = _get(manifest, "precision", str)
+    from icrl_ros.runtime.graphs import PRECISIONS, graph_specs
+
+    if precision not in PRECISIONS:
+        raise BundleError(f"{MANIFEST}: field 'precision' is {precision!r}, expected one of {list(PRECISIONS)}")
+    names = _get(manifest, "action.names", list)
+    if len(names) != args.n_actions:
+        raise BundleError(f"{MANIFEST}: field 'action.names' has {len(names)} names, the model has {args.n_actions} actions")
+    goals = _get(manifest, "observation.goal_names", list)
+    if args.n_goals and len(goals) != args.n_goals:
+        raise BundleError(f"{MANIFEST}: field 'observation.goal_names' has {len(goals)} names, the model has "
+                          f"{args.n_goals} goals")
+    _get(manifest, "memory.policy", str)
+
+    # files and hashes
+    files = _get(manifest, "files", dict)
+    for name, rec in files.items():
+        fpath = path / name
+        if not fpath.is_file():
+            raise BundleError(f"{name}: listed in {MANIFEST} field 'files' but missing from {path}")
+        if check_hashes:
+            want = rec.get("sha256") if isinstance(rec, dict) else None
+            if sha256_file(fpath) != want:
+                raise BundleError(f"{name}: SHA-256 does not match {MANIFEST} field 'files.{name}.sha256' "
+                                  "(file changed or corrupt)")
+    for needed in [WEIGHTS, manifest.get("sample", {}).get("file", SAMPLE)] + ([SINK_CACHE] if args.sink == "token" else []):
+        if needed not in files:
+            raise BundleError(f"{MANIFEST}: field 'files' does not list {needed}")
+
+    # graphs against the model
+    policy = _shape_only_policy(args)
+    specs = graph_specs(policy, precision)
+    opset = _get(manifest, "onnx.opset", int)
+    graphs = _get(manifest, "onnx.graphs", dict)
+    for gname, spec in specs.items():
+        if gname not in graphs:
+            raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}' is missing")
+        rec = graphs[gname]
+        for part in ("inputs", "outputs"):
+            if rec.get(part) != spec[part]:
+                raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}.{part}' does not match model.args "
+                                  f"(expected {[io['name'] for io in spec[part]]})")
+        fname = rec.get("file")
+        if fname not in files:
+            raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}.file' ({fname!r}) is not listed in 'files'")
+        _check_onnx(path / fname, fname, spec, opset)
+
+    if args.sink == "token":
+        _check_npz(path / SINK_CACHE, SINK_CACHE, {"k": (args.n_layers, 1, args.n_heads, 1, args.head_dim),
+                                                   "v": (args.n_layers, 1, args.n_heads, 1, args.head_dim)})
+    sample = manifest.get("sample", {})
+    _check_npz(path / sample.get("file", SAMPLE), sample.get("file", SAMPLE),
+               {"logits": None, "values": None, "episode_index": None, **{n: None for n in policy.input_spec()}})
+    return Bundle(path, manifest, args, specs)
+
+
+def _shape_only_policy(args: ModelArgs) -> ICLPolicy:
+    """A policy object for its specs (input names, dims); weights are irrelevant."""
+    from icrl_ros.models.stepping import build_policy
+
+    with torch.device("meta"):
+        return build_policy(args)
+
+
+def _check_npz(path: Path, name: str, want: dict[str, tuple | None]) -> None:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            for key, shape in want.items():
+                if key not in z.files:
+                    raise BundleError(f"{name}: field '{key}' is missing")
+                if shape is not None and tuple(z[key].shape) != shape:
+                    raise BundleError(f"{name}: field '{key}' has shape {tuple(z[key].shape)}, expected {shape}")
+    except BundleError:
+        raise
+    except Exception as e:  # noqa: BLE001 - zip / format errors
+        raise BundleError(f"{name}: not a readable .npz ({e})") from e
+
+
+def _check_onnx(path: Path, name: str, spec: dict, opset: int) -> None:
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # noqa: BLE001 - protobuf decode errors
+        raise BundleError(f"{name}: not a readable ONNX model ({e})") from e
+    got_opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if got_opset != opset:
+        raise BundleError(f"{name}: field 'opset_import' is {got_opset}, {MANIFEST} field 'onnx.opset' says {opset}")
+    for part, values in (("inputs", model.graph.input), ("outputs", model.graph.output)):
+        got = [v.name for v in values]
+        want = [io["name"] for io in spec[part]]
+        if got != want:
+            raise BundleError(f"{name}: field '{part}' names are {got}, expected {want}")
+        for v, io in zip(values, spec[part]):
+            tt = v.type.tensor_type
+            dt = _ONNX_DTYPES.get(tt.elem_type, f"onnx type {tt.elem_type}")
+            if dt != io["dtype"]:
+                raise BundleError(f"{name}: field '{part}.{v.name}.dtype' is {dt}, expected {io['dtype']}")
+            dims = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in tt.shape.dim]
+            # outputs: the exporter's shape inference may leave a static dim symbolic; rank must match
+            strict = part == "inputs"
+            if len(dims) != len(io["shape"]) or any(isinstance(w, int) and d != w and (strict or isinstance(d, int))
+                                                    for d, w in zip(dims, io["shape"])):
+                raise BundleError(f"{name}: field '{part}.{v.name}.shape' is {dims}, expected {io['shape']}")

@@ -1,0 +1,98 @@
+"""The ``Engine`` interface and the backend registry.
+
+An engine runs a bundle's graphs; it holds no memory state (the memory does). All
+arguments and results are torch tensors on the engine's device (the memory's buffers
+are passed in place; engines never copy the cache). Results may be engine-owned
+buffers that the next call overwrites: consume them (or copy) before calling again.
+
+=============  ===============================================================
+method         shapes
+=============  ===============================================================
+encode         {input: (B, *shape)} -> x (B, D)
+core           x (B, D), position (B,), mask (B, P) bool, past_k / past_v
+               (L, B, H, P, hd) -> hidden (B, D), new_k / new_v (L, B, H, 1, hd)
+heads          hidden (B, D) -> logits (B, A) float32, value (B,) float32
+summarize      (Memo) mem_k, mem_v (L, B, H, P, hd), mem_valid, sum_valid (B, P),
+               pos_base, seg_len, new_base (B,) -> sum_k, sum_v (L, B, H, l_sum, hd)
+=============  ===============================================================
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from icrl_ros.runtime.bundle import Bundle
+
+BACKENDS: dict[str, Callable[..., Engine]] = {}
+
+
+def register_backend(name: str):
+    """Class decorator: add an engine class to :data:`BACKENDS` (duplicates raise)."""
+    def deco(cls):
+        if name in BACKENDS:
+            raise ValueError(f"backend {name!r} is already registered ({BACKENDS[name]})")
+        BACKENDS[name] = cls
+        cls.backend = name
+        return cls
+    return deco
+
+
+class Engine(ABC):
+    backend: str = ""
+
+    def __init__(self, bundle: Bundle, device: str = "cpu") -> None:
+        self.bundle, self.device = bundle, torch.device(device)
+        self.precision = bundle.precision
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        return torch.float16 if self.precision == "fp16" else torch.float32
+
+    @abstractmethod
+    def encode(self, inputs: dict[str, Tensor]) -> Tensor: ...
+
+    @abstractmethod
+    def core(self, x: Tensor, position: Tensor, mask: Tensor, past_k: Tensor, past_v: Tensor
+             ) -> tuple[Tensor, Tensor, Tensor]: ...
+
+    @abstractmethod
+    def heads(self, hidden: Tensor) -> tuple[Tensor, Tensor]: ...
+
+    def summarize(self, mem_k: Tensor, mem_v: Tensor, mem_valid: Tensor, sum_valid: Tensor, pos_base: Tensor,
+                  seg_len: Tensor, new_base: Tensor) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError(f"{self.backend}: summarize is only defined for Memo bundles")
+
+    def describe(self) -> str:
+        return f"{self.backend} on {self.device} ({self.precision})"
+
+
+def available_backends() -> list[str]:
+    """Backends whose libraries import here (tensorrt only where it is installed)."""
+    _load_backends()
+    out = []
+    for name, cls in BACKENDS.items():
+        if getattr(cls, "available", lambda: True)():
+            out.append(name)
+    return out
+
+
+def _load_backends() -> None:
+    # Importing the modules registers them; each imports its library lazily.
+    from icrl_ros.runtime import ort_engine, torch_engine, trt_engine  # noqa: F401
+
+
+def make_engine(bundle: Bundle, backend: str = "onnxruntime", device: str = "cpu", **options) -> Engine:
+    """Build the engine for ``backend`` on ``device`` ("cpu" | "cuda" | "cuda:N")."""
+    _load_backends()
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: unknown {backend!r}; known: {sorted(BACKENDS)}")
+    dev = torch.device(device)
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device: {device!r} is not 'cpu' or 'cuda'")
+    if dev.type == "cuda" and not torch.cuda.is_available() and backend == "torch":
+        raise ValueError("device: 'cuda' requested but torch.cuda.is_available() is False")
+    return BACKENDS[backend](bundle, device, **options)

@@ -1,0 +1,175 @@
+"""The four graphs a deploy bundle holds, as torch modules over a trained policy.
+
+One control step is ``encoder -> core -> heads`` (plus ``summarize`` at a Memo segment
+end). Every graph is a pure function of plain tensors, so the same module serves the
+torch engine, ONNX export (and, through the ONNX, TensorRT). Shapes, names and dtypes
+are fixed by :func:`graph_specs`, which the exporter writes into the manifest and the
+bundle loader checks the ONNX files against.
+
+Static shapes: the core takes the memory's whole preallocated buffer plus a validity
+mask, one input per layer (``past_k_0 ...``), so ONNX Runtime / TensorRT read the
+caller's buffers in place (IO binding) instead of gathering a layer out of one stacked
+tensor each step. The cache length is a named dynamic axis ``cache`` in the ONNX (one
+file serves every memory size; TensorRT builds a profile per size), but at run time it
+is fixed by the memory: the buffers never grow.
+
+Precision: ``fp32`` everything in float32; ``fp16`` core / heads / summarize and the
+cache in float16, the encoder in float32 with a float16 output, the heads' outputs cast
+back to float32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from icrl_ros.models.memo import MemoPolicy
+from icrl_ros.models.policy import ICLPolicy
+
+PRECISIONS = ("fp32", "fp16")
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "bool": torch.bool,
+                "uint8": torch.uint8, "int32": torch.int32}
+# Runner-tracked encoder inputs; every other encoder input comes from the observation.
+TRACKED_INPUTS = ("prev_action", "prev_reward", "episode_step")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def cache_dtype(precision: str) -> torch.dtype:
+    return torch.float16 if precision == "fp16" else torch.float32
+
+
+def graph_specs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, dict[str, list[dict]]]:
+    """Inputs and outputs of every graph: ``{graph: {"inputs": [{name, dtype, shape}], "outputs": [...]}}``.
+
+    Shapes use ``"batch"`` and ``"cache"`` for the dynamic axes, integers elsewhere.
+    """
+    a = policy.args
+    L, H, hd, D = a.n_layers, a.n_heads, a.head_dim, a.d_model
+    f = dtype_name(cache_dtype(precision))
+    io = lambda name, dtype, shape: {"name": name, "dtype": dtype, "shape": list(shape)}  # noqa: E731
+    enc_in = [io(n, dtype_name(dt), ["batch", *shape]) for n, (shape, dt) in policy.input_spec().items()]
+    specs = {
+        "encoder": {"inputs": enc_in, "outputs": [io("x", f, ["batch", D])]},
+        "core": {
+            "inputs": [io("x", f, ["batch", D]), io("position", "int64", ["batch"]), io("mask", "bool", ["batch", "cache"])]
+            + [io(f"past_k_{i}", f, ["batch", H, "cache", hd]) for i in range(L)]
+            + [io(f"past_v_{i}", f, ["batch", H, "cache", hd]) for i in range(L)],
+            "outputs": [io("hidden", f, ["batch", D]), io("new_k", f, [L, "batch", H, 1, hd]),
+                        io("new_v", f, [L, "batch", H, 1, hd])],
+        },
+        "heads": {"inputs": [io("hidden", f, ["batch", D])],
+                  "outputs": [io("logits", "float32", ["batch", a.n_actions]), io("value", "float32", ["batch"])]},
+    }
+    if isinstance(policy, MemoPolicy):
+        kv = lambda n: io(n, f, [L, "batch", H, "cache", hd])  # noqa: E731
+        specs["summarize"] = {
+            "inputs": [kv("mem_k"), kv("mem_v"), io("mem_valid", "bool", ["batch", "cache"]),
+                       io("sum_valid", "bool", ["batch", "cache"]), io("pos_base", "int64", ["batch"]),
+                       io("seg_len", "int64", ["batch"]), io("new_base", "int64", ["batch"])],
+            "outputs": [io("sum_k", f, [L, "batch", H, a.l_sum, hd]), io("sum_v", f, [L, "batch", H, a.l_sum, hd])],
+        }
+    return specs
+
+
+class EncoderGraph(nn.Module):
+    """Encoder inputs, each (B, *shape) in ``input_spec`` order -> token x (B, D)."""
+
+    def __init__(self, policy: ICLPolicy, out_dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.encoder, self.names, self.out_dtype = policy.encoder, list(policy.input_spec()), out_dtype
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        one = {n: t[:, None] for n, t in zip(self.names, inputs)}  # (B, 1, ...): the encoder's (B, T, ...)
+        return self.encoder(one)[:, 0].to(self.out_dtype)
+
+
+class CoreGraph(nn.Module):
+    """One token per env against a static cache.
+
+    x (B, D); position (B,) RoPE index; mask (B, P) bool, True = this token may attend
+    the slot; kv: L past_k (B, H, P, hd) then L past_v. Returns hidden (B, D) and the
+    token's rotated keys / values (L, B, H, 1, hd) for the memory to commit.
+    """
+
+    def __init__(self, policy: ICLPolicy) -> None:
+        super().__init__()
+        self.core, self.n_layers = policy.core, policy.args.n_layers
+
+    def forward(self, x: Tensor, position: Tensor, mask: Tensor, *kv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        L = self.n_layers
+        full = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)[:, None]  # (B, 1, P + 1): + the token itself
+        # TransformerCore indexes past_k[i] per layer, so per-layer lists go straight through.
+        h, k, v = self.core(x[:, None], position[:, None], full, list(kv[:L]), list(kv[L:]))
+        return h[:, 0], k, v
+
+
+class HeadsGraph(nn.Module):
+    """hidden (B, D) -> logits (B, A), value (B,), both float32."""
+
+    def __init__(self, policy: ICLPolicy) -> None:
+        super().__init__()
+        self.norm, self.actor, self.critic = policy.norm, policy.actor, policy.critic
+
+    def forward(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
+        h = self.norm(hidden)
+        return self.actor(h).float(), self.critic(h).squeeze(-1).float()
+
+
+class SummarizeGraph(nn.Module):
+    """``MemoPolicy.summarize`` as a graph (arguments as in :meth:`MemoMemory.summary_inputs`)."""
+
+    def __init__(self, policy: MemoPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base) -> tuple[Tensor, Tensor]:
+        return self.policy.summarize(mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base)
+
+
+def build_graphs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, nn.Module]:
+    """The graph modules for ``policy`` in ``precision`` (a copy of the policy when fp16)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
+    policy = policy.eval()
+    if precision == "fp16":
+        import copy
+
+        enc_policy, policy = policy, copy.deepcopy(policy).half()
+        graphs = {"encoder": EncoderGraph(enc_policy, torch.float16)}
+    else:
+        graphs = {"encoder": EncoderGraph(policy)}
+    graphs["core"] = CoreGraph(policy)
+    graphs["heads"] = HeadsGraph(policy)
+    if isinstance(policy, MemoPolicy):
+        graphs["summarize"] = SummarizeGraph(policy)
+    return {k: g.eval() for k, g in graphs.items()}
+
+
+def example_inputs(spec: dict, batch: int = 1, cache: int = 4) -> tuple[Tensor, ...]:
+    """Small tensors matching a graph spec (for tracing): zeros, masks all True."""
+    out = []
+    for io in spec["inputs"]:
+        shape = [batch if d == "batch" else cache if d == "cache" else d for d in io["shape"]]
+        dt = TORCH_DTYPES[io["dtype"]]
+        out.append(torch.ones(shape, dtype=dt) if dt == torch.bool else torch.zeros(shape, dtype=dt))
+    return tuple(out)
+
+
+def export_onnx(module: nn.Module, spec: dict, path, opset: int) -> None:
+    """Trace ``module`` to ONNX with the spec's names and dynamic axes (batch, cache)."""
+    import warnings
+
+    dyn = {}
+    for io in spec["inputs"] + spec["outputs"]:
+        axes = {i: d for i, d in enumerate(io["shape"]) if isinstance(d, str)}
+        if axes:
+            dyn[io["name"]] = axes
+    args = example_inputs(spec)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about Python bools on shapes: the cache is never empty
+        torch.onnx.export(module, args, str(path), input_names=[i["name"] for i in spec["inputs"]],
+                          output_names=[o["name"] for o in spec["outputs"]], opset_version=opset,
+                          dynamic_axes=dyn, dynamo=False, do_constant_folding=True)

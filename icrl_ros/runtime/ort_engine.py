@@ -1,0 +1,114 @@
+"""ONNX Runtime backend: CPU execution provider, or CUDA with the cache left on the device.
+
+Every call goes through IO binding by address: inputs (the memory's buffers included)
+are bound where they already live, outputs into engine-owned tensors, so ORT never
+copies the cache in or out. A binding is kept per graph and reused while the caller's
+buffer addresses and shapes are unchanged (static memory buffers: every step), so a
+step costs ``run_with_iobinding`` and nothing else. On CUDA, ORT runs on torch's current
+stream (``user_compute_stream``), so torch's cache writes and ORT's reads stay ordered.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from icrl_ros.runtime.bundle import Bundle, BundleError
+from icrl_ros.runtime.engine import Engine, register_backend
+from icrl_ros.runtime.graphs import TORCH_DTYPES
+
+_NP = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "bool": np.bool_, "uint8": np.uint8,
+       "int32": np.int32}
+
+
+@register_backend("onnxruntime")
+class OrtEngine(Engine):
+    @staticmethod
+    def available() -> bool:
+        return importlib.util.find_spec("onnxruntime") is not None
+
+    def __init__(self, bundle: Bundle, device: str = "cpu", threads: int | None = None,
+                 optimized_dir: str | None = None) -> None:
+        super().__init__(bundle, device)
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.inter_op_num_threads = 1
+        if threads:
+            so.intra_op_num_threads = threads
+        so.log_severity_level = 3
+        if self.device.type == "cuda":
+            have = ort.get_available_providers()
+            if "CUDAExecutionProvider" not in have:
+                raise ValueError(f"device: 'cuda' needs onnxruntime-gpu; this onnxruntime has {have}")
+            opts = {"device_id": self.device.index or 0}
+            if torch.cuda.is_available():
+                opts["user_compute_stream"] = str(torch.cuda.current_stream(self.device).cuda_stream)
+            providers = [("CUDAExecutionProvider", opts), "CPUExecutionProvider"]
+            self._dev = ("cuda", self.device.index or 0)
+        else:
+            providers = ["CPUExecutionProvider"]
+            self._dev = ("cpu", 0)
+        self.sessions = {}
+        for name in bundle.specs:
+            if optimized_dir:  # debugging: the graph after ORT's fusions
+                so.optimized_model_filepath = f"{optimized_dir}/{name}.opt.onnx"
+            try:
+                self.sessions[name] = ort.InferenceSession(str(bundle.graph_path(name)), so, providers=providers)
+            except Exception as e:  # noqa: BLE001 - ORT raises its own exception types
+                raise BundleError(f"{bundle.graph_path(name).name}: ONNX Runtime cannot load it ({e})") from e
+        self._bound: dict[str, tuple] = {}
+        a = bundle.args
+        self._dims = {"L": a.n_layers, "H": a.n_heads, "hd": a.head_dim}
+        self.input_names = [io["name"] for io in bundle.specs["encoder"]["inputs"]]
+
+    def _run(self, graph: str, inputs: tuple[Tensor, ...], batch: int, cache: int = 0) -> list[Tensor]:
+        key = tuple((t.data_ptr(), tuple(t.shape), t.dtype) for t in inputs)
+        hit = self._bound.get(graph)
+        if hit is None or hit[0] != key:
+            hit = self._bind(graph, inputs, key, batch, cache)
+            self._bound[graph] = hit
+        self.sessions[graph].run_with_iobinding(hit[1])
+        return hit[2]
+
+    def _bind(self, graph: str, inputs: tuple[Tensor, ...], key, batch: int, cache: int):
+        spec = self.bundle.specs[graph]
+        io = self.sessions[graph].io_binding()
+        for s, t in zip(spec["inputs"], inputs):
+            want = TORCH_DTYPES[s["dtype"]]
+            if t.dtype != want or t.device != self.device or not t.is_contiguous():
+                raise ValueError(f"{graph}.{s['name']}: expected a contiguous {want} tensor on {self.device}, got "
+                                 f"{t.dtype} on {t.device}{'' if t.is_contiguous() else ' (not contiguous)'}")
+            io.bind_input(s["name"], self._dev[0], self._dev[1], _NP[s["dtype"]], list(t.shape), t.data_ptr())
+        outs = []
+        for s in spec["outputs"]:
+            shape = [batch if d == "batch" else cache if d == "cache" else d for d in s["shape"]]
+            t = torch.empty(shape, dtype=TORCH_DTYPES[s["dtype"]], device=self.device)
+            io.bind_output(s["name"], self._dev[0], self._dev[1], _NP[s["dtype"]], shape, t.data_ptr())
+            outs.append(t)
+        return key, io, outs, inputs  # inputs kept alive while bound
+
+    def encode(self, inputs: dict[str, Tensor]) -> Tensor:
+        args = tuple(inputs[n] for n in self.input_names)
+        return self._run("encoder", args, args[0].shape[0])[0]
+
+    def core(self, x, position, mask, past_k, past_v):
+        args = (x, position, mask, *past_k.unbind(0), *past_v.unbind(0))  # per-layer views of the memory
+        h, k, v = self._run("core", args, x.shape[0], mask.shape[1])
+        return h, k, v
+
+    def heads(self, hidden):
+        logits, value = self._run("heads", (hidden,), hidden.shape[0])
+        return logits, value
+
+    def summarize(self, mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base):
+        if "summarize" not in self.sessions:
+            return super().summarize(mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base)
+        args = (mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base)
+        k, v = self._run("summarize", args, mem_k.shape[1], mem_k.shape[3])
+        return k, v

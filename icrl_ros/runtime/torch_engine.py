@@ -1,0 +1,86 @@
+"""Torch backend: the bundle's weights run by the graph modules of :mod:`.graphs`.
+
+CPU: eager, ``torch.no_grad``. CUDA: the core and heads are captured once per set of
+buffer addresses into CUDA graphs (static shapes: the memory's buffers never move), so
+a step is two graph replays plus the encoder; ``cuda_graphs=False`` runs eagerly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from icrl_ros.runtime.bundle import Bundle
+from icrl_ros.runtime.engine import Engine, register_backend
+from icrl_ros.runtime.graphs import build_graphs
+
+
+class _Graphed:
+    """A module replayed from a CUDA graph. ``static`` arguments are read in place (their
+    addresses are fixed: memory buffers); the others are copied into owned buffers."""
+
+    def __init__(self, module, args: tuple[Tensor, ...], copied: tuple[int, ...]) -> None:
+        self.copied = copied
+        self.args = tuple(a.clone() if i in copied else a for i, a in enumerate(args))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.no_grad():
+            for _ in range(3):  # warm-up outside capture (allocator, cuBLAS handles)
+                module(*self.args)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph), torch.no_grad():
+            self.out = module(*self.args)
+
+    def __call__(self, *args: Tensor):
+        for i in self.copied:
+            self.args[i].copy_(args[i])
+        self.graph.replay()
+        return self.out
+
+
+@register_backend("torch")
+class TorchEngine(Engine):
+    def __init__(self, bundle: Bundle, device: str = "cpu", threads: int | None = None,
+                 cuda_graphs: bool = True) -> None:
+        super().__init__(bundle, device)
+        if threads:
+            torch.set_num_threads(threads)  # process-wide: torch has no per-module setting
+        self.graphs = {k: g.to(self.device) for k, g in build_graphs(bundle.load_policy(), self.precision).items()}
+        self.input_names = [io["name"] for io in bundle.specs["encoder"]["inputs"]]
+        self.n_layers = bundle.args.n_layers
+        self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda" and torch.cuda.is_available()
+        self._captured: dict[str, tuple[tuple, _Graphed]] = {}
+
+    def _graphed(self, name: str, args: tuple[Tensor, ...], copied: tuple[int, ...]):
+        key = tuple((a.data_ptr(), tuple(a.shape), a.dtype) for i, a in enumerate(args) if i not in copied)
+        key += tuple((tuple(args[i].shape), args[i].dtype) for i in copied)
+        hit = self._captured.get(name)
+        if hit is None or hit[0] != key:
+            hit = (key, _Graphed(self.graphs[name], args, copied))
+            self._captured[name] = hit
+        return hit[1](*args)
+
+    @torch.no_grad()
+    def encode(self, inputs: dict[str, Tensor]) -> Tensor:
+        return self.graphs["encoder"](*(inputs[n] for n in self.input_names))
+
+    @torch.no_grad()
+    def core(self, x, position, mask, past_k, past_v):
+        args = (x, position, mask, *past_k.unbind(0), *past_v.unbind(0))  # per-layer views, no copy
+        if self.use_cuda_graphs:
+            return self._graphed("core", args, copied=(0, 1))
+        return self.graphs["core"](*args)
+
+    @torch.no_grad()
+    def heads(self, hidden):
+        if self.use_cuda_graphs:
+            return self._graphed("heads", (hidden,), copied=(0,))
+        return self.graphs["heads"](hidden)
+
+    @torch.no_grad()
+    def summarize(self, mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base):
+        if "summarize" not in self.graphs:
+            return super().summarize(mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base)
+        # once per segment: eager (a graph per segment length is not worth the memory)
+        return self.graphs["summarize"](mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base)
