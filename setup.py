@@ -19,7 +19,7 @@ setup(
         (f"share/{PACKAGE}/config/train", glob("config/train/*.yaml")),
     ],
     python_requires=">=3.10",
-    install_requires=["numpy", "gymnasium>=1.0", "pyyaml", "torch"],
+    install_requires=["numpy", "gymnasium>=1.0", "pyyaml", "torch", "miniworld>=2.1", "pyglet>=1.5.27,<2"],
     extras_require={
         "train": ["tensorboard", "tqdm", "matplotlib"],
         "export": ["onnx", "onnxruntime"],

@@ -28,3 +28,9 @@ for _id, _cls in VEC_ENVS.items():
         gym.register(id=_id, entry_point="icrl_ros.sim.gym_env:TrialEnv", kwargs={"vec_cls": _cls})
 
 __all__ = ["VEC_ENVS", "make_vec", "VecTrialEnv", "DarkroomVecEnv", "DarkKeyToDoorVecEnv"]
+
+# MiniWorld house (ExtObjNav in miniature): a Gymnasium env with dict observations, not a
+# grid-world VEC_ENVS entry; HouseVecEnv (icrl_ros.sim.house_vec) batches it in processes.
+# Registration imports nothing heavy: MiniWorld / EGL load when the env is first built.
+if "icrl_ros/MiniWorldHouse-v0" not in gym.registry:
+    gym.register(id="icrl_ros/MiniWorldHouse-v0", entry_point="icrl_ros.sim.house:HouseEnv")

@@ -1,0 +1,293 @@
+"""MiniWorld house object search (ExtObjNav in miniature): ``icrl_ros/MiniWorldHouse-v0``.
+
+A *trial* is one procedurally generated house (``house_layout``); each *episode* starts
+at a random pose and names a target category present in the house. The agent sees a
+first-person RGB image, the goal index, odometry relative to the episode start and its
+previous action; it succeeds by taking ``stop`` within ``success_distance`` of a target
+instance that is visible in its image. Reward (as in ReLIC / Memo):
+``-(geodesic_t - geodesic_{t-1}) - slack + success_bonus * success``.
+
+``reset()`` keeps the house (next episode of the same trial) unless a seed or
+``options={"new_trial": True}`` is given, or no trial has started yet. The previous
+action carries across episodes of a trial (4 = none at the trial start).
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+
+from icrl_ros.sim.house_layout import (
+    CATEGORIES, GOAL_NAMES, ODOM_LIMIT_M, HouseLayout, check_split, draw_house_seed, generate_layout, house_split,
+)
+from icrl_ros.sim.house_nav import NavGrid, visible, wrap_angle
+from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG  # constants only, no GL
+from icrl_ros.sim.house_topdown import draw_top_down
+
+STOP, FORWARD, TURN_LEFT, TURN_RIGHT = 0, 1, 2, 3
+NO_ACTION = 4
+
+
+class HouseEnv(gym.Env):
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+    action_names = ("stop", "forward", "turn_left", "turn_right")
+    goal_names = GOAL_NAMES
+    forward_step = 0.25  # metres per forward action
+    turn_step = math.radians(30.0)  # radians per turn action
+    agent_radius = 0.25
+    camera_height_m = CAMERA_HEIGHT
+    camera_pitch_deg = CAMERA_PITCH_DEG  # negative: looking down
+    camera_fov_deg = FOV_Y_DEG  # vertical = horizontal (square images)
+    min_start_distance = 1.0  # geodesic metres between a start and the goal region
+
+    def __init__(
+        self,
+        split: str = "train",
+        image_size: int = 64,
+        max_episode_steps: int = 500,
+        success_distance: float = 1.0,
+        house_seed: int | None = None,
+        slack_reward: float = 0.01,
+        success_reward: float = 2.5,
+        antialias: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        check_split(split)
+        if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
+            raise ValueError(f"image_size must be an int in [16, 1024], got {image_size!r}")
+        if not isinstance(max_episode_steps, (int, np.integer)) or max_episode_steps <= 0:
+            raise ValueError(f"max_episode_steps must be a positive int, got {max_episode_steps!r}")
+        if not success_distance > 0:
+            raise ValueError(f"success_distance must be > 0 metres, got {success_distance!r}")
+        if house_seed is not None and house_split(house_seed) != split:
+            raise ValueError(f"house_seed {house_seed} belongs to the {house_split(house_seed)!r} split, not {split!r}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.split, self.image_size = split, int(image_size)
+        self.max_episode_steps = int(max_episode_steps)
+        self.success_distance = float(success_distance)
+        self.fixed_house_seed = house_seed
+        self.slack_reward, self.success_reward = float(slack_reward), float(success_reward)
+        self.antialias = antialias
+        self.render_mode = render_mode
+
+        n = len(GOAL_NAMES)
+        self.action_space = gym.spaces.Discrete(4)
+        self.observation_space = gym.spaces.Dict({
+            "rgb": gym.spaces.Box(0, 255, (self.image_size, self.image_size, 3), np.uint8),
+            "goal": gym.spaces.Discrete(n),
+            "odom": gym.spaces.Box(np.array([-ODOM_LIMIT_M, -ODOM_LIMIT_M, -np.pi], np.float32),
+                                   np.array([ODOM_LIMIT_M, ODOM_LIMIT_M, np.pi], np.float32), dtype=np.float32),
+            "prev_action": gym.spaces.Discrete(5),
+        })
+        self._rng = np.random.default_rng()
+        self._renderer = None
+        self.layout: HouseLayout | None = None
+        self.nav: NavGrid | None = None
+        self._episode_over = True
+
+    # -- trials and episodes --------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        if seed is not None or self.layout is None or options.get("new_trial", False) or "house_seed" in options:
+            hs = options.get("house_seed", self.fixed_house_seed)
+            if hs is None:
+                hs = draw_house_seed(self._rng, self.split)
+            elif house_split(hs) != self.split:
+                raise ValueError(f"house_seed {hs} belongs to the {house_split(hs)!r} split, not {self.split!r}")
+            self._new_trial(int(hs))
+        self._new_episode()
+        return self.observe(), self._info()
+
+    def _new_trial(self, house_seed: int) -> None:
+        self.layout = generate_layout(house_seed)
+        self.nav = NavGrid(self.layout, self.agent_radius)
+        if self._renderer is None:
+            from icrl_ros.sim.house_render import HouseRenderer  # imports MiniWorld / EGL
+
+            self._renderer = HouseRenderer(self.layout, self.image_size, antialias=self.antialias)
+        else:
+            self._renderer.set_layout(self.layout)
+        self._fields: dict[int, np.ndarray] = {}  # category -> geodesic distance field (lazy)
+        self._goal_masks = {c: self.nav.goal_mask([o for o in self.layout.objects if o.category == c],
+                                                  self.success_distance)
+                            for c in self.layout.categories_present()}
+        self.episode_index = -1
+        self.prev_action = NO_ACTION
+        # Categories with a goal region in the main free space (all of them, for generated
+        # houses at the default success distance).
+        self.goal_categories = tuple(c for c, m in self._goal_masks.items() if m.any())
+        if not self.goal_categories:
+            raise RuntimeError(f"house {house_seed}: no object is reachable "
+                               f"at success_distance={self.success_distance}")
+
+    def _field(self, category: int) -> np.ndarray:
+        if category not in self._fields:
+            self._fields[category] = self.nav.distance_field(self._goal_masks[category])
+        return self._fields[category]
+
+    def _new_episode(self) -> None:
+        self.goal = int(self._rng.choice(self.goal_categories))
+        D = self._field(self.goal)
+        ok = np.argwhere(np.isfinite(D) & (D >= self.min_start_distance))
+        if len(ok) == 0:
+            ok = np.argwhere(np.isfinite(D))
+        for _ in range(20):
+            i, j = ok[int(self._rng.integers(len(ok)))]
+            x = float(self.nav.xs[j] + self._rng.uniform(-0.5, 0.5) * self.nav.cell)
+            z = float(self.nav.zs[i] + self._rng.uniform(-0.5, 0.5) * self.nav.cell)
+            if not self.nav.collides(x, z):
+                break
+        else:
+            x, z = float(self.nav.xs[j]), float(self.nav.zs[i])
+        self.x, self.z = x, z
+        self.yaw = wrap_angle(float(self._rng.uniform(-math.pi, math.pi)))
+        self.start_pose = (self.x, self.z, self.yaw)
+        self.episode_index += 1
+        self.episode_step = 0
+        self.path_length = 0.0
+        self.episode_return = 0.0
+        self.geodesic_distance = self.nav.geodesic(D, self.x, self.z)
+        self.shortest_path = self.geodesic_distance
+        self.success, self.spl = False, 0.0
+        self._episode_over = False
+
+    # -- acting ----------------------------------------------------------------------------
+    def step(self, action):
+        if self._episode_over:
+            raise RuntimeError("the episode is over; call reset() to start the next one")
+        a = int(action)
+        if not 0 <= a < 4:
+            raise ValueError(f"action must be in [0, 4) {self.action_names}, got {action!r}")
+        if a == FORWARD:
+            self._forward(self.forward_step)
+        elif a == TURN_LEFT:
+            self.yaw = wrap_angle(self.yaw + self.turn_step)
+        elif a == TURN_RIGHT:
+            self.yaw = wrap_angle(self.yaw - self.turn_step)
+        self.prev_action = a
+        self.episode_step += 1
+
+        previous = self.geodesic_distance
+        self.geodesic_distance = self.nav.geodesic(self._field(self.goal), self.x, self.z)
+        terminated = a == STOP
+        truncated = not terminated and self.episode_step >= self.max_episode_steps
+        self.success = terminated and self.target_visible_in_reach()
+        reward = previous - self.geodesic_distance - self.slack_reward + self.success_reward * self.success
+        if terminated or truncated:
+            self._episode_over = True
+            if self.success:
+                self.spl = self.shortest_path / max(self.shortest_path, self.path_length, 1e-9)
+        self.episode_return += reward
+        return self.observe(), float(reward), terminated, truncated, self._info()
+
+    def _forward(self, dist: float) -> float:
+        """Move forward up to ``dist``; when blocked, advance as far as free (5 cm steps)."""
+        fx, fz = math.cos(self.yaw), -math.sin(self.yaw)
+        for d in (dist, *np.arange(dist - 0.05, 0.0, -0.05)):
+            if not self.nav.collides(self.x + d * fx, self.z + d * fz):
+                self.x, self.z = self.x + d * fx, self.z + d * fz
+                self.path_length += float(d)
+                return float(d)
+        return 0.0
+
+    def move_continuous(self, linear_m: float, angular_rad: float) -> bool:
+        """Turn by ``angular_rad`` (CCW) and move ``linear_m`` along the mid-turn heading,
+        without counting an episode step (a bridge integrating cmd_vel in real time calls
+        this). The turn always happens; the translation only if collision-free. Returns
+        False when blocked."""
+        if self.layout is None:
+            raise RuntimeError("call reset() before move_continuous()")
+        heading = self.yaw + angular_rad / 2
+        nx, nz = self.x + linear_m * math.cos(heading), self.z - linear_m * math.sin(heading)
+        self.yaw = wrap_angle(self.yaw + angular_rad)
+        if linear_m == 0.0:
+            return True
+        if self.nav.collides(nx, nz):
+            return False
+        self.x, self.z = nx, nz
+        self.path_length += abs(float(linear_m))
+        return True
+
+    # -- observations -----------------------------------------------------------------------
+    def odometry(self) -> np.ndarray:
+        """(x forward, y left, yaw CCW) relative to the episode's start pose."""
+        x0, z0, yaw0 = self.start_pose
+        dX, dY = self.x - x0, -(self.z - z0)  # planar frame: X east, Y north
+        c, s = math.cos(yaw0), math.sin(yaw0)
+        return np.array([c * dX + s * dY, -s * dX + c * dY, wrap_angle(self.yaw - yaw0)], np.float32)
+
+    def observe(self) -> dict[str, np.ndarray]:
+        """Observation of the current state, without stepping."""
+        if self.layout is None:
+            raise RuntimeError("call reset() before observe()")
+        return {
+            "rgb": self._renderer.render(self.x, self.z, self.yaw),
+            "goal": np.int64(self.goal),
+            "odom": self.odometry(),
+            "prev_action": np.int64(self.prev_action),
+        }
+
+    def _info(self) -> dict:
+        return {
+            "goal_name": GOAL_NAMES[self.goal],
+            "success": bool(self.success),
+            "spl": float(self.spl),
+            "geodesic_distance": float(self.geodesic_distance),
+            "agent_pose": np.array([self.x, self.z, self.yaw], np.float64),
+            "episode_step": self.episode_step,
+            "episode_index": self.episode_index,
+            "episode_return": float(self.episode_return),
+            "path_length": float(self.path_length),
+            "shortest_path": float(self.shortest_path),
+            "house_seed": self.layout.seed,
+        }
+
+    # -- task geometry -----------------------------------------------------------------------
+    def target_instances(self) -> list:
+        return [o for o in self.layout.objects if o.category == self.goal]
+
+    def visible_targets(self) -> np.ndarray:
+        """Which target instances show in the current camera image (geometric test)."""
+        return visible(self.target_instances(), (self.x, CAMERA_HEIGHT, self.z), self.yaw, CAMERA_PITCH_DEG,
+                       FOV_Y_DEG, 1.0, self.nav.walls, self.layout.objects)
+
+    def target_visible_in_reach(self) -> bool:
+        """Success test: a target instance within success_distance (of its surface) and visible."""
+        inst = self.target_instances()
+        near = np.array([math.hypot(o.x - self.x, o.z - self.z) - o.cat.radius <= self.success_distance for o in inst])
+        return bool((near & self.visible_targets()).any())
+
+    def oracle_action(self) -> int:
+        """The action of a shortest-path follower (see ``house_oracle``); for tests, sanity
+        checks and baselines."""
+        from icrl_ros.sim.house_oracle import oracle_action
+
+        return oracle_action(self)
+
+    # -- pictures ------------------------------------------------------------------------------
+    def render(self):
+        if self.render_mode == "rgb_array":
+            return self.observe()["rgb"]
+        return None
+
+    def render_top_down(self, trajectories: list[np.ndarray] | None = None, px_per_m: float = 24.0) -> np.ndarray:
+        """RGB map of the house: walls, objects by category, this episode's target instances
+        ringed, the agent, and optional (N, 2) world (x, z) trajectories."""
+        if self.layout is None:
+            raise RuntimeError("call reset() before render_top_down()")
+        return draw_top_down(self.layout, [self.goal], trajectories, (self.x, self.z, self.yaw), px_per_m)
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+        super().close()
+
+
+__all__ = ["HouseEnv", "CATEGORIES", "GOAL_NAMES", "STOP", "FORWARD", "TURN_LEFT", "TURN_RIGHT", "NO_ACTION"]

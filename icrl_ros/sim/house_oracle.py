@@ -1,0 +1,76 @@
+"""A shortest-path follower for the house env (like Habitat's ShortestPathFollower).
+
+Pure pursuit on the geodesic field: take the farthest cell of the grid shortest path
+(within ``LOOKAHEAD`` metres) reachable in a straight free line, and turn towards it or
+step forward. Once within reach of a target instance, turn to face it and stop when it
+is visible. Used by the tests (an optimal-ish agent must succeed with SPL near 1) and as
+a reference for what a good policy achieves.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from icrl_ros.sim.house_nav import segments_cross, wrap_angle
+
+if TYPE_CHECKING:
+    from icrl_ros.sim.house import HouseEnv
+
+LOOKAHEAD = 1.0
+STOP, FORWARD, TURN_LEFT, TURN_RIGHT = 0, 1, 2, 3
+
+
+def _steer(env: HouseEnv, x: float, z: float) -> int:
+    """Head for (x, z): of the headings reachable by turning (the 30-degree lattice around
+    the current yaw) whose full forward step is collision-free, take the one closest to the
+    bearing; step forward if it is the current heading, else turn towards it. The choice
+    depends only on the position, so turning never oscillates."""
+    bearing = math.atan2(-(z - env.z), x - env.x)
+    best, best_k = math.inf, None
+    for k in range(12):
+        h = env.yaw + k * env.turn_step
+        err = abs(wrap_angle(bearing - h))
+        if err < best and not env.nav.collides(env.x + env.forward_step * math.cos(h),
+                                               env.z - env.forward_step * math.sin(h)):
+            best, best_k = err, k
+    if best_k is None:  # boxed in: turn on the spot
+        return TURN_LEFT
+    if best_k == 0:
+        return FORWARD
+    return TURN_LEFT if best_k <= 6 else TURN_RIGHT
+
+
+def oracle_action(env: HouseEnv) -> int:
+    if env.target_visible_in_reach():
+        return STOP
+    nav, D = env.nav, env._field(env.goal)
+    inst = env.target_instances()
+    surf = [math.hypot(o.x - env.x, o.z - env.z) - o.cat.radius for o in inst]
+    k = int(np.argmin(surf))
+    o = inst[k]
+    in_sight = not segments_cross(np.array([[env.x, env.z]]), np.array([[o.x, o.z]]), nav.walls)[0]
+    if surf[k] <= env.success_distance - 0.1 and in_sight:
+        err = wrap_angle(math.atan2(-(o.z - env.z), o.x - env.x) - env.yaw)
+        if abs(err) > env.turn_step / 2:
+            return TURN_LEFT if err > 0 else TURN_RIGHT
+        return _steer(env, o.x, o.z)  # facing it but hidden (occluded): get closer
+    geo, cell = nav.nearest_on_path(D, env.x, env.z)
+    if cell is None:
+        return TURN_LEFT
+    if D[cell] == 0.0:  # in the goal region: head for the nearest visible-from-here instance
+        return _steer(env, o.x, o.z) if in_sight else _steer(env, nav.xs[cell[1]], nav.zs[cell[0]])
+    path = nav.descend(D, cell, max_steps=int(LOOKAHEAD / nav.cell) + 4)
+    # The farthest path cell within the lookahead that a straight free line reaches; if
+    # none is at least a step away, the first path cell that is (steering avoids contact).
+    far = [c for c in path if math.hypot(nav.xs[c[1]] - env.x, nav.zs[c[0]] - env.z) >= 0.3] or [path[-1]]
+    target = far[0]
+    for c in far:
+        cx, cz = nav.xs[c[1]], nav.zs[c[0]]
+        if math.hypot(cx - env.x, cz - env.z) > LOOKAHEAD:
+            break
+        if nav.segment_free(env.x, env.z, cx, cz):
+            target = c
+    return _steer(env, nav.xs[target[1]], nav.zs[target[0]])

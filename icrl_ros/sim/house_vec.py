@@ -1,0 +1,225 @@
+"""``HouseVecEnv``: many house trials stepped in subprocess workers for training.
+
+Each worker process owns a contiguous slice of the envs (its own EGL context) and talks
+to the parent over a pipe. ``step`` auto-resets a finished env to the *next episode of the
+same trial* (same house); ``reset_trial`` draws new houses. Observations come back
+stacked: rgb (N, H, W, 3) uint8, goal (N,), odom (N, 3) float32, prev_action (N,).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import traceback
+from typing import Any
+
+import numpy as np
+
+from icrl_ros.sim.house_layout import GOAL_NAMES, ODOM_LIMIT_M, check_split
+
+OBS_KEYS = ("rgb", "goal", "odom", "prev_action")
+
+
+def _stack(obs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {k: np.stack([o[k] for o in obs]) for k in OBS_KEYS}
+
+
+def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) -> None:
+    if single_thread_gl:  # one llvmpipe render thread per worker: workers are the parallelism
+        os.environ.setdefault("LP_NUM_THREADS", "1")
+    try:
+        from icrl_ros.sim.house import HouseEnv
+
+        envs = [HouseEnv(**env_kwargs) for _ in seeds]
+        started = False
+        conn.send(("ok", None))
+        while True:
+            cmd, arg = conn.recv()
+            if cmd == "reset_trial":
+                idx, house_seeds = arg
+                obs = []
+                for k in idx:
+                    opts = {"new_trial": True}
+                    if house_seeds is not None and house_seeds[k] is not None:
+                        opts["house_seed"] = int(house_seeds[k])
+                    # The first trial seeds each env's own generator (reproducible streams).
+                    o, _ = envs[k].reset(seed=None if started else seeds[k], options=opts)
+                    obs.append(o)
+                started = True
+                conn.send(("ok", _stack(obs)))
+            elif cmd == "step":
+                obs, rew, done, infos = [], [], [], []
+                for env, a in zip(envs, arg):
+                    o, r, term, trunc, info = env.step(int(a))
+                    info["terminated"], info["truncated"] = term, trunc
+                    if term or trunc:
+                        o, _ = env.reset()  # next episode, same house
+                    obs.append(o)
+                    rew.append(r)
+                    done.append(term or trunc)
+                    infos.append(info)
+                conn.send(("ok", (_stack(obs), np.array(rew, np.float32), np.array(done), infos)))
+            elif cmd == "call":
+                name, args, kwargs = arg
+                conn.send(("ok", [getattr(env, name)(*args, **kwargs) for env in envs]))
+            elif cmd == "close":
+                for env in envs:
+                    env.close()
+                conn.send(("ok", None))
+                return
+            else:
+                raise ValueError(f"unknown command {cmd!r}")
+    except Exception:  # report to the parent instead of dying silently
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except (BrokenPipeError, EOFError):
+            pass
+    finally:
+        conn.close()
+
+
+class HouseVecEnv:
+    """``num_envs`` MiniWorld house trials in ``num_workers`` processes."""
+
+    n_actions = 4
+    action_names = ("stop", "forward", "turn_left", "turn_right")
+    goal_names = GOAL_NAMES
+
+    def __init__(
+        self,
+        num_envs: int,
+        split: str = "train",
+        seed: int | None = None,
+        image_size: int = 64,
+        num_workers: int | None = None,
+        max_episode_steps: int = 500,
+        success_distance: float = 1.0,
+        start_method: str | None = None,
+        single_thread_gl: bool = True,
+    ) -> None:
+        if not isinstance(num_envs, (int, np.integer)) or num_envs <= 0:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        check_split(split)
+        workers = min(num_envs, num_workers or os.cpu_count() or 1)
+        if workers <= 0:
+            raise ValueError(f"num_workers must be positive, got {num_workers!r}")
+        self.num_envs, self.split, self.image_size = int(num_envs), split, int(image_size)
+        self.max_episode_steps = int(max_episode_steps)
+        self.episode_step = np.zeros(self.num_envs, np.int64)
+        env_seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(self.num_envs)]
+        # Contiguous slices of envs per worker.
+        bounds = np.linspace(0, self.num_envs, workers + 1).round().astype(int)
+        self._slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        kwargs = dict(split=split, image_size=self.image_size, max_episode_steps=self.max_episode_steps,
+                      success_distance=success_distance)
+        if start_method is None:
+            start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        ctx = mp.get_context(start_method)
+        self._conns, self._procs = [], []
+        self._closed = False
+        for a, b in self._slices:
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker, args=(child, kwargs, env_seeds[a:b], single_thread_gl), daemon=True)
+            p.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(p)
+        for w in range(len(self._conns)):
+            self._recv(w)
+
+        from gymnasium import spaces
+
+        self.action_space = spaces.Discrete(4)
+        self.observation_space = spaces.Dict({
+            "rgb": spaces.Box(0, 255, (self.image_size, self.image_size, 3), np.uint8),
+            "goal": spaces.Discrete(len(GOAL_NAMES)),
+            "odom": spaces.Box(np.array([-ODOM_LIMIT_M, -ODOM_LIMIT_M, -np.pi], np.float32),
+                               np.array([ODOM_LIMIT_M, ODOM_LIMIT_M, np.pi], np.float32), dtype=np.float32),
+            "prev_action": spaces.Discrete(5),
+        })
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._procs)
+
+    def _recv(self, w: int) -> Any:
+        try:
+            status, payload = self._conns[w].recv()
+        except EOFError:
+            raise RuntimeError(f"HouseVecEnv worker {w} died (exit code {self._procs[w].exitcode})") from None
+        if status == "error":
+            raise RuntimeError(f"HouseVecEnv worker {w} failed:\n{payload}")
+        return payload
+
+    def _gather(self) -> list:
+        return [self._recv(w) for w in range(len(self._conns))]
+
+    # -- API ---------------------------------------------------------------------------------
+    def reset_trial(self, house_seeds: list[int | None] | None = None) -> dict[str, np.ndarray]:
+        """New houses for every env (``house_seeds[i]`` picks env i's house; None draws one
+        from the split). Returns the first observations, stacked."""
+        if house_seeds is not None and len(house_seeds) != self.num_envs:
+            raise ValueError(f"house_seeds must have {self.num_envs} entries, got {len(house_seeds)}")
+        for w, (a, b) in enumerate(self._slices):
+            seeds = None if house_seeds is None else list(house_seeds[a:b])
+            self._conns[w].send(("reset_trial", (list(range(b - a)), seeds)))
+        obs = _stack_parts(self._gather())
+        self.episode_step[:] = 0
+        return obs
+
+    def step(self, actions) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, list[dict]]:
+        """Step every env; finished envs start their next episode in the same house. The
+        info of a finished env describes the episode that ended (success, spl, ...)."""
+        a = np.asarray(actions, dtype=np.int64).reshape(-1)
+        if a.shape[0] != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} actions, got {a.shape[0]}")
+        if (a < 0).any() or (a >= self.n_actions).any():
+            raise ValueError(f"actions must lie in [0, {self.n_actions}) {self.action_names}, got {a}")
+        for w, (lo, hi) in enumerate(self._slices):
+            self._conns[w].send(("step", a[lo:hi]))
+        parts = self._gather()
+        obs = _stack_parts([p[0] for p in parts])
+        reward = np.concatenate([p[1] for p in parts])
+        done = np.concatenate([p[2] for p in parts])
+        infos = [i for p in parts for i in p[3]]
+        self.episode_step = np.where(done, 0, np.array([i["episode_step"] for i in infos])).astype(np.int64)
+        return obs, reward, done, infos
+
+    def call(self, name: str, *args, **kwargs) -> list:
+        """Call a method on every env (e.g. ``render_top_down``); one result per env."""
+        for w in range(len(self._conns)):
+            self._conns[w].send(("call", (name, args, kwargs)))
+        return [r for part in self._gather() for r in part]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for w, conn in enumerate(self._conns):
+            try:
+                conn.send(("close", None))
+                conn.recv()
+            except (BrokenPipeError, EOFError, OSError):
+                pass
+        for p in self._procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+        for conn in self._conns:
+            conn.close()
+
+    def __enter__(self) -> HouseVecEnv:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _stack_parts(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([p[k] for p in parts]) for k in OBS_KEYS}
