@@ -30,5 +30,5 @@ setup(
     description="In-context RL policies from training to a robot",
     license="Apache-2.0",
     tests_require=["pytest"],
-    entry_points={"console_scripts": []},
+    entry_points={"console_scripts": ["agent_node = icrl_ros.nodes.agent_node:main", "sim_bridge_node = icrl_ros.nodes.sim_bridge_node:main"]},
 )

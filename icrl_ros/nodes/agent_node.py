@@ -575,6 +575,9 @@ def main(args: list[str] | None = None) -> None:
         node = AgentNode()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
+        if node.get_parameter("autostart").value:
+            if node.trigger_configure() == TransitionCallbackReturn.SUCCESS:
+                node.trigger_activate()
         try:
             executor.spin()
         finally:

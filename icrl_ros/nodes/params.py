@@ -87,6 +87,9 @@ class AgentParams(ParamsBase):
     memory_path: str = _param(
         "~/.ros/icrl_ros/memory", "Snapshot file used by the save_memory / load_memory services."
     )
+    autostart: bool = _param(
+        False, "Console script only: configure and activate at start (no launch file or lifecycle manager)."
+    )
     # --- acting -------------------------------------------------------------------------------
     action_mode: str = _param(
         "discrete",

@@ -185,3 +185,39 @@ def test_console_entry_point_runs_and_exits_cleanly_on_sigint(ros_context) -> No
             proc.kill()
         ex.shutdown()
         probe.destroy_node()
+
+
+def test_bridge_drives_the_house_env_when_registered(ros_context) -> None:
+    """The default env id: lockstep forward / turn move the odometry by the action's step."""
+    import gymnasium as gym
+
+    try:
+        import icrl_ros.sim  # noqa: F401  (registers the project's ids)
+    except ImportError as e:
+        pytest.skip(f"icrl_ros.sim does not import: {e}")
+    if "icrl_ros/MiniWorldHouse-v0" not in gym.registry:
+        pytest.skip("icrl_ros/MiniWorldHouse-v0 is not registered yet")
+    ex = SingleThreadedExecutor(context=ros_context)
+    probe = Probe(ros_context)
+    bridge = SimBridgeNode(context=ros_context, parameter_overrides=[Parameter("seed", value=1)])
+    for n in (probe, bridge):
+        ex.add_node(n)
+    try:
+        assert spin_until(ex, lambda: probe.image_stamps() and probe.got["goal"] and probe.got["odom"], 10)
+        assert probe.got["goal"][-1].data in bridge.goal_names
+        env = bridge.env.unwrapped
+        yaw = 0.0
+        for i, action in enumerate([1, 2, 3, 2]):  # forward (maybe blocked by a wall), left, right, left
+            probe.pub_action.publish(fixture_env_int(action))
+            stamp = 1.0 + 0.5 * (i + 1)
+            assert spin_until(ex, lambda: stamp_to_seconds(probe.got["odom"][-1].header.stamp) == stamp, 10)
+            pose = odometry_msg_to_pose(probe.got["odom"][-1])
+            assert pose == pytest.approx(tuple(float(v) for v in env.observe()["odom"]), abs=1e-5)
+            yaw += {1: 0.0, 2: math.radians(30), 3: -math.radians(30)}[action]
+            assert pose[2] == pytest.approx(yaw, abs=1e-5)
+        img = probe.got["camera/image_raw"][-1]
+        assert img.encoding == "rgb8" and img.height > 0 and img.width > 0
+    finally:
+        ex.shutdown()
+        bridge.destroy_node()
+        probe.destroy_node()

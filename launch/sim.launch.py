@@ -1,0 +1,65 @@
+"""Simulator bridge + agent: the agent tested against a simulated house before a robot.
+
+    ros2 launch icrl_ros sim.launch.py bundle:=/path/to/bundle
+    ros2 launch icrl_ros sim.launch.py bundle:=... mode:=realtime      # cmd_vel through the executor
+
+Arguments
+  bundle       export bundle directory (required)
+  backend      onnxruntime | torch | tensorrt; empty = config/agent.yaml's value
+  env_id       registered Gymnasium id (default: the MiniWorld house)
+  env_kwargs   JSON keyword arguments for the env
+  mode         lockstep (agent publishes Int32 actions) | realtime (agent drives cmd_vel)
+  seed         first trial's seed
+  namespace    namespace of both nodes
+"""
+
+import os
+
+from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
+from launch.launch_description_sources import PythonLaunchDescriptionSource
+from launch_ros.actions import Node
+
+
+def _nodes(context, *args, **kwargs):
+    arg = context.launch_configurations
+    share = get_package_share_directory("icrl_ros")
+    mode = arg["mode"]
+    if mode not in ("lockstep", "realtime"):
+        raise RuntimeError(f"mode: {mode!r} is not lockstep or realtime")
+    bridge = Node(
+        package="icrl_ros",
+        executable="sim_bridge_node",
+        name="sim_bridge",
+        namespace=arg["namespace"],
+        parameters=[
+            os.path.join(share, "config", "bridge.yaml"),
+            {"env_id": arg["env_id"], "env_kwargs": arg["env_kwargs"], "mode": mode, "seed": int(arg["seed"])},
+        ],
+        output="screen",
+    )
+    agent = IncludeLaunchDescription(
+        PythonLaunchDescriptionSource(os.path.join(share, "launch", "agent.launch.py")),
+        launch_arguments={
+            "bundle": arg["bundle"],
+            "backend": arg["backend"],
+            "robot": "sim",
+            "namespace": arg["namespace"],
+            "action_mode": "discrete" if mode == "lockstep" else "twist",
+        }.items(),
+    )
+    return [bridge, agent]
+
+
+def generate_launch_description():
+    return LaunchDescription([
+        DeclareLaunchArgument("bundle", description="Export bundle directory"),
+        DeclareLaunchArgument("backend", default_value="", description="onnxruntime | torch | tensorrt"),
+        DeclareLaunchArgument("env_id", default_value="icrl_ros/MiniWorldHouse-v0", description="Gymnasium id"),
+        DeclareLaunchArgument("env_kwargs", default_value="{}", description="JSON env keyword arguments"),
+        DeclareLaunchArgument("mode", default_value="lockstep", choices=["lockstep", "realtime"]),
+        DeclareLaunchArgument("seed", default_value="0"),
+        DeclareLaunchArgument("namespace", default_value=""),
+        OpaqueFunction(function=_nodes),
+    ])

@@ -1,0 +1,116 @@
+"""Parameter files, launch files, docker files and entry points, checked without ROS.
+
+``ros2 launch`` and Docker are not installable here: launch files are compiled and their
+arguments read from the AST; the Dockerfiles' COPY sources must exist.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from icrl_ros.nodes.params import AgentParams, BridgeParams
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def ros_parameters(name: str) -> dict:
+    with open(os.path.join(REPO, "config", name)) as f:
+        doc = yaml.safe_load(f)
+    assert list(doc) == ["/**"], f"{name}: parameters for every node name under /**"
+    return doc["/**"]["ros__parameters"]
+
+
+def test_parameter_files_validate_against_the_dataclasses() -> None:
+    agent = ros_parameters("agent.yaml")
+    AgentParams.from_dict(agent)
+    fetch = AgentParams.from_dict({**agent, **ros_parameters("fetch.yaml")})
+    assert fetch.camera_topic == "/head_camera/rgb/image_raw"
+    assert (fetch.odom_topic, fetch.cmd_vel_topic, fetch.action_mode) == ("/odom", "/cmd_vel", "twist")
+    assert fetch.control_rate_hz >= 10.0  # the Fetch base zeroes commands older than 0.25 s
+    BridgeParams.from_dict(ros_parameters("bridge.yaml"))
+
+
+def test_parameter_validation_quotes_the_bad_value() -> None:
+    with pytest.raises(ValueError, match="backend: 'tflite' is not one of"):
+        AgentParams.from_dict({"backend": "tflite"})
+    with pytest.raises(ValueError, match="control_rate_hz: 5.0 is below the minimum 10.0"):
+        AgentParams.from_dict({"control_rate_hz": 5.0})
+    with pytest.raises(ValueError, match="unknown parameter"):
+        AgentParams.from_dict({"bundle": "x"})
+    with pytest.raises(ValueError, match="env_kwargs"):
+        BridgeParams.from_dict({"env_kwargs": "{oops"})
+    with pytest.raises(ValueError, match="expected int"):
+        BridgeParams.from_dict({"seed": 1.5})
+
+
+def launch_arguments(name: str) -> set[str]:
+    path = os.path.join(REPO, "launch", name)
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    compile(tree, path, "exec")
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in tree.body)
+    return {
+        n.args[0].value for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "DeclareLaunchArgument"
+    }
+
+
+def test_launch_files_compile_and_declare_their_arguments() -> None:
+    assert launch_arguments("agent.launch.py") >= {"bundle", "backend", "robot", "params_file", "namespace"}
+    assert launch_arguments("sim.launch.py") >= {"bundle", "backend", "env_id", "mode", "namespace"}
+    assert launch_arguments("habitat.launch.py") >= {"bundle", "env_id", "env_kwargs"}
+
+
+def test_entry_points_name_existing_main_functions() -> None:
+    with open(os.path.join(REPO, "setup.py")) as f:
+        setup = f.read()
+    scripts = dict(re.findall(r'"(\w+) = (icrl_ros\.nodes\.\w+):main"', setup))
+    assert set(scripts) == {"agent_node", "sim_bridge_node"}
+    for module in scripts.values():
+        with open(os.path.join(REPO, *module.split(".")) + ".py") as f:
+            tree = ast.parse(f.read())
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), module
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.deploy", "Dockerfile.habitat"])
+def test_dockerfiles_copy_existing_files(dockerfile: str) -> None:
+    with open(os.path.join(REPO, "docker", dockerfile)) as f:
+        text = f.read()
+    for line in re.findall(r"^COPY (.+)$", text, re.M):
+        for src in line.split()[:-1]:
+            assert os.path.exists(os.path.join(REPO, src)), (dockerfile, src)
+    assert os.path.exists(os.path.join(REPO, "docker", dockerfile + ".dockerignore"))
+
+
+def test_shell_scripts_parse() -> None:
+    for script in ("scripts/ensure_ros.sh", "docker/entrypoint.sh"):
+        path = os.path.join(REPO, script)
+        assert os.access(path, os.X_OK), script
+        subprocess.run(["bash", "-n", path], check=True)
+
+
+def test_pure_modules_import_without_rclpy() -> None:
+    """convert, action_executor and params must not need ROS (block rclpy with a meta-path hook)."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('rclpy', 'sensor_msgs', 'std_msgs', 'nav_msgs', 'geometry_msgs'):\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import icrl_ros.nodes, icrl_ros.nodes.convert, icrl_ros.nodes.action_executor, icrl_ros.nodes.params\n"
+        "assert 'rclpy' not in sys.modules\n"
+        "try:\n"
+        "    import icrl_ros.nodes.agent_node\n"
+        "except ImportError:\n"
+        "    print('ok')\n"
+    )
+    out = subprocess.run([os.environ.get("PYTHON", __import__("sys").executable), "-c", code], cwd=REPO,
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
