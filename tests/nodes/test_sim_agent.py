@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from rclpy.parameter import Parameter
 
 from tests.nodes.ros_support import require_ros, spin_until
 
 require_ros()
 
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
 
 from icrl_ros.nodes.agent_node import AgentNode  # noqa: E402
 from icrl_ros.nodes.convert import relative_pose  # noqa: E402
@@ -89,10 +89,17 @@ def test_twist_executor_reaches_steps_against_realtime_bridge(ros_context, tmp_p
         script=[1, 2, 3, 1, 0])
     env = bridge.env.unwrapped
     poses: list[tuple[int, tuple[float, float, float]]] = []
-    probe.on_action = lambda msg: poses.append((msg.data, tuple(float(v) for v in env.pose)))
     try:
         agent.trigger_configure()
         agent.trigger_activate()
+        # the env's true pose at the moment the agent publishes each action (before the bridge
+        # can react to a stop by resetting the env)
+        publish = agent.pub_action.publish
+
+        def record(msg):
+            poses.append((msg.data, tuple(float(v) for v in env.pose)))
+            publish(msg)
+        agent.pub_action.publish = record
         assert spin_until(ex, lambda: len(poses) >= 5, 40), poses
         # each step = the pose change between consecutive actions, in the frame of the first
         for (action, before), (_, after) in zip(poses[:4], poses[1:5]):
