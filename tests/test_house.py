@@ -205,7 +205,7 @@ def test_geometric_visibility_matches_the_renderer():
     agree = 0
     for x, z, yaw in poses:
         drawn = (np.abs(r_with.render(x, z, yaw).astype(int) - r_without.render(x, z, yaw)).sum(-1) > 30).sum() > 0
-        geo = visible([ball], (x, CAMERA_HEIGHT, z), yaw, CAMERA_PITCH_DEG, FOV_Y_DEG, 1.0, nav.walls)[0]
+        geo = visible([ball], (x, CAMERA_HEIGHT, z), yaw, CAMERA_PITCH_DEG, FOV_Y_DEG, 1.0, nav.sight_walls)[0]
         agree += drawn == geo
     r_with.close()
     r_without.close()

@@ -255,7 +255,7 @@ class HouseEnv(gym.Env):
     def visible_targets(self) -> np.ndarray:
         """Which target instances show in the current camera image (geometric test)."""
         return visible(self.target_instances(), (self.x, CAMERA_HEIGHT, self.z), self.yaw, CAMERA_PITCH_DEG,
-                       FOV_Y_DEG, 1.0, self.nav.walls, self.layout.objects)
+                       FOV_Y_DEG, 1.0, self.nav.sight_walls, self.layout.objects)
 
     def target_visible_in_reach(self) -> bool:
         """Success test: a target instance within success_distance (of its surface) and visible."""

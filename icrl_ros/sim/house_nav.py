@@ -67,7 +67,12 @@ class NavGrid:
     ) -> None:
         self.layout = layout
         self.agent_radius, self.cell = agent_radius, cell
-        self.walls = layout.wall_segments()  # (S, 2, 2)
+        self.walls = layout.wall_segments()  # (S, 2, 2): collisions
+        # Sight lines: walls stretched 2 cm at both ends, so that a line through the exact
+        # corner where two walls meet (grid cell centres hit corners) counts as blocked.
+        d = self.walls[:, 1] - self.walls[:, 0]
+        d = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
+        self.sight_walls = np.stack([self.walls[:, 0] - 0.02 * d, self.walls[:, 1] + 0.02 * d], axis=1)
         min_x, max_x, min_z, max_z = layout.bounds
         self.x0, self.z0 = min_x - 2 * cell, min_z - 2 * cell
         nx = int(math.ceil((max_x - self.x0) / cell)) + 2
@@ -104,21 +109,26 @@ class NavGrid:
         return i, j
 
     def _relax(self, D: np.ndarray, free: np.ndarray) -> np.ndarray:
-        """Grid shortest-path distances from the zero cells of D over ``free`` cells."""
+        """Grid shortest-path distances from the zero cells of D over ``free`` cells:
+        16-neighbour relaxation sweeps (updates apply in place, so one sweep carries a
+        value several cells) until nothing changes."""
         H, W = D.shape
-        steps = [(di, dj, math.hypot(di, dj) * self.cell) for di, dj in _MOVES]
-        D = D.copy()
-        D[~free] = np.inf
-        block = np.where(free, 0.0, np.inf)  # added to a destination: blocked cells stay inf
-        while True:
-            before = D.copy()
-            for di, dj, c in steps:
-                # dst = D[i, j] relaxed from src = D[i - di, j - dj]
-                dst_sl = (slice(max(di, 0), H + min(di, 0)), slice(max(dj, 0), W + min(dj, 0)))
-                src_sl = (slice(max(-di, 0), H + min(-di, 0)), slice(max(-dj, 0), W + min(-dj, 0)))
-                np.minimum(D[dst_sl], D[src_sl] + (c + block[dst_sl]), out=D[dst_sl])
-            if np.array_equal(D, before):
-                return D
+        D = np.where(free, D, np.inf).astype(np.float32)
+        block = np.where(free, 0.0, np.inf).astype(np.float32)  # blocked destinations stay inf
+        plan = []
+        for di, dj in _MOVES:  # D[i, j] relaxed from D[i - di, j - dj]
+            dst = (slice(max(di, 0), H + min(di, 0)), slice(max(dj, 0), W + min(dj, 0)))
+            src = (slice(max(-di, 0), H + min(-di, 0)), slice(max(-dj, 0), W + min(-dj, 0)))
+            plan.append((dst, src, block[dst] + np.float32(math.hypot(di, dj) * self.cell)))
+        changed = True
+        while changed:
+            changed = False
+            for dst, src, cost in plan:
+                cand = D[src] + cost
+                if (cand < D[dst]).any():
+                    np.minimum(D[dst], cand, out=D[dst])
+                    changed = True
+        return D
 
     def _largest_component(self, free: np.ndarray) -> np.ndarray:
         remaining, best = free.copy(), np.zeros_like(free)
@@ -151,13 +161,13 @@ class NavGrid:
             if len(ij) == 0:
                 continue
             p0 = np.stack([self.xs[ij[:, 1]], self.zs[ij[:, 0]]], axis=1)
-            blocked = segments_cross(p0, np.broadcast_to(np.array([o.x, o.z]), p0.shape), self.walls)
+            blocked = segments_cross(p0, np.broadcast_to(np.array([o.x, o.z]), p0.shape), self.sight_walls)
             mask[ij[~blocked, 0], ij[~blocked, 1]] = True
         return mask
 
     def distance_field(self, goal: np.ndarray) -> np.ndarray:
         """Geodesic distance (m) from every free cell to the goal cells; inf elsewhere."""
-        return self._relax(np.where(goal & self.free, 0.0, np.inf), self.free).astype(np.float32)
+        return self._relax(np.where(goal & self.free, 0.0, np.inf), self.free)
 
     def geodesic(self, D: np.ndarray, x: float, z: float) -> float:
         """Geodesic distance of a continuous point: min over nearby free cells of the straight

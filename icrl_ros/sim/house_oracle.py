@@ -51,8 +51,8 @@ def oracle_action(env: HouseEnv) -> int:
     surf = [math.hypot(o.x - env.x, o.z - env.z) - o.cat.radius for o in inst]
     k = int(np.argmin(surf))
     o = inst[k]
-    in_sight = not segments_cross(np.array([[env.x, env.z]]), np.array([[o.x, o.z]]), nav.walls)[0]
-    if surf[k] <= env.success_distance - 0.1 and in_sight:
+    in_sight = not segments_cross(np.array([[env.x, env.z]]), np.array([[o.x, o.z]]), nav.sight_walls)[0]
+    if surf[k] <= env.success_distance and in_sight:
         err = wrap_angle(math.atan2(-(o.z - env.z), o.x - env.x) - env.yaw)
         if abs(err) > env.turn_step / 2:
             return TURN_LEFT if err > 0 else TURN_RIGHT

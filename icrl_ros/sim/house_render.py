@@ -147,11 +147,6 @@ def _world_class() -> type:
     mw = _miniworld()
     gl, entity = mw.gl, mw.entity
 
-    class StaticBox(entity.Box):
-        @property
-        def is_static(self) -> bool:  # compiled into the display list with the rooms
-            return True
-
     class LowPolyBall(entity.Entity):
         """A coloured sphere. MiniWorld's ball mesh has 5,192 triangles, which made balls
         most of the frame time; a 16 x 10 GLU sphere looks the same at these sizes."""
@@ -163,10 +158,6 @@ def _world_class() -> type:
             self.color_vec = entity.COLORS[color]
             self.radius, self.height = size / 2, size
 
-        @property
-        def is_static(self) -> bool:
-            return True
-
         def render(self) -> None:
             if LowPolyBall._quadric is None:
                 LowPolyBall._quadric = gl.gluNewQuadric()
@@ -177,6 +168,30 @@ def _world_class() -> type:
             gl.gluSphere(LowPolyBall._quadric, self.height / 2, 16, 10)
             gl.glPopMatrix()
             gl.glColor3f(1, 1, 1)
+
+    model_lists: dict[str, int] = {}  # category name -> display list drawing it at the origin
+
+    def model_list(cat) -> int:
+        """One display list per category and process (all worlds share the GL context):
+        a MiniWorld entity (Box, MeshEnt) or a LowPolyBall drawn at the origin, yaw 0."""
+        if cat.name not in model_lists:
+            if cat.shape == "box":
+                ent = entity.Box(cat.color, size=cat.height)
+                ent.randomize(mw.miniworld.DEFAULT_PARAMS, None)  # sets its colour, no noise
+            elif cat.shape == "ball":
+                ent = LowPolyBall(cat.color, size=cat.height)
+            elif cat.shape == "key":
+                ent = entity.MeshEnt(f"key_{cat.color}", height=cat.height, static=True)
+            else:
+                ent = entity.MeshEnt(cat.shape, height=cat.height, static=True)
+            ent.pos, ent.dir = np.zeros(3), 0.0
+            lid = gl.glGenLists(1)
+            gl.glNewList(lid, gl.GL_COMPILE)
+            ent.render()
+            gl.glColor3f(1, 1, 1)
+            gl.glEndList()
+            model_lists[cat.name] = lid
+        return model_lists[cat.name]
 
     class HouseWorld(mw.miniworld.MiniWorldEnv):
         """A MiniWorld scene built from a ``HouseLayout`` (used for drawing only)."""
@@ -235,18 +250,14 @@ def _world_class() -> type:
                 rooms[d.b].add_portal(eb, max_y=d.height, **span)
                 passage.add_portal(pa, start_pos=0, end_pos=d.hi - d.lo)
                 passage.add_portal(pb, start_pos=0, end_pos=d.hi - d.lo)
-            for o in L.objects:
-                c = o.cat
-                if c.shape == "box":
-                    ent = StaticBox(c.color, size=c.height)
-                elif c.shape == "ball":
-                    ent = LowPolyBall(c.color, size=c.height)
-                elif c.shape == "key":
-                    ent = entity.MeshEnt(f"key_{c.color}", height=c.height, static=True)
-                else:
-                    ent = entity.MeshEnt(c.shape, height=c.height, static=True)
-                self.place_entity(ent, pos=np.array([o.x, 0.0, o.z]), dir=o.yaw)
-                ent.radius = c.radius
+            # Objects are not MiniWorld entities of this world: each frame draws the shared
+            # per-category model lists of the instances inside the view frustum (compiling
+            # them into every world's static list cost memory bandwidth and drew the ~75%
+            # of objects that are out of view).
+            self._obj_lists = [model_list(o.cat) for o in L.objects]
+            self._obj_pose = [(o.x, o.z, math.degrees(o.yaw)) for o in L.objects]
+            self._obj_centre = np.array([[o.x, o.cat.height / 2, o.z] for o in L.objects]).reshape(-1, 3)
+            self._obj_bound = np.array([math.hypot(o.cat.radius, o.cat.height / 2) for o in L.objects])
             for p in L.pictures:
                 # Stand 1 cm off the wall, facing into the room.
                 pos = [p.x + 0.01 * math.cos(p.yaw), PICTURE_HEIGHT, p.z - 0.01 * math.sin(p.yaw)]
@@ -276,11 +287,27 @@ def _world_class() -> type:
                     ent.render()
             gl.glEndList()
 
+        def _in_view(self) -> np.ndarray:
+            """Objects whose bounding sphere meets the camera frustum (side planes)."""
+            a = self.agent
+            f = a.cam_dir
+            r = np.array([math.sin(a.dir), 0.0, math.cos(a.dir)])
+            u = np.cross(r, f)
+            v = self._obj_centre - a.cam_pos  # (N, 3)
+            zc, xc, yc = v @ f, np.abs(v @ r), np.abs(v @ u)
+            t = math.tan(math.radians(a.cam_fov_y) / 2)  # square image: same both ways
+            R, k = self._obj_bound, math.sqrt(1 + t * t)
+            return (zc > -R) & (xc - t * zc <= R * k) & (yc - t * zc <= R * k)
+
         def _render_world(self, frame_buffer, render_agent):
             gl.glCallList(self._static_list)
-            for ent in self.entities:
-                if not ent.is_static and ent is not self.agent:
-                    ent.render()
+            for i in np.flatnonzero(self._in_view()):
+                x, z, yaw_deg = self._obj_pose[i]
+                gl.glPushMatrix()
+                gl.glTranslatef(x, 0.0, z)
+                gl.glRotatef(yaw_deg, 0.0, 1.0, 0.0)
+                gl.glCallList(self._obj_lists[i])
+                gl.glPopMatrix()
             if render_agent:
                 self.agent.render()
             return frame_buffer.resolve()

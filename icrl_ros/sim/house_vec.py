@@ -20,6 +20,11 @@ from icrl_ros.sim.house_layout import GOAL_NAMES, ODOM_LIMIT_M, check_split
 OBS_KEYS = ("rgb", "goal", "odom", "prev_action")
 
 
+def env_seeds(seed: int | None, num_envs: int) -> list[int]:
+    """Per-env seeds of a HouseVecEnv (env i's first trial is ``reset(seed=env_seeds[i])``)."""
+    return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(num_envs)]
+
+
 def _stack(obs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.stack([o[k] for o in obs]) for k in OBS_KEYS}
 
@@ -106,7 +111,7 @@ class HouseVecEnv:
         self.num_envs, self.split, self.image_size = int(num_envs), split, int(image_size)
         self.max_episode_steps = int(max_episode_steps)
         self.episode_step = np.zeros(self.num_envs, np.int64)
-        env_seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(self.num_envs)]
+        seeds = env_seeds(seed, self.num_envs)
         # Contiguous slices of envs per worker.
         bounds = np.linspace(0, self.num_envs, workers + 1).round().astype(int)
         self._slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -119,7 +124,7 @@ class HouseVecEnv:
         self._closed = False
         for a, b in self._slices:
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(child, kwargs, env_seeds[a:b], single_thread_gl), daemon=True)
+            p = ctx.Process(target=_worker, args=(child, kwargs, seeds[a:b], single_thread_gl), daemon=True)
             p.start()
             child.close()
             self._conns.append(parent)
