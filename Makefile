@@ -13,6 +13,8 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[train,export,test]"
+	# rclpy from PyPI wheels only when no ROS 2 install provides it
+	bash scripts/ensure_ros.sh $(PY)
 	touch $(STAMP)
 
 venv: $(STAMP)
