@@ -1,7 +1,7 @@
 """Frames per second of the MiniWorld house env (icrl_ros/MiniWorldHouse-v0) here.
 
     python training/env_speed.py
-    python training/env_speed.py --image-size 64 --steps-per-env 1000 --workers 1 2 --num-envs 8 --csv runs/env_speed.csv
+    python training/env_speed.py --steps-per-env 1000 --workers 1 2 --num-envs 8 --csv runs/env_speed.csv
 
 One frame = one env step (one rendered observation). Actions are random with the mix a
 searching agent produces (stop 2%, forward 50%, turn left / right 24% each); finished
@@ -150,7 +150,8 @@ def main() -> None:
     record("render only", 0, 1, bench_render(args.image_size, n, args.seed))
     record("single process", 0, args.num_envs, bench_single(args.image_size, n, args.num_envs, args.seed))
     for w in args.workers:
-        record(f"vectorised, {w} worker(s)", w, args.num_envs, bench_vec(args.image_size, n, args.num_envs, w, args.seed))
+        result = bench_vec(args.image_size, n, args.num_envs, w, args.seed)
+        record(f"vectorised, {w} worker(s)", w, args.num_envs, result)
 
     args.csv.parent.mkdir(parents=True, exist_ok=True)
     with args.csv.open("w", newline="") as f:

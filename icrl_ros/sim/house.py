@@ -4,8 +4,13 @@ A *trial* is one procedurally generated house (``house_layout``); each *episode*
 at a random pose and names a target category present in the house. The agent sees a
 first-person RGB image, the goal index, odometry relative to the episode start and its
 previous action; it succeeds by taking ``stop`` within ``success_distance`` of a target
-instance that is visible in its image. Reward (as in ReLIC / Memo):
-``-(geodesic_t - geodesic_{t-1}) - slack + success_bonus * success``.
+instance (agent centre to the edge of the object's footprint disc) that is visible in its
+image (a point of the object projects into the camera frustum with a sight line blocked
+by no wall and no taller object; ~97% agreement with the rendered pixels). Reward (as in
+ReLIC / Memo): ``-(geodesic_t - geodesic_{t-1}) - slack + success_bonus * success``, with
+the geodesic distance to the nearest cell from which stopping can succeed (free, within
+reach of a target instance, with a line of sight to it) on a 0.1 m occupancy grid. SPL
+uses the same distance from the start as the shortest path.
 
 ``reset()`` keeps the house (next episode of the same trial) unless a seed or
 ``options={"new_trial": True}`` is given, or no trial has started yet. The previous
