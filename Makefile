@@ -8,7 +8,8 @@ TORCH  := torch==2.13.0
 
 .PHONY: venv test test-all demo train-darkroom train-dktd evaluate clean
 
-$(STAMP): setup.py
+$(STAMP): setup.py scripts/ensure_ros.sh scripts/ensure_sysdeps.sh
+	bash scripts/ensure_sysdeps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
