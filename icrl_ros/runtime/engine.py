@@ -85,14 +85,27 @@ def _load_backends() -> None:
     from icrl_ros.runtime import ort_engine, torch_engine, trt_engine  # noqa: F401
 
 
-def make_engine(bundle: Bundle, backend: str = "onnxruntime", device: str = "cpu", **options) -> Engine:
-    """Build the engine for ``backend`` on ``device`` ("cpu" | "cuda" | "cuda:N")."""
+def check_backend(backend: str, device: str) -> None:
+    """Refuse an unknown backend, a malformed device, or one this machine cannot run."""
     _load_backends()
     if backend not in BACKENDS:
         raise ValueError(f"backend: unknown {backend!r}; known: {sorted(BACKENDS)}")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"device: {device!r} is not a device ({e})") from e
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"device: {device!r} is not 'cpu' or 'cuda'")
-    if dev.type == "cuda" and not torch.cuda.is_available() and backend == "torch":
-        raise ValueError("device: 'cuda' requested but torch.cuda.is_available() is False")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' requested but torch.cuda.is_available() is False (the cache lives in "
+                         "torch CUDA tensors for every backend)")
+    cls = BACKENDS[backend]
+    if not getattr(cls, "available", lambda: True)():
+        raise ValueError(f"backend: {backend!r} is not usable here (library missing or no GPU); "
+                         f"available: {available_backends()}")
+
+
+def make_engine(bundle: Bundle, backend: str = "onnxruntime", device: str = "cpu", **options) -> Engine:
+    """Build the engine for ``backend`` on ``device`` ("cpu" | "cuda" | "cuda:N")."""
+    check_backend(backend, device)
     return BACKENDS[backend](bundle, device, **options)

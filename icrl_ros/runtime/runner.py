@@ -32,7 +32,7 @@ from torch import Tensor
 from icrl_ros.memory import Memory, MemoMemory, create_memory
 from icrl_ros.memory.snapshot import SnapshotError
 from icrl_ros.runtime.bundle import Bundle, BundleError, load_bundle
-from icrl_ros.runtime.engine import Engine, make_engine
+from icrl_ros.runtime.engine import Engine, check_backend, make_engine
 from icrl_ros.runtime.graphs import TORCH_DTYPES, TRACKED_INPUTS
 
 SIZE_FIELDS = ("capacity", "window", "max_sets")
@@ -100,6 +100,7 @@ class PolicyRunner:
                     memory: str | None = None, memory_budget_bytes: int | None = None) -> PolicyRunner:
         """Load and validate a bundle, build its memory (``memory`` policy: "full" | "window" |
         "memo"; default the manifest's) within ``memory_budget_bytes``, and an engine."""
+        check_backend(backend, device)
         bundle = load_bundle(path)
         mem = build_memory(bundle, memory, memory_budget_bytes, batch=1, device=device)
         opts = {"profile": (1, mem.slots)} if backend == "tensorrt" else {}
