@@ -6,7 +6,7 @@ import icrl_ros.sim as sim
 from icrl_ros.sim import DarkKeyToDoorVecEnv, DarkroomVecEnv, make_vec
 
 
-@pytest.mark.parametrize("env_id", sorted(sim.VEC_ENVS))
+@pytest.mark.parametrize("env_id", sorted(sim.GRID_ENVS))
 def test_conformance(env_id):
     """Every registered env: Gymnasium checker, determinism under a seed, trial semantics."""
     from gymnasium.utils.env_checker import check_env

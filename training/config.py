@@ -100,9 +100,11 @@ class TrainConfig:
         check_positive("threads", self.threads, allow_zero=True)
         self.model_args(n_obs=1, n_actions=1, max_episode_steps=1)  # validates the overrides
 
-    def model_args(self, n_obs: int, n_actions: int, max_episode_steps: int) -> ModelArgs:
+    def model_args(self, **env_fields) -> ModelArgs:
+        """ModelArgs from the config's ``model`` overrides plus what the env determines
+        (``env.model_fields()``: sizes, observation type, goals)."""
         d = dict(self.model)
-        d.update(n_obs=n_obs, n_actions=n_actions, max_episode_steps=max_episode_steps)
+        d.update(env_fields)
         return ModelArgs.from_dict(d)
 
     def to_dict(self) -> dict:

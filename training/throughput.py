@@ -30,7 +30,7 @@ def measure(cfg: TrainConfig, rollouts: int, threads: int, device: str) -> dict:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     env = make_vec(cfg.env.id, cfg.env.num_envs, seed=0)
-    policy = build_policy(cfg.model_args(env.n_obs, env.n_actions, env.max_episode_steps)).to(device)
+    policy = build_policy(cfg.model_args(**env.model_fields())).to(device)
     trainer = PPOTrainer(policy, env, cfg.ppo, rollouts + 1, device)
     update_time = 0.0
     original = trainer.update

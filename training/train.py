@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed + 1000 * rank)
     env = make_vec(cfg.env.id, cfg.env.num_envs, split="train", seed=cfg.seed + 1000 * rank)
-    model_args = cfg.model_args(env.n_obs, env.n_actions, env.max_episode_steps)
+    model_args = cfg.model_args(**env.model_fields())
     policy = build_policy(model_args, load_pretrained=True).to(device)
     if world > 1:  # identical initial weights on every rank
         for p in policy.parameters():
@@ -154,6 +154,8 @@ def main(argv=None) -> int:
         done_steps = (total_rollouts - start) * steps_per_rollout
         print(f"done: {done_steps:,} steps in {elapsed:.0f}s ({done_steps / max(elapsed, 1e-9):.0f} steps/s); "
               f"checkpoint {run_dir / 'checkpoints' / 'final.pt'}", flush=True)
+    if hasattr(env, "close"):
+        env.close()
     if world > 1:
         dist.destroy_process_group()
     return 0

@@ -42,6 +42,8 @@ class ModelArgs:
     """Square RGB input size for ``obs_type: image``."""
     visual_encoder: str = "cnn"
     """Image encoder: ``cnn`` (small CNN trained from scratch)."""
+    use_reward: bool = True
+    """Feed the previous reward to the encoder (False for robots, which get no reward)."""
     pretrained_encoder: str = ""
     """Optional local weights file (torch state dict) for the image encoder; frozen when given."""
     d_model: int = 64

@@ -68,7 +68,7 @@ class StepEncoder(nn.Module):
         else:
             self.obs = nn.Embedding(a.n_obs, a.d_model)
         self.prev_action = nn.Embedding(a.n_actions + 1, a.d_model)
-        self.prev_reward = nn.Linear(1, a.d_model)
+        self.prev_reward = nn.Linear(1, a.d_model) if a.use_reward else None
         self.step = nn.Embedding(a.max_episode_steps, a.d_model)
         self.goal = nn.Embedding(a.n_goals, a.d_model) if a.n_goals else None
 
@@ -86,7 +86,9 @@ class StepEncoder(nn.Module):
             x = self.image(inp["rgb"]) + self.odom(torch.cat([odom[..., :2], yaw.cos(), yaw.sin()], -1))
         else:
             x = self.obs(inp["obs"])
-        x = x + self.prev_action(inp["prev_action"]) + self.prev_reward(inp["prev_reward"].unsqueeze(-1).float())
+        x = x + self.prev_action(inp["prev_action"])
+        if self.prev_reward is not None:
+            x = x + self.prev_reward(inp["prev_reward"].unsqueeze(-1).float())
         x = x + self.step(inp["episode_step"].clamp(max=a.max_episode_steps - 1))
         if self.goal is not None:
             x = x + self.goal(inp["goal"])

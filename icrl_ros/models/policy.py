@@ -60,8 +60,10 @@ class ICLPolicy(nn.Module):
             spec = {"rgb": ((a.image_size, a.image_size, 3), torch.uint8), "odom": ((3,), torch.float32)}
         else:
             spec = {"obs": ((), torch.long)}
-        spec.update({"prev_action": ((), torch.long), "prev_reward": ((), torch.float32),
-                     "episode_step": ((), torch.long)})
+        spec["prev_action"] = ((), torch.long)
+        if a.use_reward:
+            spec["prev_reward"] = ((), torch.float32)
+        spec["episode_step"] = ((), torch.long)
         if self.args.n_goals:
             spec["goal"] = ((), torch.long)
         return spec

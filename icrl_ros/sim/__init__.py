@@ -9,25 +9,31 @@ from __future__ import annotations
 import gymnasium as gym
 
 from icrl_ros.sim.gridworlds import DarkKeyToDoorVecEnv, DarkroomVecEnv, VecTrialEnv
+from icrl_ros.sim.house_vec import HouseVecEnv
 
-VEC_ENVS: dict[str, type[VecTrialEnv]] = {
+GRID_ENVS: dict[str, type[VecTrialEnv]] = {
     "icrl_ros/Darkroom-v0": DarkroomVecEnv,
     "icrl_ros/DarkKeyToDoor-v0": DarkKeyToDoorVecEnv,
 }
 
 
-def make_vec(env_id: str, num_envs: int, split: str = "train", seed: int | None = None) -> VecTrialEnv:
+# Batched envs for training and evaluation, by registered id. HouseVecEnv imports no GL:
+# MiniWorld and EGL load in its worker processes when it is built.
+VEC_ENVS: dict[str, type] = {**GRID_ENVS, "icrl_ros/MiniWorldHouse-v0": HouseVecEnv}
+
+
+def make_vec(env_id: str, num_envs: int, split: str = "train", seed: int | None = None):
     """Batched trial env by registered id; unknown ids list the known ones."""
     if env_id not in VEC_ENVS:
         raise ValueError(f"env_id: unknown id {env_id!r}; known ids: {sorted(VEC_ENVS)}")
     return VEC_ENVS[env_id](num_envs, split=split, seed=seed)
 
 
-for _id, _cls in VEC_ENVS.items():
+for _id, _cls in GRID_ENVS.items():
     if _id not in gym.registry:
         gym.register(id=_id, entry_point="icrl_ros.sim.gym_env:TrialEnv", kwargs={"vec_cls": _cls})
 
-__all__ = ["VEC_ENVS", "make_vec", "VecTrialEnv", "DarkroomVecEnv", "DarkKeyToDoorVecEnv"]
+__all__ = ["VEC_ENVS", "GRID_ENVS", "make_vec", "VecTrialEnv", "DarkroomVecEnv", "DarkKeyToDoorVecEnv"]
 
 # MiniWorld house (ExtObjNav in miniature): a Gymnasium env with dict observations, not a
 # grid-world VEC_ENVS entry; HouseVecEnv (icrl_ros.sim.house_vec) batches it in processes.

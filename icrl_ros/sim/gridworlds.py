@@ -62,6 +62,10 @@ class VecTrialEnv:
         """Return an agent that knows each env's task collects in ``trial_steps`` steps."""
         raise NotImplementedError
 
+    def model_fields(self) -> dict:
+        """ModelArgs fields this env determines."""
+        return {"n_obs": self.n_obs, "n_actions": self.n_actions, "max_episode_steps": self.max_episode_steps}
+
     # -- shared helpers -----------------------------------------------------------
     def _index(self, idx: np.ndarray | None) -> np.ndarray:
         return np.arange(self.num_envs) if idx is None else np.asarray(idx, dtype=np.int64)

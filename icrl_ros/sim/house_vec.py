@@ -143,6 +143,12 @@ class HouseVecEnv:
             "prev_action": spaces.Discrete(5),
         })
 
+    def model_fields(self) -> dict:
+        """ModelArgs fields this env determines: RGB + odometry + goal, no reward input."""
+        return {"n_obs": 1, "n_actions": self.n_actions, "max_episode_steps": self.max_episode_steps,
+                "obs_type": "image", "image_size": self.image_size, "n_goals": len(self.goal_names),
+                "use_reward": False}
+
     @property
     def num_workers(self) -> int:
         return len(self._procs)
