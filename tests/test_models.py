@@ -6,7 +6,7 @@ from tests.helpers import cached_rollout, random_trial
 
 
 def small_args(**kw) -> ModelArgs:
-    base = dict(n_obs=20, n_actions=5, max_episode_steps=8, d_model=32, n_layers=2, n_heads=4, d_mlp=64)
+    base = dict(n_obs=20, n_actions=5, max_episode_steps=8, d_model=32, n_layers=2, n_heads=4, d_mlp=64, grid_size=5)
     base.update(kw)
     return ModelArgs(**base)
 

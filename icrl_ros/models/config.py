@@ -36,6 +36,9 @@ class ModelArgs:
     """Sequence model: ``relic`` (full causal context) or ``memo`` (summary tokens)."""
     n_goals: int = 0
     """Number of goal categories fed to the encoder (0 = no goal input)."""
+    grid_size: int = 0
+    """Grid worlds: side of the square grid; adds (x, y) coordinate features to the cell
+    embedding so navigation to a remembered cell generalises to held-out goals."""
     obs_type: str = "discrete"
     """``discrete`` (a cell index ``obs``) or ``image`` (``rgb`` uint8 HxWx3 + ``odom`` x, y, yaw)."""
     image_size: int = 64
@@ -77,6 +80,7 @@ class ModelArgs:
         for name in ("n_obs", "n_actions", "max_episode_steps", "d_model", "n_layers", "n_heads", "d_mlp", "n_sink"):
             check_positive(f"model.{name}", getattr(self, name))
         check_positive("model.n_goals", self.n_goals, allow_zero=True)
+        check_positive("model.grid_size", self.grid_size, allow_zero=True)
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise ValueError(
                 f"model.d_model: {self.d_model} must split into n_heads={self.n_heads} heads of even size"

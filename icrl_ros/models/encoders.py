@@ -67,6 +67,7 @@ class StepEncoder(nn.Module):
             self.odom = nn.Linear(4, a.d_model)  # x, y, cos(yaw), sin(yaw)
         else:
             self.obs = nn.Embedding(a.n_obs, a.d_model)
+            self.coords = nn.Linear(2, a.d_model) if a.grid_size else None
         self.prev_action = nn.Embedding(a.n_actions + 1, a.d_model)
         self.prev_reward = nn.Linear(1, a.d_model) if a.use_reward else None
         self.step = nn.Embedding(a.max_episode_steps, a.d_model)
@@ -86,6 +87,10 @@ class StepEncoder(nn.Module):
             x = self.image(inp["rgb"]) + self.odom(torch.cat([odom[..., :2], yaw.cos(), yaw.sin()], -1))
         else:
             x = self.obs(inp["obs"])
+            if self.coords is not None:
+                g = a.grid_size
+                xy = torch.stack([inp["obs"] // g, inp["obs"] % g], dim=-1).float() / max(g - 1, 1)
+                x = x + self.coords(xy)
         x = x + self.prev_action(inp["prev_action"])
         if self.prev_reward is not None:
             x = x + self.prev_reward(inp["prev_reward"].unsqueeze(-1).float())

@@ -27,6 +27,7 @@ class VecTrialEnv:
     """Common interface of the batched trial environments."""
 
     name: str = ""
+    size: int  # side of the square grid
     n_obs: int
     n_actions: int
     action_names: tuple[str, ...]
@@ -64,7 +65,8 @@ class VecTrialEnv:
 
     def model_fields(self) -> dict:
         """ModelArgs fields this env determines."""
-        return {"n_obs": self.n_obs, "n_actions": self.n_actions, "max_episode_steps": self.max_episode_steps}
+        return {"n_obs": self.n_obs, "n_actions": self.n_actions, "max_episode_steps": self.max_episode_steps,
+                "grid_size": self.size}
 
     # -- shared helpers -----------------------------------------------------------
     def _index(self, idx: np.ndarray | None) -> np.ndarray:
