@@ -311,3 +311,17 @@ def test_restore_refuses_other_models_and_memories_and_keeps_memory(bundles, tmp
     for t in range(10):
         assert r.act({"obs": t})[0] == twin.act({"obs": t})[0]
     assert r.act({"obs": 0})[1]["step"] == twin.act({"obs": 0})[1]["step"]
+
+
+def test_benchmark_smoke(tmp_path, capsys):
+    from training import benchmark
+
+    csv_path = tmp_path / "b.csv"
+    assert benchmark.main(["--lengths", "512", "--steps", "4", "--policies", "full,memo_stream", "--backends",
+                           "onnxruntime", "--batch", "2", "--batch-length", "256", "--batch-steps", "2",
+                           "--bounded-steps", "1500", "--csv", str(csv_path)]) == 0
+    out = capsys.readouterr().out
+    assert "fill_synthetic" in out and "constant" in out and "VARYING" not in out
+    rows = csv_path.read_text().splitlines()
+    assert rows[0].startswith("backend,policy,batch,context") and len(rows) == 1 + 2 + 2
+    assert (tmp_path / "b_bounded.csv").is_file()

@@ -219,6 +219,12 @@ class PolicyRunner:
             mem.commit(k, v, self._episode)
         return eng.heads(h)
 
+    def close(self) -> None:
+        """Release the engine (sessions, CUDA graphs, TensorRT contexts). The runner is
+        unusable afterwards; memory contents are dropped with it."""
+        with self._lock:
+            self.engine = None  # type: ignore[assignment]
+
     # -- persistence -----------------------------------------------------------------------
     def _runner_state(self) -> dict:
         return {"trial": self.trial, "trial_id": self.trial_id, "episode": self.episode, "step": self.step_in_episode,
