@@ -227,3 +227,18 @@ def test_tensorrt_backend_without_tensorrt_says_so(bundle):
         pass
     with pytest.raises(ValueError, match="tensorrt|device"):
         PolicyRunner.from_bundle(bundle, backend="tensorrt", device="cuda")
+
+
+def test_tensorrt_engine_cache_key_and_profiles(bundle):
+    from icrl_ros.runtime.trt_engine import engine_key, profile_shapes
+
+    b = load_bundle(bundle)
+    shapes = profile_shapes(b.specs["core"], max_batch=2, cache=4097)
+    assert shapes["mask"] == ([1, 1], [2, 4097], [2, 4097])
+    assert shapes["past_k_0"] == ([1, 4, 1, 8], [2, 4, 4097, 8], [2, 4, 4097, 8])
+    assert "x" in shapes and "position" in shapes
+    base = dict(trt_version="10.3", gpu="NVIDIA H100", onnx_sha="abc", profile={"mask": [1, 8]}, fp16=True)
+    key = engine_key(**base)
+    for field, other in [("trt_version", "10.4"), ("gpu", "NVIDIA A40"), ("onnx_sha", "abd"),
+                         ("profile", {"mask": [1, 9]}), ("fp16", False)]:
+        assert engine_key(**{**base, field: other}) != key, field

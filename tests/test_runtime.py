@@ -225,6 +225,19 @@ def test_runner_goal_names_and_image_observations(tmp_path):
         r.act({"rgb": np.zeros((8, 8, 3), np.uint8), "odom": np.zeros(3, np.float32)})
 
 
+def test_models_without_reward_input_and_with_grid_coordinates(tmp_path):
+    from icrl_ros.runtime.selfcheck import check_sample
+
+    torch.manual_seed(0)
+    args = small_args(grid_size=5, n_obs=25, use_reward=False)
+    path = export_bundle(build_policy(args).eval(), tmp_path / "noreward")
+    b = load_bundle(path)
+    assert "prev_reward" not in b.manifest["observation"]["inputs"]
+    assert check_sample(b)["ok"] and check_sample(b, "torch")["ok"]
+    r = PolicyRunner.from_bundle(path)
+    assert r.act({"obs": 3, "reward": 1.0})[1]["memory_tokens"] == 1  # a reward is accepted and unused
+
+
 def test_budget_too_small_is_refused_with_the_field(bundles):
     with pytest.raises(ValueError, match="memory_budget_bytes"):
         PolicyRunner.from_bundle(bundles["relic"], memory="full", memory_budget_bytes=100)

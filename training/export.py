@@ -345,7 +345,8 @@ def main(argv=None) -> int:
                   f"(tolerance {r['tolerance']:g}) {'ok' if r['ok'] else 'FAIL'}")
             bad |= not r["ok"]
         if bad:
-            fail(f"--verify: {out} differs from the torch forward beyond tolerance; re-export in fp32 or check the opset")
+            fail(f"--verify: {out} differs from the torch forward beyond tolerance; re-export in fp32 or check the opset",
+                 code=1)
     return 0
 
 

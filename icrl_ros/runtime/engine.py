@@ -45,7 +45,10 @@ class Engine(ABC):
     backend: str = ""
 
     def __init__(self, bundle: Bundle, device: str = "cpu") -> None:
-        self.bundle, self.device = bundle, torch.device(device)
+        dev = torch.device(device)
+        if dev.type == "cuda" and dev.index is None and torch.cuda.is_available():
+            dev = torch.device("cuda", torch.cuda.current_device())  # "cuda" -> "cuda:N", as tensors report it
+        self.bundle, self.device = bundle, dev
         self.precision = bundle.precision
 
     @property

@@ -72,7 +72,7 @@ class PolicyRunner:
         a = bundle.args
         self.args, self.is_memo = a, isinstance(memory, MemoMemory)
         self.batch, dev = memory.batch, engine.device
-        if memory.k.device != dev:
+        if memory.k.device.type != dev.type or (dev.type == "cuda" and memory.k.device.index != dev.index):
             raise ValueError(f"memory on {memory.k.device}, engine on {dev}: build both on one device")
         self.memory_policy = memory.policy
         self.spec = {io["name"]: io for io in bundle.specs["encoder"]["inputs"]}

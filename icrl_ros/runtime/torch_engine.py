@@ -7,6 +7,8 @@ a step is two graph replays plus the encoder; ``cuda_graphs=False`` runs eagerly
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor
 
@@ -46,7 +48,8 @@ class TorchEngine(Engine):
         super().__init__(bundle, device)
         if threads:
             torch.set_num_threads(threads)  # process-wide: torch has no per-module setting
-        self.graphs = {k: g.to(self.device) for k, g in build_graphs(bundle.load_policy(), self.precision).items()}
+        policy = copy.deepcopy(bundle.load_policy())  # the bundle's copy stays on the CPU for other users
+        self.graphs = {k: g.to(self.device) for k, g in build_graphs(policy, self.precision).items()}
         self.input_names = [io["name"] for io in bundle.specs["encoder"]["inputs"]]
         self.n_layers = bundle.args.n_layers
         self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda" and torch.cuda.is_available()
