@@ -86,6 +86,11 @@ class Memory:
         """The most slots per env that fit ``budget_bytes``."""
         return budget_bytes // (batch * slot_bytes(n_layers, n_heads, head_dim, dtype))
 
+    def view(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """What a step attends to: the static buffers ``k``, ``v`` (L, B, H, P, hd),
+        ``valid`` and ``episode`` (B, P), in place (no copy; engines bind them by address)."""
+        return self.k, self.v, self.valid, self.episode
+
     # -- sizes ------------------------------------------------------------------------
     @property
     def slots(self) -> int:

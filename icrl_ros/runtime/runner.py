@@ -209,9 +209,10 @@ class PolicyRunner:
             self._position.fill_(mem.pos_base() + mem.seg_count)
         else:
             self._position.copy_(self._episode)  # ReLIC: RoPE on the episode index
+        past_k, past_v, valid, episode = mem.view()
         if self._own_mask:  # no IEA: only this episode's slots (and the sink token, episode -1)
-            torch.logical_and(mem.valid, (mem.episode == self._episode[:, None]) | (mem.episode < 0), out=self._mask)
-        h, k, v = eng.core(x, self._position, self._mask, mem.k, mem.v)
+            torch.logical_and(valid, (episode == self._episode[:, None]) | (episode < 0), out=self._mask)
+        h, k, v = eng.core(x, self._position, self._mask, past_k, past_v)
         if self.is_memo:
             if mem.commit(k, v, self._episode):
                 mem.add_summary(*eng.summarize(*mem.summary_inputs()))
