@@ -92,12 +92,13 @@ class SinkAttention(nn.Module):
         A cached step reads the (possibly 64k-slot) cache once instead of copying it into a
         new tensor; only the (B, H, T, S) scores are concatenated.
         """
-        P, scale = past_k.shape[2], self.head_dim ** -0.5
+        P = past_k.shape[2]
+        qs = q * self.head_dim ** -0.5  # scale the (T-row) query, not the (P-column) scores
         mask_add = mask_add.to(q.dtype)
-        parts = [torch.matmul(q, past_k.to(q.dtype).transpose(-1, -2)) * scale + mask_add[..., :P],
-                 torch.matmul(q, k.transpose(-1, -2)) * scale + mask_add[..., P:]]
+        parts = [torch.matmul(qs, past_k.to(q.dtype).transpose(-1, -2)) + mask_add[..., :P],
+                 torch.matmul(qs, k.transpose(-1, -2)) + mask_add[..., P:]]
         if self.n_sink:
-            parts.insert(0, torch.matmul(q, self.sink_k.to(q.dtype).unsqueeze(0).transpose(-1, -2)) * scale)
+            parts.insert(0, torch.matmul(qs, self.sink_k.to(q.dtype).unsqueeze(0).transpose(-1, -2)))
         p = torch.softmax(torch.cat(parts, dim=-1), dim=-1)
         n = self.n_sink
         y = torch.matmul(p[..., n:n + P], past_v.to(q.dtype)) + torch.matmul(p[..., n + P:], v)

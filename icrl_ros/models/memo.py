@@ -64,7 +64,7 @@ class MemoPolicy(ICLPolicy):
         Returns the new summary keys/values (L, B, H, l_sum, hd).
         """
         a = self.args
-        B, S, dev = mem_k.shape[1], a.l_sum, mem_k.device
+        B, S, dev = mem_valid.shape[0], a.l_sum, mem_valid.device  # mem_k may be a per-layer list
         i = torch.arange(S, device=dev)
         q = self.summary_emb.unsqueeze(0).expand(B, S, -1)
         pos1 = (pos_base + seg_len)[:, None] + i
