@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch is pinned: an unpinned torch pulls several GB of CUDA wheels.
 TORCH  := torch==2.13.0
 
-.PHONY: venv test test-all demo train-darkroom train-dktd evaluate clean
+.PHONY: venv test test-all demo demo-darkroom train-darkroom train-dktd evaluate clean
 
 $(STAMP): setup.py scripts/ensure_ros.sh scripts/ensure_sysdeps.sh
 	bash scripts/ensure_sysdeps.sh
@@ -26,7 +26,13 @@ test: venv
 test-all: venv
 	$(PY) -m pytest -q -m ""
 
+# The ROS 2 demo: sim bridge + agent node (shipped Memo bundle, ONNX Runtime) as two processes,
+# DDS on loopback, one trial of 8 episodes in an unseen house -> table + demo_out/.
 demo: venv
+	OMP_NUM_THREADS=1 $(PY) training/demo_ros.py
+
+# The earlier demo: the Darkroom ReLIC checkpoint (checkpoints/darkroom_relic.pt) learning in context.
+demo-darkroom: venv
 	$(PY) training/demo.py
 
 train-darkroom: venv

@@ -1,11 +1,23 @@
-"""ament_python package: `colcon build` installs launch/ and config/ under share/icrl_ros;
-`pip install -e .` gives the same modules without ROS."""
+"""ament_python package: `colcon build` installs launch/, config/ and the shipped export bundles
+(bundles/<name>/) under share/icrl_ros; `pip install -e .` gives the same modules without ROS."""
 
+import os
 from glob import glob
 
 from setuptools import find_packages, setup
 
 PACKAGE = "icrl_ros"
+
+
+def bundle_files() -> list[tuple[str, list[str]]]:
+    """Every shipped export bundle: bundles/<name>/... -> share/icrl_ros/bundles/<name>/..."""
+    out = []
+    for top in sorted(glob("bundles/*/")):
+        for root, _, files in sorted(os.walk(top)):
+            if files:
+                out.append((f"share/{PACKAGE}/{root.rstrip('/')}", sorted(os.path.join(root, f) for f in files)))
+    return out
+
 
 setup(
     name=PACKAGE,
@@ -17,6 +29,7 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
         (f"share/{PACKAGE}/config/train", glob("config/train/*.yaml")),
+        *bundle_files(),
     ],
     python_requires=">=3.10",
     install_requires=["numpy", "gymnasium>=1.0", "pyyaml", "torch", "miniworld>=2.1", "pyglet>=1.5.27,<2"],

@@ -2,9 +2,10 @@
 
     ros2 launch icrl_ros agent.launch.py bundle:=/path/to/bundle robot:=fetch
     ros2 launch icrl_ros agent.launch.py bundle:=... backend:=tensorrt namespace:=robot1
+    ros2 launch icrl_ros agent.launch.py        # the shipped house_memo bundle (a barely-trained demo policy)
 
 Arguments
-  bundle       export bundle directory (required)
+  bundle       export bundle directory; default: the shipped share/icrl_ros/bundles/house_memo
   backend      onnxruntime | torch | tensorrt; empty = the params file's value
   robot        sim (config/agent.yaml) | fetch (config/agent.yaml + config/fetch.yaml)
   params_file  an extra parameter file loaded last (overrides the robot profile)
@@ -32,11 +33,12 @@ def _agent(context, *args, **kwargs):
     robot = arg["robot"]
     if robot not in PROFILES:
         raise RuntimeError(f"robot: {robot!r} is not one of {sorted(PROFILES)}")
-    config = os.path.join(get_package_share_directory("icrl_ros"), "config")
+    share = get_package_share_directory("icrl_ros")
+    config = os.path.join(share, "config")
     parameters = [os.path.join(config, name) for name in PROFILES[robot]]
     if arg["params_file"]:
         parameters.append(arg["params_file"])
-    overrides = {"bundle_path": arg["bundle"]}
+    overrides = {"bundle_path": arg["bundle"] or os.path.join(share, "bundles", "house_memo")}
     for key in ("backend", "action_mode"):
         if arg[key]:
             overrides[key] = arg[key]
@@ -64,7 +66,8 @@ def _agent(context, *args, **kwargs):
 
 def generate_launch_description():
     return LaunchDescription([
-        DeclareLaunchArgument("bundle", description="Export bundle directory"),
+        DeclareLaunchArgument("bundle", default_value="",
+                              description="Export bundle directory (default: share/icrl_ros/bundles/house_memo)"),
         DeclareLaunchArgument("backend", default_value="", description="onnxruntime | torch | tensorrt"),
         DeclareLaunchArgument("robot", default_value="sim", choices=["sim", "fetch"], description="Parameter profile"),
         DeclareLaunchArgument("params_file", default_value="", description="Extra parameter file, loaded last"),

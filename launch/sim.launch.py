@@ -1,10 +1,11 @@
 """Simulator bridge + agent: the agent tested against a simulated house before a robot.
 
+    ros2 launch icrl_ros sim.launch.py                                  # the shipped house_memo bundle
     ros2 launch icrl_ros sim.launch.py bundle:=/path/to/bundle
     ros2 launch icrl_ros sim.launch.py bundle:=... mode:=realtime      # cmd_vel through the executor
 
 Arguments
-  bundle       export bundle directory (required)
+  bundle       export bundle directory; default: the shipped share/icrl_ros/bundles/house_memo
   backend      onnxruntime | torch | tensorrt; empty = config/agent.yaml's value
   env_id       registered Gymnasium id (default: the MiniWorld house)
   env_kwargs   JSON keyword arguments for the env
@@ -54,7 +55,8 @@ def _nodes(context, *args, **kwargs):
 
 def generate_launch_description():
     return LaunchDescription([
-        DeclareLaunchArgument("bundle", description="Export bundle directory"),
+        DeclareLaunchArgument("bundle", default_value="",
+                              description="Export bundle directory (default: the shipped house_memo bundle)"),
         DeclareLaunchArgument("backend", default_value="", description="onnxruntime | torch | tensorrt"),
         DeclareLaunchArgument("env_id", default_value="icrl_ros/MiniWorldHouse-v0", description="Gymnasium id"),
         DeclareLaunchArgument("env_kwargs", default_value="{}", description="JSON env keyword arguments"),

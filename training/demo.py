@@ -1,4 +1,6 @@
-"""`make demo` (for now): the shipped Darkroom ReLIC checkpoint learning in context.
+"""`make demo-darkroom`: the shipped Darkroom ReLIC checkpoint learning in context.
+
+(`make demo` is the ROS 2 house demo, ``training/demo_ros.py``.)
 
 Evaluates ``checkpoints/darkroom_relic.pt`` on the 20 held-out goals for 40 in-context
 episodes (sink + sliding-window memory of the training context), prints the per-episode
@@ -23,7 +25,8 @@ CHECKPOINT = REPO_ROOT / "checkpoints" / "darkroom_relic.pt"
 
 def main() -> int:
     if not CHECKPOINT.is_file():
-        fail(f"{CHECKPOINT} is missing: run `make train-darkroom` and copy runs/darkroom/checkpoints/final.pt there")
+        fail(f"{CHECKPOINT} is missing (it is not shipped yet): run `make train-darkroom` and copy "
+             "runs/darkroom/checkpoints/final.pt there, or run the ROS demo with `make demo`")
     print(f"== in-context learning of {CHECKPOINT.name} on 20 held-out Darkroom goals, 40 episodes each ==", flush=True)
     evaluate.main([str(CHECKPOINT), "--label", "relic", "--trials", "100", "--out", "demo_out"])
     print("\n== a short PPO run (partial updates, cached-KV rollouts) ==", flush=True)

@@ -51,6 +51,7 @@ from icrl_ros.nodes.convert import (
 )
 from icrl_ros.nodes.params import AgentParams
 from icrl_ros.nodes.ros_params import declare_params, read_params
+from icrl_ros.nodes.shipped import resolve_bundle_path
 
 RunnerFactory = Callable[..., Any]
 """``factory(bundle_path, backend=, device=, memory=, memory_budget_bytes=) -> runner``."""
@@ -62,8 +63,44 @@ def default_runner_factory(path: str, **kwargs: Any) -> Any:
     return PolicyRunner.from_bundle(path, **kwargs)
 
 
-def _percentile(values: deque[float], q: float) -> float:
+def _percentile(values: deque[float] | list[float], q: float) -> float:
     return float(np.percentile(np.fromiter(values, dtype=np.float64), q)) if values else 0.0
+
+
+class EpisodeStats:
+    """Per-episode figures of the agent: steps, latency (image in -> action out), the runner's
+    own act time, and the memory size at the episode's last step."""
+
+    def __init__(self) -> None:
+        self.trial = -1
+        self.episode = -1
+        self.goal = ""
+        self.latency_ms: list[float] = []
+        self.act_ms: list[float] = []
+        self.memory_tokens = 0
+        self.memory_bytes = 0
+
+    def add(self, latency_ms: float, info: dict[str, Any], goal: str) -> None:
+        self.trial, self.episode, self.goal = int(info.get("trial", -1)), int(info.get("episode", -1)), goal
+        self.latency_ms.append(latency_ms)
+        self.act_ms.append(float(info.get("latency_ms", 0.0)))
+        self.memory_tokens = int(info.get("memory_tokens", 0))
+        self.memory_bytes = int(info.get("memory_bytes", 0))
+
+    def summary(self) -> dict[str, Any]:
+        """The ``last_episode_*`` status fields."""
+        return {
+            "last_episode_trial": self.trial,
+            "last_episode": self.episode,
+            "last_episode_goal": self.goal,
+            "last_episode_steps": len(self.latency_ms),
+            "last_episode_latency_mean_ms": float(np.mean(self.latency_ms)) if self.latency_ms else 0.0,
+            "last_episode_latency_p99_ms": _percentile(self.latency_ms, 99),
+            "last_episode_act_mean_ms": float(np.mean(self.act_ms)) if self.act_ms else 0.0,
+            "last_episode_act_p99_ms": _percentile(self.act_ms, 99),
+            "last_episode_memory_tokens": self.memory_tokens,
+            "last_episode_memory_bytes": self.memory_bytes,
+        }
 
 
 class AgentNode(LifecycleNode):
@@ -83,7 +120,12 @@ class AgentNode(LifecycleNode):
         self._runner_factory = runner_factory or default_runner_factory
         self.pub_cmd: Any = None
         self.counters: dict[str, int] = dict.fromkeys(self.COUNTERS, 0)
-        self.latencies_ms: deque[float] = deque(maxlen=2000)
+        self.latencies_ms: deque[float] = deque(maxlen=2000)  # image received -> action published
+        self.act_ms: deque[float] = deque(maxlen=2000)  # the runner's own act() time, for comparison
+        self.pub_status: Any = None
+        self.episode_stats = EpisodeStats()  # the running episode
+        self.last_episode: dict[str, Any] = EpisodeStats().summary()  # the last finished one
+        self.episodes_done = 0
         self._last_log: dict[str, float] = {}
         self.params: AgentParams | None = None
         self.runner: Any = None
@@ -147,13 +189,13 @@ class AgentNode(LifecycleNode):
         except ValueError as e:
             self._count("config_errors", f"configure: bad parameter: {e}", "error")
             return TransitionCallbackReturn.FAILURE
+        bundle, tried = resolve_bundle_path(p.bundle_path)
+        if not bundle:
+            what = f"bundle_path {p.bundle_path!r}" if p.bundle_path else "bundle_path is empty and the shipped bundle"
+            self._count("bundle_errors", f"configure: {what} does not exist (tried {tried})", "error")
+            return TransitionCallbackReturn.FAILURE
         if not p.bundle_path:
-            self._count("bundle_errors", "configure: parameter bundle_path is empty", "error")
-            return TransitionCallbackReturn.FAILURE
-        bundle = os.path.expanduser(p.bundle_path)
-        if not os.path.exists(bundle):
-            self._count("bundle_errors", f"configure: bundle_path {bundle!r} does not exist", "error")
-            return TransitionCallbackReturn.FAILURE
+            self.get_logger().info(f"bundle_path is empty: using the shipped default bundle {bundle!r}")
         try:
             runner = self._runner_factory(
                 bundle, backend=p.backend, device=p.device, memory=p.memory or None,
@@ -179,6 +221,9 @@ class AgentNode(LifecycleNode):
                         "error")
             return TransitionCallbackReturn.FAILURE
 
+        if hasattr(runner, "greedy"):  # PolicyRunner: argmax or seeded sampling
+            runner.greedy = p.action_selection == "greedy"
+            runner.generator.manual_seed(p.sample_seed)
         self._reset_state()
         self.runner = runner
         self.action_executor = executor
@@ -188,7 +233,7 @@ class AgentNode(LifecycleNode):
         self._create_entities(p)
         self.get_logger().info(
             f"configured: bundle {bundle!r} ({p.backend} on {p.device}), input {h}x{w}, "
-            f"goals {goal_names}, actions {action_names}, mode {p.action_mode}")
+            f"goals {goal_names}, actions {action_names}, mode {p.action_mode}, {p.action_selection} actions")
         return TransitionCallbackReturn.SUCCESS
 
     def _create_entities(self, p: AgentParams) -> None:
@@ -233,6 +278,7 @@ class AgentNode(LifecycleNode):
                 self.destroy_service(entity)
         self._entities.clear()
         self.pub_cmd = None
+        self.pub_status = None
         close = getattr(self.runner, "close", None)
         if callable(close):
             close()
@@ -295,6 +341,8 @@ class AgentNode(LifecycleNode):
                 return  # the same trial announced twice
             self._bridge_trial = trial
             self._reset_memory(f"trial_start event (trial {trial})")
+        elif kind == "episode_end":
+            self._close_episode()  # the bridge ended it: its figures are final now
 
     def _on_goal(self, msg: String) -> None:
         goal = msg.data.strip()
@@ -362,6 +410,7 @@ class AgentNode(LifecycleNode):
         if stamp > 0 and odom_stamp > 0 and odom_stamp + p.odom_sync_tolerance_s < stamp:
             return  # odometry older than the image: wait for the matching one
         if self._pending_goal is not None:
+            self._close_episode()
             try:
                 self.runner.begin_episode(self._pending_goal)
             except ValueError as e:
@@ -390,7 +439,10 @@ class AgentNode(LifecycleNode):
         self._last_acted_stamp = stamp
         self._resumed_goal = None
         self.pub_action.publish(Int32(data=action))
-        self.latencies_ms.append((time.monotonic() - t_in) * 1e3)
+        latency_ms = (time.monotonic() - t_in) * 1e3
+        self.latencies_ms.append(latency_ms)
+        self.act_ms.append(float(info.get("latency_ms", 0.0)))
+        self.episode_stats.add(latency_ms, info, self.goal)
         self.counters["actions"] += 1
         self._last_info = dict(info)
         if kind is ActionKind.STOP:
@@ -447,7 +499,18 @@ class AgentNode(LifecycleNode):
     # -----------------------------------------------------------------------------------------
     # memory services
 
+    def _close_episode(self) -> None:
+        """The running episode is over (new goal, episode_end event, memory reset): keep its figures
+        as ``last_episode_*`` and publish a status at once, so consumers get one per episode."""
+        if not self.episode_stats.latency_ms:
+            return
+        self.last_episode = self.episode_stats.summary()
+        self.episode_stats = EpisodeStats()
+        self.episodes_done += 1
+        self.publish_status()
+
     def _reset_memory(self, why: str) -> None:
+        self._close_episode()
         self.runner.reset_trial()
         self.counters["memory_resets"] += 1
         if self.goal is not None and self._pending_goal is None:
@@ -543,15 +606,22 @@ class AgentNode(LifecycleNode):
             "goal": self.goal or "",
             "latency_p50_ms": _percentile(self.latencies_ms, 50),
             "latency_p99_ms": _percentile(self.latencies_ms, 99),
+            "act_p50_ms": _percentile(self.act_ms, 50),
+            "act_p99_ms": _percentile(self.act_ms, 99),
             "memory_tokens": info.get("memory_tokens", 0),
             "memory_bytes": info.get("memory_bytes", 0),
             "episode": info.get("episode", -1),
             "trial": info.get("trial", -1),
             "step": info.get("step", -1),
+            "value": float(info.get("value", 0.0)),  # the critic's estimate at the last step
+            "episodes_done": self.episodes_done,
+            **self.last_episode,
             **self.counters,
         }
 
     def publish_status(self) -> None:
+        if self.pub_status is None:
+            return
         s = self.status()
         level = DiagnosticStatus.OK
         message = s["state"]
@@ -564,7 +634,7 @@ class AgentNode(LifecycleNode):
         array.status = [DiagnosticStatus(
             level=level, name=f"{self.get_name()}: icrl_ros agent", message=message,
             hardware_id=self.get_fully_qualified_name(),
-            values=[KeyValue(key=k, value=f"{v:.3f}" if isinstance(v, float) else str(v)) for k, v in s.items()])]
+            values=[KeyValue(key=k, value=f"{v:.7g}" if isinstance(v, float) else str(v)) for k, v in s.items()])]
         self.pub_status.publish(array)
 
 

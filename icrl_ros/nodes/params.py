@@ -18,6 +18,7 @@ BACKENDS = ("onnxruntime", "torch", "tensorrt")
 DEVICES = ("cpu", "cuda")
 MEMORY_POLICIES = ("", "full", "window", "memo")
 ACTION_MODES = ("discrete", "twist")
+ACTION_SELECTIONS = ("sample", "greedy")
 BRIDGE_MODES = ("lockstep", "realtime")
 
 
@@ -79,7 +80,12 @@ class AgentParams(ParamsBase):
     """Parameters of ``agent_node`` (``config/agent.yaml``, ``config/fetch.yaml``)."""
 
     # --- policy -------------------------------------------------------------------------------
-    bundle_path: str = _param("", "Export bundle directory written by training/export.py (required).")
+    bundle_path: str = _param(
+        "",
+        "Export bundle directory written by training/export.py. Empty = the shipped default "
+        "(bundles/house_memo of a checkout, else share/icrl_ros/bundles/house_memo); a relative path is "
+        "tried against the working directory, the checkout and share/icrl_ros.",
+    )
     backend: str = _param("onnxruntime", "Inference engine.", choices=BACKENDS)
     device: str = _param("cpu", "Inference device.", choices=DEVICES)
     memory: str = _param("", "Memory policy; empty = the bundle's default.", choices=MEMORY_POLICIES)
@@ -97,6 +103,13 @@ class AgentParams(ParamsBase):
         "twist: drive cmd_vel through the closed-loop ActionExecutor.",
         choices=ACTION_MODES,
     )
+    action_selection: str = _param(
+        "sample",
+        "sample: draw each action from the policy's distribution (as training and training/evaluate.py do; "
+        "seeded by sample_seed, the generator state is saved with the memory); greedy: the most likely action.",
+        choices=ACTION_SELECTIONS,
+    )
+    sample_seed: int = _param(0, "Seed of the action-sampling generator (set at configure).", min=0)
     idle_after_stop: bool = _param(True, "After the stop action, wait for a new goal before acting again.")
     settle_s: float = _param(0.1, "Twist mode: ignore images received sooner than this after a step ends.", min=0.0)
     odom_sync_tolerance_s: float = _param(
@@ -157,6 +170,9 @@ class BridgeParams(ParamsBase):
         choices=BRIDGE_MODES,
     )
     episodes_per_trial: int = _param(0, "Start a new trial (new house) after this many episodes; 0 = never.", min=0)
+    max_episode_steps: int = _param(
+        0, "End (truncate) an episode after this many steps; 0 = the env's own limit.", min=0
+    )
     auto_reset: bool = _param(True, "Start the next episode as soon as one ends.")
     lockstep_dt_s: float = _param(0.5, "Simulated seconds per lockstep step (/clock advance).", min=1e-3)
     republish_period_s: float = _param(
@@ -208,5 +224,6 @@ __all__ = [
     "DEVICES",
     "MEMORY_POLICIES",
     "ACTION_MODES",
+    "ACTION_SELECTIONS",
     "BRIDGE_MODES",
 ]

@@ -98,6 +98,7 @@ class SimBridgeNode(Node):
         self._done = False  # episode over and auto_reset off: actions wait for ~/new_episode
         self._first_obs: Any = None
         self._first_obs_timer: Any = None
+        self._trajectory: list[list[float]] = []  # world (x, z) of the episode so far (env info "agent_pose")
 
         self.pub_image = self.create_publisher(Image, p.camera_topic, 5)
         self.pub_info = self.create_publisher(CameraInfo, p.camera_info_topic, 5)
@@ -166,9 +167,11 @@ class SimBridgeNode(Node):
             self.trial += 1
             self.episodes_done = 0
             self.counters["trials"] += 1
-            self._event({"event": "trial_start", "trial": self.trial})
+            self._event({"event": "trial_start", "trial": self.trial, **self._house(info)})
         else:
             obs, info = self.env.reset()
+        self._trajectory = []
+        self._record_pose(info)
         self.episode = int(info.get("episode_index", self.episode + 1))
         self.episode_step = 0
         self.episode_return = 0.0
@@ -176,13 +179,15 @@ class SimBridgeNode(Node):
         self._done = False
         self.counters["episodes"] += 1
         goal = self._goal_name(obs, info)
-        self._event({"event": "episode_start", "trial": self.trial, "episode": self.episode, "goal": goal})
+        self._event({"event": "episode_start", "trial": self.trial, "episode": self.episode, "goal": goal,
+                     **self._house(info)})
         self.pub_goal.publish(String(data=goal))
         self._advance(0.0)
         delay = self.params.episode_start_delay_s
         if self.params.mode == "lockstep" and delay > 0:
             # events and goal first, the observation a moment later: a subscriber gets them in that order
             self._cancel_first_obs()
+            self._obs = None  # nothing to republish meanwhile (the last one belongs to the episode that ended)
             self._first_obs = obs
             self._first_obs_timer = self.create_timer(delay, self._publish_first_obs)
         else:
@@ -200,7 +205,19 @@ class SimBridgeNode(Node):
         self._first_obs_timer = None
         self._first_obs = None
 
-    def _end_episode(self, info: dict[str, Any]) -> None:
+    @staticmethod
+    def _house(info: dict[str, Any]) -> dict[str, Any]:
+        """The house (layout) seed for event consumers that redraw the map, when the env reports one."""
+        return {"house_seed": int(info["house_seed"])} if "house_seed" in info else {}
+
+    def _record_pose(self, info: dict[str, Any]) -> None:
+        """Append the env's world (x, z) (``info["agent_pose"]``, the map frame of its top-down render)."""
+        pose = info.get("agent_pose")
+        if pose is not None:
+            x, z = (round(float(v), 4) for v in np.asarray(pose, dtype=np.float64).reshape(-1)[:2])
+            self._trajectory.append([x, z])
+
+    def _end_episode(self, info: dict[str, Any], truncated: bool = False) -> None:
         self.episodes_done += 1
         self._done = True
         self._event({
@@ -212,6 +229,9 @@ class SimBridgeNode(Node):
             "spl": float(info.get("spl", 0.0)),
             "steps": int(info.get("episode_step", self.episode_step)),
             "return": float(self.episode_return),
+            "truncated": bool(truncated),
+            **self._house(info),
+            **({"trajectory": self._trajectory} if self._trajectory else {}),
         })
         if self.params.auto_reset:
             n = self.params.episodes_per_trial
@@ -223,8 +243,12 @@ class SimBridgeNode(Node):
         self.episode_step += 1
         self.episode_return += float(reward)
         self.pub_reward.publish(Float32(data=float(reward)))
+        self._record_pose(info)
+        cap = self.params.max_episode_steps
+        if cap and not terminated and self.episode_step >= cap:
+            truncated = True  # the bridge's own limit (tests, demos): a truncation like the env's
         if terminated or truncated:
-            self._end_episode(info)
+            self._end_episode(info, truncated=bool(truncated and not terminated))
         else:
             self._publish_obs(obs, publish_image=True)
 

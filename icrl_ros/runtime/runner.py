@@ -20,6 +20,7 @@ service callback may snapshot while the control loop acts.
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 import uuid
@@ -228,9 +229,11 @@ class PolicyRunner:
 
     # -- persistence -----------------------------------------------------------------------
     def _runner_state(self) -> dict:
+        # "sampler": the action-sampling generator's state (base64), so a restored runner
+        # that samples (greedy False) draws what the original would have drawn next.
         return {"trial": self.trial, "trial_id": self.trial_id, "episode": self.episode, "step": self.step_in_episode,
                 "total_steps": self.total_steps, "prev_action": self.prev_action, "prev_reward": self.prev_reward,
-                "goal": self.goal}
+                "goal": self.goal, "sampler": base64.b64encode(self.generator.get_state().numpy().tobytes()).decode()}
 
     def snapshot(self, path: str | Path) -> None:
         """Write memory + runner state atomically (temp file + rename)."""
@@ -260,6 +263,14 @@ class PolicyRunner:
                                         f"expected 0..{self.args.n_actions}")
                 if r["goal"] is not None and not (isinstance(r["goal"], int) and 0 <= r["goal"] < self.args.n_goals):
                     raise SnapshotError(f"snapshot {path}: field 'runner.goal' is {r['goal']!r}, not a goal index")
+                if "sampler" in r:  # optional: snapshots written before it existed restore without it
+                    try:
+                        raw = base64.b64decode(r["sampler"], validate=True)
+                    except (TypeError, ValueError):
+                        raw = b""
+                    if len(raw) != self.generator.get_state().numel():
+                        raise SnapshotError(f"snapshot {path}: field 'runner.sampler' is not a generator state")
+                    state["sampler_state"] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
                 state.update(r)
 
             self.memory.restore(path, expect={"model_hash": self.bundle.model_hash,
@@ -267,6 +278,8 @@ class PolicyRunner:
             self.trial, self.trial_id, self.episode = state["trial"], state["trial_id"], state["episode"]
             self.step_in_episode, self.total_steps = state["step"], state["total_steps"]
             self.prev_action, self.prev_reward, self.goal = state["prev_action"], float(state["prev_reward"]), state["goal"]
+            if "sampler_state" in state:
+                self.generator.set_state(state["sampler_state"])
 
 
 __all__ = ["PolicyRunner", "BundleError", "build_memory"]

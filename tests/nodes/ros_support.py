@@ -56,3 +56,15 @@ def spin_for(executor, seconds: float, step: float = 0.02) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         executor.spin_once(timeout_sec=step)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HOUSE_BUNDLE = os.path.join(REPO, "bundles", "house_memo")
+"""The shipped Memo bundle for the MiniWorld house (barely trained: a real bundle, not a good navigator)."""
+
+
+def require_house_bundle() -> str:
+    """The shipped house bundle's path; skips the test when it (or the house env) is unavailable."""
+    if not os.path.isfile(os.path.join(HOUSE_BUNDLE, "manifest.yaml")):
+        pytest.skip(f"{HOUSE_BUNDLE} is missing: export checkpoints/house_memo.pt with training/export.py")
+    return HOUSE_BUNDLE

@@ -1,7 +1,11 @@
-"""agent_node over real rclpy / DDS on loopback, driving the FakeRunner test double.
+"""agent_node over real rclpy / DDS on loopback.
 
-Lifecycle transitions (through the standard lifecycle services), every kind of bad input,
-the watchdog, the memory services and a kill / restart / load round trip.
+With the real ``PolicyRunner`` and the shipped Memo bundle (``bundles/house_memo``, ONNX
+Runtime): lifecycle transitions (through the standard lifecycle services), a bundle path that
+does not exist, every kind of bad input (counted, logged once per throttle period, memory
+untouched), and memory saved -> node process killed -> new process -> memory loaded -> the
+same next action. The watchdog test keeps the scripted ``FakeRunner``: it needs the robot to
+be moving (a forward step) when the odometry stops, which a trained policy does not promise.
 """
 
 from __future__ import annotations
@@ -30,18 +34,43 @@ from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from icrl_ros.nodes.agent_node import AgentNode  # noqa: E402
+from icrl_ros.runtime import PolicyRunner  # noqa: E402
 from tests.nodes.fake_runner import FakeRunner, write_fake_bundle  # noqa: E402
 from tests.nodes.probe import Probe  # noqa: E402
+from tests.nodes.ros_support import REPO, require_house_bundle  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def make_agent(ctx, tmp_path, script=None, name: str = "icrl_agent", **params) -> AgentNode:
-    bundle = write_fake_bundle(str(tmp_path / "bundle"), script=script)
-    values = {"bundle_path": bundle, "memory_path": str(tmp_path / "mem" / "snapshot.json"),
+def make_agent(ctx, tmp_path, name: str = "icrl_agent", **params) -> AgentNode:
+    """An agent on the shipped house bundle with the real runner."""
+    values = {"bundle_path": require_house_bundle(), "memory_path": str(tmp_path / "mem" / "snapshot.npz"),
               "log_throttle_s": 0.5, "status_rate_hz": 10.0} | params
+    return AgentNode(name, context=ctx, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+
+
+def make_fake_agent(ctx, tmp_path, script=None, name: str = "icrl_agent", **params) -> AgentNode:
+    """An agent on the scripted FakeRunner (only where a test needs known actions)."""
+    bundle = write_fake_bundle(str(tmp_path / "bundle"), script=script)
+    values = {"bundle_path": bundle, "log_throttle_s": 0.5, "status_rate_hz": 10.0} | params
     return AgentNode(name, context=ctx, runner_factory=FakeRunner.from_bundle,
                      parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+
+
+def memory_state(runner: PolicyRunner) -> tuple:
+    """Everything the runner remembers: memory buffers, counters and episode bookkeeping."""
+    m = runner.memory
+    return (m.k.clone(), m.v.clone(), m.valid.clone(), m.episode.clone(), m.tokens, m.counters(),
+            runner.trial_id, runner.episode, runner.step_in_episode, runner.total_steps, runner.prev_action,
+            runner.goal)
+
+
+def same_memory(a: tuple, b: tuple) -> bool:
+    return all(bool((x == y).all()) if hasattr(x, "shape") else x == y for x, y in zip(a, b))
+
+
+def frames(n: int, seed: int = 0, size: int = 64) -> list[bytes]:
+    """Deterministic camera frames (raw rgb8 bytes)."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (size, size, 3), dtype=np.uint8).tobytes() for _ in range(n)]
 
 
 def call(ex, client, request, timeout: float = 5.0):
@@ -51,8 +80,8 @@ def call(ex, client, request, timeout: float = 5.0):
     return future.result()
 
 
-def change(ex, client, transition_id: int) -> bool:
-    return call(ex, client, ChangeState.Request(transition=Transition(id=transition_id))).success
+def change(ex, client, transition_id: int, timeout: float = 5.0) -> bool:
+    return call(ex, client, ChangeState.Request(transition=Transition(id=transition_id)), timeout).success
 
 
 def state_id(ex, client) -> int:
@@ -62,7 +91,8 @@ def state_id(ex, client) -> int:
 def test_lifecycle_transitions_and_missing_bundle(ros_context, tmp_path) -> None:
     ex = SingleThreadedExecutor(context=ros_context)
     probe = Probe(ros_context)
-    agent = make_agent(ros_context, tmp_path, bundle_path=str(tmp_path / "no_such_bundle"), action_mode="twist")
+    agent = make_agent(ros_context, tmp_path, bundle_path=str(tmp_path / "no_such_bundle"), action_mode="twist",
+                       backend="onnxruntime")
     for n in (probe, agent):
         ex.add_node(n)
     change_client = probe.create_client(ChangeState, "/icrl_agent/change_state")
@@ -73,15 +103,19 @@ def test_lifecycle_transitions_and_missing_bundle(ros_context, tmp_path) -> None
         assert not change(ex, change_client, Transition.TRANSITION_CONFIGURE)
         assert agent.counters["bundle_errors"] == 1 and agent.runner is None
         assert state_id(ex, get_client) == State.PRIMARY_STATE_UNCONFIGURED
-        agent.set_parameters([Parameter("bundle_path", value="")])
+        # a directory that is not a bundle: refused with the file and field named, node alive
+        (tmp_path / "not_a_bundle").mkdir()
+        agent.set_parameters([Parameter("bundle_path", value=str(tmp_path / "not_a_bundle"))])
         assert not change(ex, change_client, Transition.TRANSITION_CONFIGURE)
-        assert agent.counters["bundle_errors"] == 2
+        assert agent.counters["bundle_errors"] == 2 and agent.runner is None
 
-        agent.set_parameters([Parameter("bundle_path", value=str(tmp_path / "bundle"))])
+        # empty = the shipped default bundle (bundles/house_memo of this checkout)
+        agent.set_parameters([Parameter("bundle_path", value="")])
         assert change(ex, change_client, Transition.TRANSITION_CONFIGURE)
         runner = agent.runner
-        assert isinstance(runner, FakeRunner)
-        assert runner.kwargs == {"backend": "onnxruntime", "device": "cpu", "memory": None, "memory_budget_bytes": None}
+        assert isinstance(runner, PolicyRunner) and runner.memory_policy == "memo"
+        assert os.path.samefile(runner.bundle.path, require_house_bundle())
+        assert runner.greedy is False  # action_selection: sample (seeded)
         assert state_id(ex, get_client) == State.PRIMARY_STATE_INACTIVE
         assert change(ex, change_client, Transition.TRANSITION_ACTIVATE)
         assert state_id(ex, get_client) == State.PRIMARY_STATE_ACTIVE and agent.active
@@ -101,7 +135,7 @@ def test_lifecycle_transitions_and_missing_bundle(ros_context, tmp_path) -> None
         assert change(ex, change_client, Transition.TRANSITION_ACTIVATE)
         assert change(ex, change_client, Transition.TRANSITION_DEACTIVATE)
         assert change(ex, change_client, Transition.TRANSITION_CLEANUP)
-        assert runner.closed and agent.runner is None
+        assert runner.engine is None and agent.runner is None  # runner.close() released the engine
         assert state_id(ex, get_client) == State.PRIMARY_STATE_UNCONFIGURED
 
         assert change(ex, change_client, Transition.TRANSITION_CONFIGURE)
@@ -115,74 +149,82 @@ def test_lifecycle_transitions_and_missing_bundle(ros_context, tmp_path) -> None
         probe.destroy_node()
 
 
-def test_bad_input_is_counted_and_never_touches_memory(ros_context, tmp_path) -> None:
+def test_bad_input_is_counted_logged_once_and_never_touches_memory(ros_context, tmp_path, capfd) -> None:
     ex = SingleThreadedExecutor(context=ros_context)
     probe = Probe(ros_context)
-    agent = make_agent(ros_context, tmp_path)
+    agent = make_agent(ros_context, tmp_path, log_throttle_s=30.0, idle_after_stop=False)
     for n in (probe, agent):
         ex.add_node(n)
     try:
         assert agent.trigger_configure() == TransitionCallbackReturn.SUCCESS
         assert agent.trigger_activate() == TransitionCallbackReturn.SUCCESS
-        runner: FakeRunner = agent.runner
+        runner: PolicyRunner = agent.runner
         spin_for(ex, 0.3)  # discovery
 
-        probe.pub_goal.publish(String(data="chair"))  # before any image
+        probe.pub_goal.publish(String(data="red_box"))  # a goal before any image
         assert spin_until(ex, lambda: agent.counters["goal_before_image"] == 1, 3)
         probe.send_odom(0.0, 0.0, 0.0, stamp=10.0)
-        probe.send_image(stamp=10.0)
-        assert spin_until(ex, lambda: len(probe.got["action"]) == 1, 3)
-        assert runner.calls[:2] == [("begin_episode", "chair"), ("act", 0, 0)]
-        memory = [list(t) for t in runner.memory]
+        probe.send_image(stamp=10.0, height=48, width=80)  # any size: resized to the bundle's 64x64
+        assert spin_until(ex, lambda: len(probe.got["action"]) == 1, 5)
+        assert runner.goal == runner.goal_names.index("red_box") and runner.episode == 0 and runner.memory.tokens == 1
+        before = memory_state(runner)
 
         bad = [
-            ("bad_image_encoding", lambda: probe.send_image(11.0, encoding="yuv422", step=40)),
-            ("bad_image_size", lambda: probe.send_image(11.1, height=0, data=b"")),
-            ("bad_image_data", lambda: probe.send_image(11.2, data=bytes(100))),
-            ("bad_image_step", lambda: probe.send_image(11.3, step=59)),
-            ("bad_odometry", lambda: probe.send_odom(math.nan, 0.0, 0.0, stamp=11.4)),
-            ("bad_odometry", lambda: probe.send_odom(0.0, math.inf, 0.0, stamp=11.5)),
-            ("unknown_goal", lambda: probe.pub_goal.publish(String(data="spaceship"))),
+            ("bad_image_encoding", lambda i: probe.send_image(11.0 + i, encoding="yuv422", step=40)),
+            ("bad_image_size", lambda i: probe.send_image(11.1 + i, height=0, data=b"")),
+            ("bad_image_data", lambda i: probe.send_image(11.2 + i, data=bytes(100))),  # truncated
+            ("bad_image_step", lambda i: probe.send_image(11.3 + i, step=59)),
+            ("bad_odometry", lambda i: probe.send_odom(math.nan, 0.0, 0.0, stamp=11.4 + i)),
+            ("bad_odometry", lambda i: probe.send_odom(0.0, math.inf, 0.0, stamp=11.5 + i)),
+            ("unknown_goal", lambda i: probe.pub_goal.publish(String(data="spaceship"))),
         ]
-        for key, send in bad:
-            before = agent.counters[key]
-            send()
-            assert spin_until(ex, lambda: agent.counters[key] == before + 1, 3), key
-        assert runner.memory == memory and runner.goal == "chair" and len(probe.got["action"]) == 1
+        for i in range(2):  # each kind twice: counted twice, logged once (log_throttle_s = 30)
+            for key, send in bad:
+                n = agent.counters[key]
+                send(0.01 * i)
+                assert spin_until(ex, lambda: agent.counters[key] == n + 1, 3), key
+        assert same_memory(memory_state(runner), before), "bad input changed the memory"
+        assert len(probe.got["action"]) == 1 and agent.counters["runner_errors"] == 0
 
-        # valid input again: the episode and its memory continue
+        # valid input again: the same episode and its memory continue
         probe.send_odom(0.25, 0.0, 0.0, stamp=12.0)
         probe.send_image(stamp=12.0)
-        assert spin_until(ex, lambda: len(probe.got["action"]) == 2, 3)
-        assert len(runner.memory) == 2 and runner.memory[0] == memory[0]
-        np.testing.assert_allclose(runner.memory[1][4:], [0.25, 0, 0], atol=1e-6)
+        assert spin_until(ex, lambda: len(probe.got["action"]) == 2, 5)
+        assert runner.memory.tokens == 2 and runner.episode == 0 and runner.step_in_episode == 2
 
         # an image whose odometry has not arrived waits for it, then acts
         probe.send_image(stamp=13.0)
         spin_for(ex, 0.2)
         assert len(probe.got["action"]) == 2
         probe.send_odom(0.25, 0.1, 0.5, stamp=13.0)
-        assert spin_until(ex, lambda: len(probe.got["action"]) == 3, 3)
+        assert spin_until(ex, lambda: len(probe.got["action"]) == 3, 5)
 
         # every counter reaches the status topic
         def status_ok() -> bool:
             s = probe.status()
-            return s.get("bad_image_encoding") == "1" and s.get("bad_odometry") == "2" and s.get("actions") == "3"
+            return s.get("bad_image_encoding") == "2" and s.get("bad_odometry") == "4" and s.get("actions") == "3"
         assert spin_until(ex, status_ok, 3), probe.status()
         s = probe.status()
-        for key in ("bad_image_size", "bad_image_data", "bad_image_step", "unknown_goal", "goal_before_image"):
-            assert s[key] == "1", (key, s)
+        for key in ("bad_image_size", "bad_image_data", "bad_image_step", "unknown_goal"):
+            assert s[key] == "2", (key, s)
+        assert s["goal_before_image"] == "1"
         assert s["memory_tokens"] == "3" and s["episode"] == "0" and float(s["latency_p99_ms"]) > 0
+        assert float(s["act_p50_ms"]) > 0 and int(s["memory_bytes"]) == runner.memory.nbytes
     finally:
         ex.shutdown()
         agent.destroy_node()
         probe.destroy_node()
+    # one log line per kind although each happened twice (rclpy logs to stderr)
+    err = capfd.readouterr().err
+    for key in ("bad_image_encoding", "bad_image_size", "bad_image_data", "bad_image_step", "unknown_goal"):
+        assert err.count(f"[{key}: 1]") == 1 and f"[{key}: 2]" not in err, (key, err[-3000:])
+    assert err.count("[bad_odometry: 1]") == 1 and "[bad_odometry: 2]" not in err
 
 
 def test_watchdog_stops_on_stale_input_and_resumes(ros_context, tmp_path) -> None:
     ex = SingleThreadedExecutor(context=ros_context)
     probe = Probe(ros_context)
-    agent = make_agent(ros_context, tmp_path, script=[1], action_mode="twist", input_timeout_s=0.4)
+    agent = make_fake_agent(ros_context, tmp_path, script=[1], action_mode="twist", input_timeout_s=0.4)
     for n in (probe, agent):
         ex.add_node(n)
     pose = [0.0, 0.0, 0.0]
@@ -234,73 +276,131 @@ def test_watchdog_stops_on_stale_input_and_resumes(ros_context, tmp_path) -> Non
         probe.destroy_node()
 
 
-def test_memory_services_and_restart(ros_context, tmp_path) -> None:
-    ex = SingleThreadedExecutor(context=ros_context)
-    probe = Probe(ros_context)
-    agent = make_agent(ros_context, tmp_path)
-    for n in (probe, agent):
-        ex.add_node(n)
-    save = probe.create_client(Trigger, "/icrl_agent/save_memory")
-    load = probe.create_client(Trigger, "/icrl_agent/load_memory")
-    reset = probe.create_client(Trigger, "/icrl_agent/reset_memory")
+def agent_process(tmp_path, namespace: str, name: str, *params: str) -> subprocess.Popen:
+    """``python -m icrl_ros.nodes.agent_node`` (what the console script runs) in its own process."""
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    args = [f"bundle_path:={require_house_bundle()}", f"memory_path:={tmp_path / 'mem' / 'snapshot.npz'}",
+            "status_rate_hz:=20.0", "input_timeout_s:=60.0", "sample_seed:=5", "idle_after_stop:=false", *params]
+    log = open(tmp_path / f"{name}.log", "wb")
+    cmd = [sys.executable, "-m", "icrl_ros.nodes.agent_node", "--ros-args", "-r", f"__ns:={namespace}"]
+    for p in args:
+        cmd += ["-p", p]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    def step(stamp: float, x: float) -> int:
+
+def test_memory_saved_process_killed_restarted_loaded_same_next_action(ros_context, tmp_path) -> None:
+    """Save after 70 steps (a Memo summary included), SIGKILL the node, start a new process,
+    load: its next action is the one the killed node took. Both equal a reference runner's."""
+    ns = "/restart"
+    ex = SingleThreadedExecutor(context=ros_context)
+    probe = Probe(ros_context, namespace=ns)
+    ex.add_node(probe)
+    save = probe.create_client(Trigger, f"{ns}/icrl_agent/save_memory")
+    load = probe.create_client(Trigger, f"{ns}/icrl_agent/load_memory")
+    reset = probe.create_client(Trigger, f"{ns}/icrl_agent/reset_memory")
+    images = frames(72, seed=1)
+    poses = [(0.1 * k, 0.02 * k, 0.05 * k) for k in range(72)]
+
+    def step(k: int, stamp: float | None = None) -> int:
         n = len(probe.got["action"])
-        probe.send_odom(x, 0.0, 0.0, stamp=stamp)
-        probe.send_image(stamp=stamp, value=int(stamp * 10))
-        assert spin_until(ex, lambda: len(probe.got["action"]) == n + 1, 3)
+        stamp = 1.0 + k if stamp is None else stamp
+        probe.send_odom(*poses[k], stamp=stamp)
+        probe.send_image(stamp=stamp, height=64, width=64, data=images[k])
+        assert spin_until(ex, lambda: len(probe.got["action"]) == n + 1, 10), f"no action for step {k}"
         return probe.got["action"][-1].data
 
+    first = agent_process(tmp_path, ns, "first", "autostart:=true")
+    second = None
     try:
-        agent.trigger_configure()
-        agent.trigger_activate()
-        spin_for(ex, 0.3)
-        probe.pub_goal.publish(String(data="table"))
-        step(1.0, 0.0)
-        step(2.0, 0.1)
-        assert call(ex, save, Trigger.Request()).success
-        snapshot = str(tmp_path / "mem" / "snapshot.json")
-        assert os.path.exists(snapshot) and os.path.exists(snapshot + ".node.json")
-        expected = step(3.0, 0.2)  # what the original node does next
-        runner = agent.runner
-        saved_memory = [list(t) for t in runner.memory]
+        assert spin_until(ex, lambda: probe.status().get("state") == "active", 60), "first node never became active"
+        probe.pub_goal.publish(String(data="blue_box"))
+        actions = [step(k) for k in range(70)]
+        assert call(ex, save, Trigger.Request(), timeout=10).success
+        assert os.path.exists(tmp_path / "mem" / "snapshot.npz")
+        assert os.path.exists(str(tmp_path / "mem" / "snapshot.npz") + ".node.json")
+        expected = step(70)  # what the original node does next
+        assert spin_until(ex, lambda: probe.status().get("memory_tokens") == "15", 3)  # 8 summary + 7 segment
+        expected_value = float(probe.status()["value"])  # the critic's estimate: sensitive to every memory bit
+        first.kill()  # SIGKILL: no clean-up, no chance to save anything more
+        first.wait(timeout=10)
 
-        # a corrupt snapshot: refused, memory unchanged
-        agent.set_parameters([Parameter("memory_path", value=str(tmp_path / "garbage.json"))])
-        (tmp_path / "garbage.json").write_text("{not json")
-        answer = call(ex, load, Trigger.Request())
-        assert not answer.success and "garbage.json" in answer.message
-        assert runner.memory == saved_memory and agent.counters["memory_errors"] == 1
-        agent.set_parameters([Parameter("memory_path", value=snapshot)])
+        # the reference: a PolicyRunner with the same seed fed the same 71 inputs
+        ref = PolicyRunner.from_bundle(require_house_bundle())
+        ref.greedy = False
+        ref.generator.manual_seed(5)
+        ref.begin_episode("blue_box")
+        ref_actions = []
+        for k in range(71):
+            obs = {"rgb": np.frombuffer(images[k], np.uint8).reshape(64, 64, 3).copy(),
+                   "odom": np.array([poses[k][0], poses[k][1], poses[k][2]], np.float32)}
+            action, info = ref.act(obs)
+            ref_actions.append(action)
+        assert actions + [expected] == ref_actions
+        assert abs(info["value"] - expected_value) < 1e-5
+        # (the shipped policy nearly always samples stop, so actions alone would hardly tell a
+        # lost memory; its value does: without the 70 steps of memory it differs)
+        fresh = PolicyRunner.from_bundle(require_house_bundle())
+        fresh.begin_episode("blue_box")
+        fresh.step_in_episode, fresh.prev_action = 70, ref_actions[69]
+        assert abs(fresh.act(obs)[1]["value"] - expected_value) > 1e-3
 
-        # kill the node, start a fresh one, load: the next action equals the original's
-        ex.remove_node(agent)
-        agent.destroy_node()
-        agent = make_agent(ros_context, tmp_path)
-        ex.add_node(agent)
-        agent.trigger_configure()
-        assert call(ex, load, Trigger.Request()).success
-        agent.trigger_activate()
-        spin_for(ex, 0.3)
-        assert step(3.0, 0.2) == expected
-        assert agent.runner.memory == saved_memory and agent.runner.episode == 0
+        # a new process: configure, load, activate; the latched goal continues the restored episode
+        probe.got["agent_status"].clear()
+        second = agent_process(tmp_path, ns, "second")
+        change_client = probe.create_client(ChangeState, f"{ns}/icrl_agent/change_state")
+        get_client = probe.create_client(GetState, f"{ns}/icrl_agent/get_state")
+        # DDS still lists the killed node's services until its lease expires: a request may go
+        # to the dead one before the new one has matched this client. Ask until someone answers.
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "the restarted node never answered get_state"
+            get_client.wait_for_service(timeout_sec=1)
+            future = get_client.call_async(GetState.Request())
+            if spin_until(ex, future.done, 2):
+                break
+            get_client.remove_pending_request(future)
+        assert future.result().current_state.id == State.PRIMARY_STATE_UNCONFIGURED
+        assert change(ex, change_client, Transition.TRANSITION_CONFIGURE, timeout=60)  # loads the bundle
+        assert call(ex, load, Trigger.Request(), timeout=10).success
+        assert change(ex, change_client, Transition.TRANSITION_ACTIVATE)
+        spin_for(ex, 0.5)  # the latched goal arrives: no new episode
+        assert step(70) == expected
+        assert spin_until(ex, lambda: probe.status().get("actions") == "1", 3)
+        s = probe.status()
+        assert (s["memory_tokens"], s["episode"], s["step"], s["memory_loads"]) == ("15", "0", "70", "1"), s
+        assert abs(float(s["value"]) - expected_value) < 1e-5  # the restored memory, bit for bit in effect
+
+        # a corrupt snapshot is refused and the memory stays as it was
+        (tmp_path / "mem" / "snapshot.npz").write_bytes(b"not a snapshot")
+        answer = call(ex, load, Trigger.Request(), timeout=10)
+        assert not answer.success and "snapshot.npz" in answer.message
+        assert step(71) == ref.act({"rgb": np.frombuffer(images[71], np.uint8).reshape(64, 64, 3).copy(),
+                                    "odom": np.array(poses[71], np.float32)})[0]
+        assert spin_until(ex, lambda: probe.status().get("memory_tokens") == "16", 3)
+        assert probe.status()["memory_errors"] == "1"
 
         # reset: a new trial; the same goal starts its episode 0 at the next image
-        assert call(ex, reset, Trigger.Request()).success
-        assert agent.runner.memory == [] and agent.counters["memory_resets"] == 1
-        step(4.0, 0.0)
-        assert len(agent.runner.memory) == 1 and agent.runner.trial == 1 and agent.runner.goal == "table"
+        assert call(ex, reset, Trigger.Request(), timeout=10).success
+        step(0, stamp=100.0)
+        assert spin_until(ex, lambda: probe.status().get("memory_tokens") == "1", 3)
+        s = probe.status()
+        assert (s["trial"], s["episode"], s["memory_resets"]) == ("1", "0", "1"), s
+
+        second.send_signal(signal.SIGINT)
+        assert second.wait(timeout=20) == 0, (tmp_path / "second.log").read_text()[-2000:]
     finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
         ex.shutdown()
-        agent.destroy_node()
         probe.destroy_node()
 
 
 def test_params_files_load_and_bad_values_refuse_configure(ros_context, tmp_path) -> None:
     for name in ("agent.yaml", "fetch.yaml"):
         path = os.path.join(REPO, "config", name)
-        node = AgentNode(f"agent_{name[:-5]}", context=ros_context, runner_factory=FakeRunner.from_bundle,
-                         cli_args=["--ros-args", "--params-file", path])
+        node = AgentNode(f"agent_{name[:-5]}", context=ros_context, cli_args=["--ros-args", "--params-file", path])
         try:
             from icrl_ros.nodes.params import AgentParams
             from icrl_ros.nodes.ros_params import read_params

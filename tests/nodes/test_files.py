@@ -114,3 +114,40 @@ def test_pure_modules_import_without_rclpy() -> None:
     out = subprocess.run([os.environ.get("PYTHON", __import__("sys").executable), "-c", code], cwd=REPO,
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_setup_installs_every_shipped_bundle_under_share() -> None:
+    """setup.py data_files: bundles/<name>/* -> share/icrl_ros/bundles/<name>/ (what launch files default to)."""
+    code = ("import runpy, setuptools, sys, json\n"
+            "kw = {}\n"
+            "setuptools.setup = lambda **k: kw.update(k)\n"
+            "sys.argv = ['setup.py']\n"
+            "runpy.run_path('setup.py')\n"
+            "print(json.dumps(kw['data_files']))\n")
+    out = subprocess.run([__import__("sys").executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    import json
+
+    data = {dest: files for dest, files in json.loads(out.stdout)}
+    shipped = os.path.join(REPO, "bundles")
+    for name in sorted(os.listdir(shipped)) if os.path.isdir(shipped) else []:
+        dest = f"share/icrl_ros/bundles/{name}"
+        assert dest in data, (dest, sorted(data))
+        assert f"bundles/{name}/manifest.yaml" in data[dest]
+        assert set(data[dest]) == {f"bundles/{name}/{f}" for f in os.listdir(os.path.join(shipped, name))}
+
+
+def test_bundle_path_resolution(tmp_path, monkeypatch) -> None:
+    from icrl_ros.nodes import shipped
+
+    default = os.path.join(REPO, "bundles", shipped.DEFAULT_BUNDLE)
+    if os.path.isfile(os.path.join(default, "manifest.yaml")):
+        assert shipped.resolve_bundle_path("")[0] == default  # empty: the checkout's shipped bundle
+        monkeypatch.chdir(tmp_path)  # relative: the working directory first, then the checkout
+        assert shipped.resolve_bundle_path("bundles/house_memo")[0] == default
+        (tmp_path / "bundles" / "house_memo").mkdir(parents=True)
+        assert shipped.resolve_bundle_path("bundles/house_memo")[0] == str(tmp_path / "bundles" / "house_memo")
+    found, tried = shipped.resolve_bundle_path(str(tmp_path / "nope"))
+    assert found == "" and tried == [str(tmp_path / "nope")]
+    found, tried = shipped.resolve_bundle_path("no/such/bundle")
+    assert found == "" and len(tried) >= 2
