@@ -1,7 +1,8 @@
 """``agent_node``: the in-context RL policy as a ROS 2 lifecycle node.
 
 configure  load the bundle (``PolicyRunner.from_bundle``: backend, device, memory policy and
-           budget from parameters), create topics, timers and services
+           budget from parameters; an empty ``bundle_path`` = the shipped ``house_memo``),
+           create topics, timers and services
 activate   start acting on camera + odometry + goal
 deactivate stop: abort the current step and publish a zero velocity
 cleanup    release the runner and every ROS entity; shutdown does the same from any state
@@ -15,7 +16,9 @@ A goal message starts a new episode (memory kept); a ``trial_start`` event from 
 the ``~/reset_memory`` service starts a new trial (memory cleared). Bad input of any kind is
 counted, logged at most once per ``log_throttle_s`` per kind, and dropped: the node never
 crashes on a message and never touches memory because of one. The watchdog stops the robot
-when camera or odometry go stale and resumes when both are fresh.
+when camera or odometry go stale and resumes when both are fresh. When an episode ends (new
+goal, the bridge's ``episode_end``, a memory reset) its figures go out at once on the status
+topic as ``last_episode_*`` (steps, latency, act time, memory).
 """
 
 from __future__ import annotations

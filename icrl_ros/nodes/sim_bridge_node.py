@@ -16,6 +16,9 @@ follows (or, after the episode ends, the next episode's goal and first observati
 waiting, the current observation is republished with its old stamp (late joiners, lost
 messages). realtime: ``cmd_vel`` is integrated with ``move_continuous`` at a fixed rate and
 zeroed after ``cmd_timeout_s``; the stop action on the action topic ends the episode.
+``max_episode_steps`` truncates episodes in the bridge (any env). ``episode_end`` events carry
+the env's world (x, z) trajectory of the episode (from ``info["agent_pose"]``, the frame of the
+house env's top-down map) and the house seed, for plots.
 """
 
 from __future__ import annotations
