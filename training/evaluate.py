@@ -66,7 +66,8 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     returns = np.full((B, E), np.nan)
     for i, e in enumerate(episodes):
         returns[i, :len(e)] = e
-    return {"returns": returns, "trial_return": trial_ret}
+    return {"returns": returns, "trial_return": trial_ret, "memory_bytes": int(mem.nbytes),
+            "memory_tokens": int(mem.valid[0].sum())}
 
 
 def mean_ci(x: np.ndarray) -> tuple[float, float, int]:
@@ -115,6 +116,7 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
     return {"checkpoint": str(ckpt), "env": env_id, "split": split, "trials": trials, "steps": steps,
             "memory": memory, "window": window, "max_sets": max_sets, "greedy": greedy, "model": blob["model_args"],
             "env_steps_trained": blob.get("env_steps"), "episodes": rows,
+            "memory_bytes": out["memory_bytes"], "memory_tokens_at_end": out["memory_tokens"],
             "trial_return": {"mean": tm, "ci95": tci, "oracle_normalised": nm, "oracle_normalised_ci95": nci}}
 
 
@@ -133,7 +135,9 @@ def print_table(results: list[dict], labels: list[str], max_rows: int = 40) -> N
     for lab, r in zip(labels, results):
         t = r["trial_return"]
         print(f"{lab}: trial return {t['mean']:.2f} ± {t['ci95']:.2f}, oracle-normalised "
-              f"{t['oracle_normalised']:.3f} ± {t['oracle_normalised_ci95']:.3f}")
+              f"{t['oracle_normalised']:.3f} ± {t['oracle_normalised_ci95']:.3f}; memory "
+              f"{r['memory_bytes'] / 2**10:.1f} KiB for {r['trials']} trials, {r['memory_tokens_at_end']} tokens "
+              f"per trial at the end")
 
 
 def plot(results: list[dict], labels: list[str], path: Path) -> None:
