@@ -27,7 +27,7 @@ import torch
 from icrl_ros.models import ICLPolicy, act, load_checkpoint, make_memory
 from icrl_ros.sim import VecTrialEnv, make_vec
 from training._cli import fail
-from training.ppo import env_inputs
+from training.ppo import next_step_inputs, trial_start_inputs
 
 
 @torch.no_grad()
@@ -44,9 +44,7 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     a, B = policy.args, env.num_envs
     mem = make_memory(policy, B, steps, window=window, max_sets=max_sets)
     obs = env.observe()
-    cur = {**env_inputs(obs, "cpu"), "prev_action": torch.full((B,), a.n_actions, dtype=torch.long),
-           "prev_reward": torch.zeros(B), "episode_step": torch.as_tensor(env.episode_step),
-           "episode_index": torch.zeros(B, dtype=torch.long)}
+    cur = trial_start_inputs(env, obs, a.n_actions, "cpu")
     episodes: list[list[float]] = [[] for _ in range(B)]
     ep_ret = np.zeros(B)
     trial_ret = np.zeros(B)
@@ -59,9 +57,7 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
         for i in np.flatnonzero(done):
             episodes[i].append(ep_ret[i])
         ep_ret[done] = 0
-        cur = {**env_inputs(obs, "cpu"), "prev_action": action, "prev_reward": torch.as_tensor(reward),
-               "episode_step": torch.as_tensor(env.episode_step),
-               "episode_index": cur["episode_index"] + torch.as_tensor(done).long()}
+        cur = next_step_inputs(env, obs, action, reward, done, cur, "cpu")
     E = max(len(e) for e in episodes)
     returns = np.full((B, E), np.nan)
     for i, e in enumerate(episodes):

@@ -37,6 +37,23 @@ def env_inputs(obs, device) -> dict[str, Tensor]:
     return {"obs": torch.as_tensor(obs, device=device)}
 
 
+def trial_start_inputs(env, obs, n_actions: int, device) -> dict[str, Tensor]:
+    """Policy inputs of a trial's first step: no previous action (index ``n_actions``) or reward."""
+    B = env.num_envs
+    return {**env_inputs(obs, device), "prev_action": torch.full((B,), n_actions, dtype=torch.long, device=device),
+            "prev_reward": torch.zeros(B, device=device), "episode_step": torch.as_tensor(env.episode_step, device=device),
+            "episode_index": torch.zeros(B, dtype=torch.long, device=device)}
+
+
+def next_step_inputs(env, obs, action: Tensor, reward, done, cur: dict[str, Tensor], device) -> dict[str, Tensor]:
+    """Policy inputs after an env step. The previous action and reward carry across an episode
+    boundary (the new episode's first token sees how the last one ended); ``done`` advances
+    the episode index."""
+    return {**env_inputs(obs, device), "prev_action": action, "prev_reward": torch.as_tensor(reward, device=device),
+            "episode_step": torch.as_tensor(env.episode_step, device=device),
+            "episode_index": cur["episode_index"] + torch.as_tensor(done, device=device).long()}
+
+
 @dataclass
 class RolloutStats:
     episode_returns: list[tuple[int, float]] = field(default_factory=list)  # (episode index in trial, return)
@@ -82,13 +99,7 @@ class PPOTrainer:
         buf = {k: torch.zeros(B, T, *shape, dtype=dtype, device=dev) for k, (shape, dtype) in spec.items()}
         buf.update({k: torch.zeros(B, T, dtype=dtype, device=dev) for k, dtype in _EXTRA.items()})
         obs = env.reset_trial()
-        cur = {
-            **env_inputs(obs, dev),
-            "prev_action": torch.full((B,), a.n_actions, dtype=torch.long, device=dev),
-            "prev_reward": torch.zeros(B, device=dev),
-            "episode_step": torch.as_tensor(env.episode_step, device=dev),
-            "episode_index": torch.zeros(B, dtype=torch.long, device=dev),
-        }
+        cur = trial_start_inputs(env, obs, a.n_actions, dev)
         # Memo: one random segment schedule per rollout, shared by stepping and updates.
         self.schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if isinstance(policy, MemoPolicy) else None
         policy.eval()
@@ -113,13 +124,7 @@ class PPOTrainer:
                 for i in np.flatnonzero(done):
                     stats.episode_returns.append((int(ep_idx[i]), float(ep_return[i])))
                 ep_return[done] = 0.0
-                cur = {
-                    **env_inputs(obs, dev),
-                    "prev_action": action,
-                    "prev_reward": torch.as_tensor(reward, device=dev),
-                    "episode_step": torch.as_tensor(env.episode_step, device=dev),
-                    "episode_index": cur["episode_index"] + torch.as_tensor(done, device=dev).long(),
-                }
+                cur = next_step_inputs(env, obs, action, reward, done, cur, dev)
             last = c == len(chunks) - 1
             if last and hasattr(env, "oracle_trial_return"):
                 oracle = env.oracle_trial_return(T)
