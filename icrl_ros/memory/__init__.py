@@ -11,6 +11,9 @@ name         class                 what it keeps
 ``memo``     MemoMemory            accumulating Memo summary sets up to max_sets; then on_full
                                    (evict_oldest = streaming Memo)
 ===========  ====================  ==========================================================
+
+Not yet in the registry (its own tests: ``tests/test_hcam.py``): ``HCAMMemory`` (local
+window + a ring of HCAM chunks, oldest evicted).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 
 from icrl_ros.memory.base import ON_FULL, Memory, MemoryBudgetError, MemoryFullError, slot_bytes
 from icrl_ros.memory.kv_cache import FullContextMemory, KVCache, SinkWindowMemory
+from icrl_ros.memory.hcam import HCAMMemory
 from icrl_ros.memory.memo import MemoMemory
 from icrl_ros.memory.snapshot import SnapshotError
 
@@ -59,5 +63,5 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
                       on_full=cfg.get("on_full", "evict_oldest"), **common)
 
 
-__all__ = ["Memory", "KVCache", "FullContextMemory", "SinkWindowMemory", "MemoMemory", "MEMORY_POLICIES",
+__all__ = ["Memory", "KVCache", "HCAMMemory", "FullContextMemory", "SinkWindowMemory", "MemoMemory", "MEMORY_POLICIES",
            "create_memory", "MemoryBudgetError", "MemoryFullError", "SnapshotError", "ON_FULL", "slot_bytes"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 SINKS = ("kv", "kv0", "k0v0", "none", "token")
-KINDS = ("relic", "memo")
+KINDS = ("relic", "memo", "hcam")
 MEMO_VARIANTS = ("memo", "rmt")
 OBS_TYPES = ("discrete", "image")
 VISUAL_ENCODERS = ("cnn",)
@@ -33,7 +33,8 @@ class ModelArgs:
     max_episode_steps: int
     """Size of the learnable within-episode position table."""
     kind: str = "relic"
-    """Sequence model: ``relic`` (full causal context) or ``memo`` (summary tokens)."""
+    """Sequence model: ``relic`` (full causal context), ``memo`` (summary tokens) or ``hcam``
+    (local window attention + hierarchical chunk memory)."""
     n_goals: int = 0
     """Number of goal categories fed to the encoder (0 = no goal input)."""
     grid_size: int = 0
@@ -70,8 +71,19 @@ class ModelArgs:
     """Memo: ``memo`` accumulates every summary; ``rmt`` keeps only the newest set."""
     seg_jitter: float = 0.2
     """Memo: training segment lengths are drawn in [1 - j, 1 + j] x l_seg."""
+    hcam_chunk: int = 16
+    """HCAM: steps per memory chunk (C); also the local attention window (each token attends
+    directly to the C previous steps, older ones only through the chunk memory)."""
+    hcam_top_k: int = 4
+    """HCAM: chunks read in detail per query (top-k of the summary relevance)."""
+    hcam_layers: tuple[int, ...] = ()
+    """HCAM: indices of the layers that get a chunk-memory block; empty = every layer."""
+    hcam_recon_weight: float = 0.3
+    """HCAM: weight of the input-reconstruction auxiliary loss (paper: 0.3 or 1)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.hcam_layers, list):  # from YAML / JSON
+            self.hcam_layers = tuple(self.hcam_layers)
         self.validate()
 
     def validate(self) -> None:
@@ -99,12 +111,28 @@ class ModelArgs:
             raise ValueError("model.iea: memo attends across episodes through its summaries; iea must be true")
         if self.kind == "memo" and self.sink == "token":
             raise ValueError(f"model.sink: memo supports {[s for s in SINKS if s != 'token']}, got 'token'")
+        check_positive("model.hcam_chunk", self.hcam_chunk)
+        check_positive("model.hcam_top_k", self.hcam_top_k)
+        check_positive("model.hcam_recon_weight", self.hcam_recon_weight, allow_zero=True)
+        if not isinstance(self.hcam_layers, tuple) or len(set(self.hcam_layers)) != len(self.hcam_layers) or any(
+                not isinstance(i, int) or not 0 <= i < self.n_layers for i in self.hcam_layers):
+            raise ValueError(f"model.hcam_layers: {self.hcam_layers!r} must be distinct layer indices in "
+                             f"[0, {self.n_layers}) (empty = every layer)")
+        if self.kind == "hcam" and not self.iea:
+            raise ValueError("model.iea: hcam's chunk memory spans episodes; iea must be true")
+        if self.kind == "hcam" and self.sink == "token":
+            raise ValueError(f"model.sink: hcam supports {[s for s in SINKS if s != 'token']}, got 'token'")
         if not 0.0 <= self.depth_dropout < 1.0:
             raise ValueError(f"model.depth_dropout: must be in [0, 1), got {self.depth_dropout}")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def memory_layers(self) -> tuple[int, ...]:
+        """HCAM: the layers with a chunk-memory block, in order."""
+        return tuple(sorted(self.hcam_layers)) or tuple(range(self.n_layers))
 
     def to_dict(self) -> dict:
         return asdict(self)

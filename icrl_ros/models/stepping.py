@@ -2,7 +2,8 @@
 
 Used by training rollouts and evaluation; the deploy runtime does the same through its
 engines. ReLIC uses a :class:`~icrl_ros.memory.KVCache`, Memo a
-:class:`~icrl_ros.memory.MemoMemory` (which summarises at segment ends).
+:class:`~icrl_ros.memory.MemoMemory` (which summarises at segment ends), HCAM an
+:class:`~icrl_ros.memory.HCAMMemory` (local window + chunk store).
 """
 
 from __future__ import annotations
@@ -12,19 +13,26 @@ import math
 import torch
 from torch import Tensor
 
-from icrl_ros.memory import KVCache, MemoMemory
+from icrl_ros.memory import HCAMMemory, KVCache, MemoMemory
+from icrl_ros.models.hcam import HCAMPolicy
 from icrl_ros.models.memo import MemoPolicy
 from icrl_ros.models.policy import ICLPolicy
 
 
 def make_memory(policy: ICLPolicy, batch: int, steps: int, window: int | None = None, dtype=torch.float32,
-                device=None, schedule: list[int] | None = None, max_sets: int | None = None):
+                device=None, schedule: list[int] | None = None, max_sets: int | None = None,
+                max_chunks: int | None = None):
     """A memory sized for trials of ``steps`` steps.
 
     ReLIC: full context (``window=None``) or sink + sliding window. Memo: every summary
     set of the trial (or ``max_sets``, oldest dropped), segments per ``schedule``.
+    HCAM: every chunk of the trial (or ``max_chunks``, oldest evicted).
     """
     a = policy.args
+    if isinstance(policy, HCAMPolicy):
+        n = max_chunks or max(a.hcam_top_k, steps // a.hcam_chunk)
+        return HCAMMemory(a.n_layers, batch, a.n_heads, a.head_dim, len(a.memory_layers), a.hcam_chunk,
+                          a.hcam_top_k, n, dtype=dtype, device=device)
     if isinstance(policy, MemoPolicy):
         shortest = min(schedule) if schedule else a.l_seg
         sets = max_sets or max(1, math.ceil(steps / shortest))
@@ -44,6 +52,11 @@ def make_memory(policy: ICLPolicy, batch: int, steps: int, window: int | None = 
 def act(policy: ICLPolicy, inp: dict[str, Tensor], mem, commit: bool = True) -> tuple[Tensor, Tensor]:
     """Logits (B, A) and value (B,) for one step; with ``commit`` the step enters memory
     (and a Memo segment end is summarised)."""
+    if isinstance(mem, HCAMMemory):
+        logits, value, k, v, x_mem = policy.step(inp, *mem.step_inputs())
+        if commit:
+            mem.commit(k, v, inp["episode_index"], x_mem)
+        return logits, value
     position = mem.position() if isinstance(mem, MemoMemory) else None
     logits, value, k, v = policy.step(inp, mem.k, mem.v, mem.episode, mem.valid, position)
     if commit:
@@ -58,6 +71,10 @@ def act(policy: ICLPolicy, inp: dict[str, Tensor], mem, commit: bool = True) -> 
 @torch.no_grad()
 def refresh(policy: ICLPolicy, mem, seq: dict[str, Tensor], schedule: list[int] | None = None) -> Tensor:
     """Recompute the memory and the values of a trial prefix with the current weights."""
+    if isinstance(mem, HCAMMemory):
+        _, values, k, v, extras = policy.forward_sequence(seq, max_chunks=mem.max_chunks)
+        mem.load_sequence(k, v, extras["layer_inputs"], seq["episode_index"])
+        return values
     if isinstance(mem, MemoMemory):
         _, values, state = policy.forward_sequence(seq, schedule)
         mem.load_state(state)
@@ -72,7 +89,7 @@ def refresh(policy: ICLPolicy, mem, seq: dict[str, Tensor], schedule: list[int] 
 def build_policy(args, load_pretrained: bool = False) -> ICLPolicy:
     """The policy class for ``args.kind``; ``load_pretrained`` loads and freezes
     ``args.pretrained_encoder`` (at training start)."""
-    policy = MemoPolicy(args) if args.kind == "memo" else ICLPolicy(args)
+    policy = {"memo": MemoPolicy, "hcam": HCAMPolicy}.get(args.kind, ICLPolicy)(args)
     if load_pretrained:
         policy.encoder.load_pretrained()
     return policy

@@ -1,0 +1,145 @@
+"""HCAM memory: a local key/value window plus a bounded store of chunks, static buffers.
+
+What :class:`~icrl_ros.models.hcam.HCAMPolicy` attends to between steps:
+
+* ``k``, ``v`` (L, B, H, W, hd) ring, ``valid`` / ``episode`` (B, W): the local window
+  of the last ``W = chunk`` steps (keys after RoPE, as in :class:`KVCache`);
+* ``cur_x`` (Lm, B, C, D): the current, incomplete chunk of memory-layer inputs;
+* ``chunk_x`` (Lm, B, N, C, D), ``chunk_key`` (Lm, B, N, D) mean-pooled summaries,
+  ``chunk_valid`` (B, N): the completed chunks, a ring over ``N = max_chunks`` slots
+  (the oldest chunk is evicted when full; chunk j lives in slot j % N).
+
+Chunks are counted from the trial start: step t fills slot t % C of the current chunk,
+and after step (j + 1) C - 1 the chunk j is stored with its summary. The one counter is
+``count`` (steps since the trial start). Bytes are fixed at construction and never
+exceed ``budget_bytes``; ``max_chunks=None`` takes the most chunks the budget holds.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from icrl_ros.memory.base import MemoryBudgetError, slot_bytes
+from icrl_ros.memory.kv_cache import KVCache
+
+
+def chunk_bytes(n_mem_layers: int, chunk: int, d_model: int, dtype) -> int:
+    """Bytes one stored chunk costs per env: contents + summary key + validity flag."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return n_mem_layers * (chunk + 1) * d_model * itemsize + 1
+
+
+class HCAMMemory(KVCache):
+    policy = "hcam"  # type: ignore[assignment]
+
+    def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, n_mem_layers: int, chunk: int,
+                 top_k: int, max_chunks: int | None = None, dtype=torch.float32, device=None,
+                 budget_bytes: int | None = None) -> None:
+        if chunk <= 0 or top_k <= 0 or n_mem_layers <= 0:
+            raise ValueError(f"HCAMMemory: chunk, top_k and n_mem_layers must be > 0, got {chunk}, {top_k}, "
+                             f"{n_mem_layers}")
+        d_model = n_heads * head_dim
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        fixed = batch * (chunk * slot_bytes(n_layers, n_heads, head_dim, dtype)  # local window
+                         + n_mem_layers * chunk * d_model * itemsize)  # current chunk
+        per_chunk = batch * chunk_bytes(n_mem_layers, chunk, d_model, dtype)
+        if max_chunks is None:
+            if budget_bytes is None:
+                raise ValueError("max_chunks: give max_chunks or memory_budget_bytes")
+            max_chunks = max(0, budget_bytes - fixed) // per_chunk
+            if max_chunks < top_k:
+                raise MemoryBudgetError(
+                    f"memory_budget_bytes: {budget_bytes:,} bytes do not hold the local window, the current chunk "
+                    f"and top_k={top_k} chunks of HCAMMemory (batch {batch}); need "
+                    f"{fixed + top_k * per_chunk:,}")
+        if max_chunks < top_k:
+            raise ValueError(f"max_chunks: must be >= top_k={top_k} (static top-k over the store), got {max_chunks}")
+        need = fixed + max_chunks * per_chunk
+        if budget_bytes is not None and need > budget_bytes:
+            raise MemoryBudgetError(f"memory_budget_bytes: HCAMMemory with {max_chunks} chunks x batch {batch} "
+                                    f"needs {need:,} bytes, budget is {budget_bytes:,}; raise the budget or lower "
+                                    "max_chunks")
+        super().__init__(n_layers, batch, n_heads, head_dim, chunk, window=chunk, n_prefix=0, dtype=dtype,
+                         device=device)
+        self.budget_bytes = budget_bytes
+        self.chunk, self.top_k, self.max_chunks, self.n_mem_layers, self.d_model = (
+            chunk, top_k, max_chunks, n_mem_layers, d_model)
+        self.chunk_x = torch.zeros(n_mem_layers, batch, max_chunks, chunk, d_model, dtype=dtype, device=device)
+        self.chunk_key = torch.zeros(n_mem_layers, batch, max_chunks, d_model, dtype=dtype, device=device)
+        self.chunk_valid = torch.zeros(batch, max_chunks, dtype=torch.bool, device=device)
+        self.cur_x = torch.zeros(n_mem_layers, batch, chunk, d_model, dtype=dtype, device=device)
+
+    # -- sizes --------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors().values())
+
+    @property
+    def chunks(self) -> int:
+        """Stored (complete) chunks of env 0."""
+        return int(self.chunk_valid[0].sum())
+
+    @property
+    def live_bytes(self) -> int:
+        per_chunk = self.batch * chunk_bytes(self.n_mem_layers, self.chunk, self.d_model, self.k.dtype)
+        return super().live_bytes + self.chunks * per_chunk
+
+    # -- reads / writes -----------------------------------------------------------
+    def step_inputs(self) -> tuple[Tensor, ...]:
+        """Memory arguments of ``HCAMPolicy.step``, in order (static buffers, no copies)."""
+        return self.k, self.v, self.episode, self.valid, self.chunk_x, self.chunk_key, self.chunk_valid
+
+    def reset(self) -> None:
+        super().reset()
+        self.chunk_valid[:] = False
+
+    def commit(self, k: Tensor, v: Tensor, episode: Tensor, x_mem: Tensor | None = None) -> None:
+        """Store one step: keys/values (L, B, H, 1, hd) into the window and its memory-layer
+        inputs (Lm, B, 1, D) into the current chunk; a completed chunk enters the store."""
+        if x_mem is None:
+            raise ValueError("HCAMMemory.commit: x_mem (the step's memory-layer inputs) is required")
+        t = self.count
+        self.cur_x[:, :, t % self.chunk] = x_mem[:, :, 0].to(self.cur_x.dtype)
+        super().commit(k, v, episode)
+        if (t + 1) % self.chunk == 0:
+            self._write_chunk(t // self.chunk, self.cur_x)
+
+    def _write_chunk(self, j: int, x: Tensor) -> None:
+        """Chunk number j (from the trial start) with contents x (Lm, B, C, D) -> slot j % N."""
+        s = j % self.max_chunks
+        self.chunk_x[:, :, s] = x
+        self.chunk_key[:, :, s] = x.mean(2)
+        self.chunk_valid[:, s] = True
+
+    def load_sequence(self, k: Tensor, v: Tensor, x_mem: Tensor, episode: Tensor) -> None:  # type: ignore[override]
+        """Adopt a recomputed trial prefix: k/v (L, B, H, T, hd), x_mem (Lm, B, T, D)
+        (``HCAMPolicy.forward_sequence``'s ``layer_inputs``), episode (B, T)."""
+        super().load_sequence(k, v, episode)  # resets, places the window, count = T
+        self._load_chunks(x_mem.to(self.chunk_x.dtype), k.shape[3])
+
+    def _load_chunks(self, x_mem: Tensor, T: int, t0: int = 0) -> None:
+        """Store the chunks of steps 0 .. T-1 that a bounded store keeps; x_mem covers t0 .. T-1."""
+        C = self.chunk
+        n = T // C
+        for j in range(max(0, n - self.max_chunks), n):
+            self._write_chunk(j, x_mem[:, :, j * C - t0:(j + 1) * C - t0])
+        r = T - n * C
+        if r:
+            self.cur_x[:, :, :r] = x_mem[:, :, n * C - t0:T - t0]
+
+    def fill_synthetic(self, steps: int, generator: torch.Generator | None = None, episode_len: int = 500) -> None:
+        super().fill_synthetic(steps, generator, episode_len)
+        n, C = steps // self.chunk, self.chunk
+        first = max(0, n - self.max_chunks)
+        x = torch.randn(self.n_mem_layers, self.batch, steps - first * C, self.d_model, generator=generator)
+        self._load_chunks(x.to(self.chunk_x), steps, first * C)
+
+    # -- snapshot contract ------------------------------------------------------------
+    def tensors(self) -> dict[str, Tensor]:
+        return {**super().tensors(), "chunk_x": self.chunk_x, "chunk_key": self.chunk_key,
+                "chunk_valid": self.chunk_valid, "cur_x": self.cur_x}
+
+    def config(self) -> dict:
+        return {**super().config(), "chunk": self.chunk, "top_k": self.top_k, "max_chunks": self.max_chunks,
+                "n_mem_layers": self.n_mem_layers, "d_model": self.d_model}

@@ -1,0 +1,253 @@
+"""HCAM: cached stepping vs the full-sequence forward, top-k selection, stop-gradient into
+memory, the reconstruction loss, config validation, and the chunk memory manager."""
+
+import os
+
+import pytest
+import torch
+
+from icrl_ros.memory import HCAMMemory, MemoryBudgetError, SnapshotError
+from icrl_ros.memory.hcam import chunk_bytes
+from icrl_ros.models import HCAMPolicy, ModelArgs, act, load_checkpoint, make_memory, refresh, save_checkpoint
+from icrl_ros.models.hcam import ChunkMemoryAttention, sequence_chunks, window_mask
+from tests.helpers import cached_rollout, random_trial
+
+
+def hcam_args(**kw) -> ModelArgs:
+    base = dict(kind="hcam", n_obs=20, n_actions=5, max_episode_steps=9, d_model=32, n_layers=2, n_heads=4,
+                d_mlp=64, hcam_chunk=4, hcam_top_k=2, sink="kv0", depth_dropout=0.0)
+    base.update(kw)
+    return ModelArgs(**base)
+
+
+def boost_memory(policy: HCAMPolicy) -> None:
+    """Scale up the memory read so a wrong chunk choice would show far above 1e-5."""
+    with torch.no_grad():
+        for blk in policy.core.blocks:
+            if blk.memory is not None:
+                blk.memory.proj.weight.mul_(20)
+                blk.memory.relevance.weight.mul_(20)
+
+
+@pytest.mark.parametrize("sink", ["kv0", "none", "kv"])
+@pytest.mark.parametrize("layers,top_k,max_chunks", [((), 2, None), ((1,), 3, None), ((), 2, 3)])
+def test_cached_hcam_matches_full_sequence(sink, layers, top_k, max_chunks):
+    torch.manual_seed(0)
+    args = hcam_args(sink=sink, hcam_layers=layers, hcam_top_k=top_k)
+    policy = HCAMPolicy(args).eval()
+    boost_memory(policy)
+    inp = random_trial(args, batch=2, steps=43, episode_len=9)  # 10 chunks, 5 episode boundaries
+    with torch.no_grad():
+        logits, values, _, _, _ = policy.forward_sequence(inp, max_chunks=max_chunks)
+    c_logits, c_values = cached_rollout(policy, inp, max_chunks=max_chunks)
+    assert (logits - c_logits).abs().max() <= 1e-5
+    assert (values - c_values).abs().max() <= 1e-5
+
+
+def test_memory_read_changes_the_output():
+    """The parity test is only meaningful if the chunk memory matters."""
+    torch.manual_seed(0)
+    args = hcam_args()
+    policy = HCAMPolicy(args).eval()
+    boost_memory(policy)
+    inp = random_trial(args, batch=1, steps=30, episode_len=9)
+    other = {k: v.clone() for k, v in inp.items()}
+    other["obs"][:, :4] = (other["obs"][:, :4] + 3) % args.n_obs  # chunk 0 only; outside later windows
+    with torch.no_grad():
+        a = policy.forward_sequence(inp)[0][:, 20:]
+        b = policy.forward_sequence(other)[0][:, 20:]
+    assert (a - b).abs().max() > 1e-3
+
+
+def test_refresh_then_step_matches_full_forward():
+    torch.manual_seed(0)
+    args = hcam_args()
+    policy = HCAMPolicy(args).eval()
+    boost_memory(policy)
+    inp = random_trial(args, batch=2, steps=40, episode_len=9)
+    for t1, max_chunks in ((13, None), (16, None), (31, 3)):  # mid-chunk, at a chunk end, after evictions
+        mem = make_memory(policy, 2, 40, max_chunks=max_chunks)
+        refresh(policy, mem, {k: v[:, :t1] for k, v in inp.items()})
+        lg, _ = act(policy, {k: v[:, t1] for k, v in inp.items()}, mem)
+        with torch.no_grad():
+            full = policy.forward_sequence({k: v[:, :t1 + 1] for k, v in inp.items()}, max_chunks=max_chunks)[0]
+        assert (lg - full[:, t1]).abs().max() <= 1e-5
+
+
+def test_top_k_picks_the_chunks_aligned_with_the_query():
+    args = hcam_args(d_model=8, n_heads=2, hcam_chunk=3, hcam_top_k=2)
+    m = ChunkMemoryAttention(args)
+    with torch.no_grad():
+        m.relevance.weight.copy_(torch.eye(8))
+    N, D = 6, 8
+    key = torch.zeros(1, N, D)
+    for j, s in enumerate([0.1, 3.0, 0.5, 2.0, 5.0, -1.0]):  # chunk 4 best, then 1, then 3
+        key[0, j, 0] = s
+    h = torch.zeros(1, 1, D)
+    h[0, 0, 0] = 1.0
+    mask = torch.ones(1, 1, N, dtype=torch.bool)
+    idx, w = m.select(h, key, mask)
+    assert idx[0, 0].tolist() == [4, 1]
+    rel = torch.tensor([5.0, 3.0]) * D ** -0.5
+    assert torch.allclose(w[0, 0], torch.softmax(rel, 0))
+    mask[0, 0, 4] = False  # the best chunk is not visible yet: next best two, invalid never chosen
+    idx, w = m.select(h, key, mask)
+    assert idx[0, 0].tolist() == [1, 3]
+    only = torch.zeros(1, 1, N, dtype=torch.bool)
+    only[0, 0, 5] = True  # fewer valid chunks than k: the invalid pick gets weight exactly 0
+    idx, w = m.select(h, key, only)
+    assert idx[0, 0, 0] == 5 and w[0, 0, 0] == 1.0 and w[0, 0, 1] == 0.0
+    idx, w = m.select(h, key, torch.zeros_like(only))  # nothing stored: the read adds nothing
+    assert torch.equal(w, torch.zeros_like(w))
+
+
+def test_sequence_chunks_visibility_and_eviction():
+    x = torch.randn(1, 14, 4)
+    cx, key, vis = sequence_chunks(x, chunk=4, top_k=5)
+    assert cx.shape == (1, 5, 4, 4) and torch.allclose(key[0, 1], x[0, 4:8].mean(0))
+    assert vis[0, 7].tolist() == [True, False, False, False, False]  # chunk 0 complete at t=4
+    assert vis[0, 8].tolist() == [True, True, False, False, False]
+    _, _, vis = sequence_chunks(x, chunk=4, top_k=1, max_chunks=1)
+    assert vis[0, 13].tolist() == [False, False, True]
+    assert window_mask(torch.zeros(1, 6, dtype=torch.long), 2)[0, 5].tolist() == [False] * 3 + [True] * 3
+
+
+def test_no_gradient_flows_into_stored_memory():
+    torch.manual_seed(0)
+    args = hcam_args(n_layers=2, hcam_chunk=2, hcam_top_k=2)
+    policy = HCAMPolicy(args).train()
+    boost_memory(policy)
+    inp = random_trial(args, batch=1, steps=16, episode_len=9)
+    ep = inp["episode_index"]
+    x = policy.encode(inp).detach().requires_grad_(True)
+    h, _, _, _ = policy.core(x, ep, window_mask(ep, args.hcam_chunk))
+    h[:, -1].sum().backward()
+    # the last step reaches steps >= 15 - 2 * (window 2) = 11 through the two local layers;
+    # anything older only through (gradient-stopped) chunk memory
+    assert x.grad[:, :11].abs().max() == 0
+    assert x.grad[:, 11:].abs().max() > 0
+    mem = policy.core.blocks[1].memory
+    assert mem.kv.weight.grad.abs().max() > 0 and mem.relevance.weight.grad.abs().max() > 0
+    with torch.no_grad():  # ... while the old steps do change the output (through memory)
+        y = x.detach().clone()
+        y[:, :4] += 1.0
+        h2, _, _, _ = policy.core(y, ep, window_mask(ep, args.hcam_chunk))
+    assert (h2[:, -1] - h[:, -1].detach()).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("obs_type", ["discrete", "image"])
+def test_recon_loss_is_finite_and_decreases(obs_type):
+    torch.manual_seed(0)
+    extra = dict(obs_type="image", image_size=16, n_goals=3) if obs_type == "image" else {}
+    args = hcam_args(**extra)
+    policy = HCAMPolicy(args).train()
+    inp = random_trial(args, batch=2, steps=12, episode_len=9)
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        extras = policy.forward_sequence(inp)[4]
+        loss = policy.aux_loss(inp, extras)
+        assert torch.isfinite(loss) and loss.ndim == 0
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+    mask = torch.zeros(2, 12, dtype=torch.bool)
+    mask[:, :3] = True
+    assert torch.isfinite(policy.recon_loss(inp, extras["hidden"], mask))
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("hcam_chunk", 0, "model.hcam_chunk"), ("hcam_top_k", -1, "model.hcam_top_k"),
+    ("hcam_layers", (0, 2), "model.hcam_layers"), ("hcam_layers", (1, 1), "model.hcam_layers"),
+    ("hcam_recon_weight", -0.1, "model.hcam_recon_weight"), ("iea", False, "model.iea"),
+    ("sink", "token", "model.sink")])
+def test_bad_hcam_args_name_the_field(field, value, needle):
+    with pytest.raises(ValueError, match=needle):
+        hcam_args(**{field: value})
+
+
+def test_hcam_layers_from_yaml_list_and_checkpoint_round_trip(tmp_path):
+    args = ModelArgs.from_dict({**hcam_args().to_dict(), "hcam_layers": [1]})
+    assert args.hcam_layers == (1,) and args.memory_layers == (1,)
+    policy = HCAMPolicy(args)
+    assert policy.core.blocks[0].memory is None and policy.core.blocks[1].memory is not None
+    save_checkpoint(tmp_path / "h.pt", policy)
+    loaded, _ = load_checkpoint(tmp_path / "h.pt")
+    assert isinstance(loaded, HCAMPolicy)
+    assert torch.equal(loaded.core.blocks[1].memory.kv.weight, policy.core.blocks[1].memory.kv.weight)
+
+
+# -- the memory manager -------------------------------------------------------------------
+DIMS = dict(n_layers=2, batch=1, n_heads=2, head_dim=4, n_mem_layers=2, chunk=3, top_k=2)
+
+
+def drive(mem: HCAMMemory, steps: int, t0: int = 0) -> None:
+    for t in range(t0, t0 + steps):
+        k = torch.full((2, mem.batch, 2, 1, 4), float(t))
+        x = torch.full((2, mem.batch, 1, 8), float(t))
+        mem.commit(k, -k, torch.zeros(mem.batch, dtype=torch.long), x)
+
+
+def test_chunks_are_written_summarised_and_evicted_oldest_first():
+    mem = HCAMMemory(**DIMS, max_chunks=3)
+    drive(mem, 8)
+    assert mem.chunks == 2 and mem.count == 8
+    assert torch.equal(mem.chunk_key[0, 0, 1], torch.full((8,), 4.0))  # steps 3, 4, 5
+    drive(mem, 100, t0=8)  # chunk j -> slot j % 3; the newest three chunks remain
+    assert mem.chunks == 3
+    newest = sorted(mem.chunk_key[0, 0, :, 0].tolist())
+    assert newest == [100.0, 103.0, 106.0]  # chunks 33, 34, 35 (steps 99..107)
+    assert mem.tokens == 3  # the local window holds the last C steps
+
+
+def test_bytes_are_bounded_over_a_long_run_and_reset_clears():
+    budget = 20_000
+    mem = HCAMMemory(**DIMS, budget_bytes=budget)
+    per_chunk = chunk_bytes(2, 3, 8, torch.float32)
+    assert budget - per_chunk < mem.nbytes <= budget  # the most chunks that fit
+    before = mem.nbytes
+    for _ in range(10):
+        drive(mem, 500, t0=mem.count)
+        assert mem.nbytes == before and mem.live_bytes <= mem.nbytes
+    assert mem.chunks == mem.max_chunks
+    mem.reset()
+    assert mem.chunks == 0 and mem.tokens == 0 and mem.nbytes == before
+    with pytest.raises(MemoryBudgetError, match="memory_budget_bytes"):
+        HCAMMemory(**DIMS, budget_bytes=500)
+    with pytest.raises(MemoryBudgetError, match="memory_budget_bytes"):
+        HCAMMemory(**DIMS, max_chunks=10_000, budget_bytes=budget)
+    with pytest.raises(ValueError, match="max_chunks"):
+        HCAMMemory(**DIMS, max_chunks=1)
+
+
+def test_snapshot_round_trip_and_refusals(tmp_path):
+    mem = HCAMMemory(**DIMS, max_chunks=4)
+    drive(mem, 29)
+    path = tmp_path / "hcam.npz"
+    mem.snapshot(path, model_hash="abc", steps=29)
+    assert os.listdir(tmp_path) == ["hcam.npz"]
+    other = HCAMMemory(**DIMS, max_chunks=4)
+    meta = other.restore(path, expect={"model_hash": "abc"})
+    assert meta["steps"] == 29 and other.counters() == mem.counters()
+    for name, t in mem.tensors().items():
+        assert torch.equal(other.tensors()[name], t), name
+    drive(mem, 7, t0=29)
+    drive(other, 7, t0=29)
+    for name, t in mem.tensors().items():
+        assert torch.equal(other.tensors()[name], t), name
+    wrong = HCAMMemory(**DIMS, max_chunks=5)
+    before = {n: t.clone() for n, t in wrong.tensors().items()}
+    with pytest.raises(SnapshotError, match="memory.max_chunks"):
+        wrong.restore(path)
+    assert all(torch.equal(before[n], t) for n, t in wrong.tensors().items())
+
+
+def test_fill_synthetic_matches_stepping_bookkeeping():
+    for steps in (0, 5, 40):
+        a, b = HCAMMemory(**DIMS, max_chunks=4), HCAMMemory(**DIMS, max_chunks=4)
+        drive(a, steps)
+        b.fill_synthetic(steps, torch.Generator().manual_seed(0), episode_len=10**9)
+        assert torch.equal(a.chunk_valid, b.chunk_valid) and torch.equal(a.valid, b.valid)
+        assert a.counters() == b.counters()
