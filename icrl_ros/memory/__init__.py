@@ -13,7 +13,8 @@ name         class                 what it keeps
 ===========  ====================  ==========================================================
 
 Not yet in the registry (its own tests: ``tests/test_hcam.py``): ``HCAMMemory`` (local
-window + a ring of HCAM chunks, oldest evicted).
+window + a ring of HCAM chunks, oldest evicted). RA-DT's episodic index is
+``RetrievalIndex`` (faiss, imported lazily; ``tests/test_retrieval.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from icrl_ros.memory.base import ON_FULL, Memory, MemoryBudgetError, MemoryFullE
 from icrl_ros.memory.kv_cache import FullContextMemory, KVCache, SinkWindowMemory
 from icrl_ros.memory.hcam import HCAMMemory
 from icrl_ros.memory.memo import MemoMemory
+from icrl_ros.memory.retrieval import RetrievalIndex, Retrieved
 from icrl_ros.memory.snapshot import SnapshotError
 
 MEMORY_POLICIES: dict[str, type[Memory]] = {
@@ -63,5 +65,5 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
                       on_full=cfg.get("on_full", "evict_oldest"), **common)
 
 
-__all__ = ["Memory", "KVCache", "HCAMMemory", "FullContextMemory", "SinkWindowMemory", "MemoMemory", "MEMORY_POLICIES",
+__all__ = ["Memory", "KVCache", "HCAMMemory", "RetrievalIndex", "Retrieved", "FullContextMemory", "SinkWindowMemory", "MemoMemory", "MEMORY_POLICIES",
            "create_memory", "MemoryBudgetError", "MemoryFullError", "SnapshotError", "ON_FULL", "slot_bytes"]
