@@ -3,6 +3,7 @@ memory, the reconstruction loss, config validation, and the chunk memory manager
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -251,3 +252,40 @@ def test_fill_synthetic_matches_stepping_bookkeeping():
         b.fill_synthetic(steps, torch.Generator().manual_seed(0), episode_len=10**9)
         assert torch.equal(a.chunk_valid, b.chunk_valid) and torch.equal(a.valid, b.valid)
         assert a.counters() == b.counters()
+
+
+def test_cached_step_exports_to_onnx_with_topk_and_gather_in_the_graph(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    args = hcam_args()
+    policy = HCAMPolicy(args).eval()
+    boost_memory(policy)
+    inp = random_trial(args, batch=1, steps=30, episode_len=9)
+    mem = make_memory(policy, 1, 64, max_chunks=6)
+    for t in range(29):
+        act(policy, {k: v[:, t] for k, v in inp.items()}, mem)
+    step_names = list(policy.input_spec()) + ["episode_index"]
+
+    class Step(torch.nn.Module):
+        def __init__(self, p):
+            super().__init__()
+            self.p = p
+
+        def forward(self, *xs):
+            return self.p.step(dict(zip(step_names, xs[:len(step_names)])), *xs[len(step_names):])
+
+    names = step_names + ["past_k", "past_v", "past_episode", "past_valid", "chunk_x", "chunk_key", "chunk_valid"]
+    xs = tuple(inp[n][:, 29] for n in step_names) + mem.step_inputs()
+    with torch.no_grad():
+        ref = Step(policy)(*xs)
+    path = tmp_path / "hcam_step.onnx"
+    torch.onnx.export(Step(policy), xs, str(path), input_names=names,
+                      output_names=["logits", "value", "new_k", "new_v", "x_mem"], opset_version=17, dynamo=False)
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert {"TopK", "GatherElements"} <= ops and "Loop" not in ops and "If" not in ops
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = dict(zip(names, xs))
+    out = sess.run(None, {i.name: feed[i.name].numpy() for i in sess.get_inputs()})
+    for o, r in zip(out, ref):
+        assert np.abs(o - r.numpy()).max() <= 1e-5
