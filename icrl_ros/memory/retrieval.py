@@ -154,7 +154,9 @@ class RetrievalIndex:
     # -- writes -------------------------------------------------------------------
     def add(self, keys, values, task=0, episode_return=0.0) -> np.ndarray:
         """Add N entries: keys (N, dim), values (N, *value_shape), task (N,) or scalar,
-        episode_return (N,) or scalar. Returns their ids (N,); evicts past the capacity."""
+        episode_return (N,) or scalar. Evicts past the capacity; returns the ids of the new
+        entries that were kept (all N unless the batch alone overflows the capacity or, with
+        ``lowest_return``, some of them rank lowest)."""
         k = self._keys(keys, "keys")
         n = k.shape[0]
         vals = np.asarray(values, dtype=self.value_dtype)
