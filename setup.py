@@ -36,6 +36,7 @@ setup(
     extras_require={
         "train": ["tensorboard", "tqdm", "matplotlib"],
         "export": ["onnx", "onnxruntime"],
+        "retrieval": ["faiss-cpu>=1.8"],
         "test": ["pytest", "pytest-timeout"],
     },
     zip_safe=True,
