@@ -32,17 +32,19 @@ from training.ppo import next_step_inputs, trial_start_inputs
 
 @torch.no_grad()
 def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | None = None,
-               greedy: bool = False, seed: int = 0, max_sets: int | None = None) -> dict[str, np.ndarray]:
+               greedy: bool = False, seed: int = 0, max_sets: int | None = None,
+               max_chunks: int | None = None) -> dict[str, np.ndarray]:
     """Run ``env.num_envs`` trials of ``steps`` steps from the env's current tasks.
 
     Returns per-env episode returns ``returns`` (N, E) with NaN for episodes that did not
     finish, and ``trial_return`` (N,). ``window``: ReLIC keeps only the newest steps (sink +
     sliding window memory); None keeps the whole trial. ``max_sets``: Memo keeps only the
-    newest summary sets (streaming Memo); None keeps every set.
+    newest summary sets (streaming Memo); None keeps every set. ``max_chunks``: HCAM keeps only
+    the newest chunks (a ring); None keeps every chunk of the trial.
     """
     g = torch.Generator().manual_seed(seed)
     a, B = policy.args, env.num_envs
-    mem = make_memory(policy, B, steps, window=window, max_sets=max_sets)
+    mem = make_memory(policy, B, steps, window=window, max_sets=max_sets, max_chunks=max_chunks)
     obs = env.observe()
     cur = trial_start_inputs(env, obs, a.n_actions, "cpu")
     episodes: list[list[float]] = [[] for _ in range(B)]
@@ -85,7 +87,7 @@ def held_out_tasks(env: VecTrialEnv, trials: int, seed: int) -> None:
 
 
 def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int | None, greedy: bool,
-             seed: int, memory: str, max_sets: int | None = None) -> dict:
+             seed: int, memory: str, max_sets: int | None = None, max_chunks: int | None = None) -> dict:
     policy, blob = load_checkpoint(ckpt)
     env_id = blob["config"]["env"]["id"]
     train_ctx = blob["config"]["ppo"]["rollout_length"]
@@ -98,7 +100,8 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
     held_out_tasks(env, trials, seed)
     oracle_trial = env.oracle_trial_return(steps)
     oracle_ep = env.oracle_episode_return() if hasattr(env, "oracle_episode_return") else None
-    out = run_trials(policy, env, steps, window=window, greedy=greedy, seed=seed, max_sets=max_sets)
+    out = run_trials(policy, env, steps, window=window, greedy=greedy, seed=seed, max_sets=max_sets,
+                     max_chunks=max_chunks)
     R = out["returns"]
     rows = []
     for e in range(R.shape[1]):
@@ -110,7 +113,8 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
     tm, tci, _ = mean_ci(out["trial_return"])
     nm, nci, _ = mean_ci(out["trial_return"] / oracle_trial)
     return {"checkpoint": str(ckpt), "env": env_id, "split": split, "trials": trials, "steps": steps,
-            "memory": memory, "window": window, "max_sets": max_sets, "greedy": greedy, "model": blob["model_args"],
+            "memory": memory, "window": window, "max_sets": max_sets, "max_chunks": max_chunks, "greedy": greedy,
+            "model": blob["model_args"],
             "env_steps_trained": blob.get("env_steps"), "episodes": rows,
             "memory_bytes": out["memory_bytes"], "memory_tokens_at_end": out["memory_tokens"],
             "trial_return": {"mean": tm, "ci95": tci, "oracle_normalised": nm, "oracle_normalised_ci95": nci}}
@@ -169,9 +173,12 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, help="steps per trial (default: the env's evaluation trial)")
     p.add_argument("--memory", default="window", choices=["window", "full"],
                    help="ReLIC memory: window = sink + sliding window of the training context (default); "
-                        "full = whole trial. Memo always keeps its summaries (see --max-sets)")
+                        "full = whole trial. Memo always keeps its summaries (see --max-sets), HCAM its chunks "
+                        "(see --max-chunks)")
     p.add_argument("--window", type=int, help="window size in steps (default: the training rollout length)")
     p.add_argument("--max-sets", type=int, help="Memo: keep only the newest N summary sets (streaming Memo)")
+    p.add_argument("--max-chunks", type=int, help="HCAM: keep only the newest N chunks (default: every chunk of "
+                   "the trial)")
     p.add_argument("--greedy", action="store_true", help="argmax actions instead of sampling")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="eval", help="output directory for eval.json and icl_curve.png")
@@ -185,7 +192,7 @@ def main(argv=None) -> int:
     for c in args.checkpoints:
         try:
             results.append(evaluate(c, args.split, args.trials, args.steps, args.window, args.greedy,
-                                    args.seed, args.memory, args.max_sets))
+                                    args.seed, args.memory, args.max_sets, args.max_chunks))
         except (FileNotFoundError, ValueError, KeyError) as e:
             fail(f"{c}: {e}")
     print_table(results, labels)

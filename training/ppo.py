@@ -6,6 +6,11 @@ a *partial update* runs a forward over every step collected so far with the loss
 newest chunk only; then each env's completed episodes are shuffled in its context and
 the cached keys/values (and values) are recomputed with the new weights. The last update
 of a rollout is a full update (loss on all steps).
+
+HCAM adds its input-reconstruction loss (``model.hcam_recon_weight`` x the unweighted
+``losses/recon_loss``) on the same steps as the PPO loss: no gradient reaches the encoder
+through the gradient-stopped chunk memory, so this is what trains it to keep what memory
+needs (Lampinen et al., 2021).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from icrl_ros.models import ICLPolicy, MemoPolicy, act, make_memory, refresh, segment_schedule
+from icrl_ros.models import HCAMPolicy, ICLPolicy, MemoPolicy, act, make_memory, refresh, segment_schedule
 from icrl_ros.sim import VecTrialEnv
 from training.config import PPOConfig
 
@@ -180,6 +185,7 @@ class PPOTrainer:
         cfg, policy = self.cfg, self.policy
         adv, ret = self.gae(buf, t1, boot)
         B = adv.shape[0]
+        recon = isinstance(policy, HCAMPolicy)
         policy.train()
         for _ in range(cfg.update_epochs):
             for mb in torch.randperm(B, device=adv.device).chunk(cfg.num_minibatches):
@@ -191,10 +197,13 @@ class PPOTrainer:
                 a_mb = (a_mb - mean) / (std + 1e-8)
                 self.opt.zero_grad(set_to_none=True)
                 logs = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
+                if recon:
+                    logs["recon_loss"] = 0.0
                 for micro in torch.arange(len(mb), device=adv.device).chunk(cfg.grad_accum):
                     idx = mb[micro]
                     inp = {k: buf[k][idx, :t1] for k in self.keys}
-                    logits, values = policy.forward_sequence(inp, self.schedule)[:2]
+                    out = policy.forward_sequence(inp, self.schedule)
+                    logits, values = out[:2]
                     logp_all = F.log_softmax(logits.float(), dim=-1)
                     logp = logp_all.gather(-1, buf["action"][idx, :t1, None]).squeeze(-1)
                     entropy = -(logp_all.exp() * logp_all).sum(-1)
@@ -206,6 +215,10 @@ class PPOTrainer:
                     vl = 0.5 * (values - ret[idx]).pow(2)
                     pg_l, v_l, ent = ((x * mm).sum() / n for x in (pg, vl, entropy))
                     loss = pg_l + cfg.vf_coef * v_l - cfg.ent_coef * ent
+                    if recon:  # masked mean over this micro-batch, weighted like pg_l to a minibatch mean
+                        rec = policy.recon_loss(inp, out[4]["hidden"], m[micro]) * (mm.sum() / n)
+                        loss = loss + policy.args.hcam_recon_weight * rec
+                        logs["recon_loss"] += rec.item()
                     loss.backward()
                     with torch.no_grad():
                         logs["policy_loss"] += pg_l.item()
