@@ -7,17 +7,20 @@ import numpy as np
 import pytest
 import torch
 
-from icrl_ros.memory import (MEMORY_POLICIES, FullContextMemory, KVCache, MemoMemory, MemoryBudgetError,
+from icrl_ros.memory import (MEMORY_POLICIES, FullContextMemory, HCAMMemory, KVCache, MemoMemory, MemoryBudgetError,
                              MemoryFullError, SinkWindowMemory, SnapshotError, create_memory, slot_bytes)
+from icrl_ros.memory.hcam import chunk_bytes
 
 DIMS = dict(n_layers=2, n_heads=2, head_dim=4)
 L, H, HD = 2, 2, 4
+SIZE_KEY = {"full": "capacity", "window": "window", "memo": "max_sets", "hcam": "max_chunks"}
 
 
 def make(name: str, batch: int = 1, **cfg):
-    kind = "memo" if name == "memo" else "relic"
-    cfg.setdefault({"full": "capacity", "window": "window", "memo": "max_sets"}[name], 6)
-    return create_memory(name, kind=kind, batch=batch, l_seg=4, l_sum=2, **DIMS, **cfg)
+    kind = name if name in ("memo", "hcam") else "relic"
+    cfg.setdefault(SIZE_KEY[name], 6)
+    return create_memory(name, kind=kind, batch=batch, l_seg=4, l_sum=2, n_mem_layers=L, chunk=3, top_k=2, **DIMS,
+                         **cfg)
 
 
 def step_kv(t: int, batch: int = 1):
@@ -35,6 +38,8 @@ def drive(mem, steps: int, t0: int = 0, episode: int = 0) -> None:
             if mem.commit(k, v, ep):
                 s = torch.full((L, mem.batch, H, mem.l_sum, HD), 1000.0 + t)
                 mem.add_summary(s, -s)
+        elif isinstance(mem, HCAMMemory):
+            mem.commit(k, v, ep, torch.full((L, mem.batch, 1, H * HD), float(t)))
         else:
             mem.commit(k, v, ep)
 
@@ -60,12 +65,13 @@ def test_bytes_never_change_and_trial_reset_clears(name):
 
 @pytest.mark.parametrize("name", sorted(MEMORY_POLICIES))
 def test_budget_sizes_the_memory_and_is_never_exceeded(name):
-    size_key = {"full": "capacity", "window": "window", "memo": "max_sets"}[name]
+    size_key = SIZE_KEY[name]
     budget = 40_000
     mem = make(name, budget_bytes=budget, **{size_key: None})
     assert mem.nbytes <= budget
     per_slot = slot_bytes(L, H, HD, torch.float32)
-    assert mem.nbytes > budget - (2 * per_slot if name == "memo" else per_slot)  # the largest that fits
+    step = {"memo": 2 * per_slot, "hcam": chunk_bytes(L, 3, H * HD, torch.float32)}.get(name, per_slot)
+    assert mem.nbytes > budget - step  # the largest that fits
     drive(mem, 200) if name != "full" else None
     assert mem.nbytes <= budget
     with pytest.raises(MemoryBudgetError, match="memory_budget_bytes"):

@@ -10,11 +10,12 @@ name         class                 what it keeps
 ``window``   SinkWindowMemory      sink (weights or pinned token) + the newest W steps, a ring
 ``memo``     MemoMemory            accumulating Memo summary sets up to max_sets; then on_full
                                    (evict_oldest = streaming Memo)
+``hcam``     HCAMMemory            local window of C steps + a ring of max_chunks HCAM chunks
+                                   (oldest evicted)
 ===========  ====================  ==========================================================
 
-Not yet in the registry (its own tests: ``tests/test_hcam.py``): ``HCAMMemory`` (local
-window + a ring of HCAM chunks, oldest evicted). RA-DT's episodic index is
-``RetrievalIndex`` (faiss, imported lazily; ``tests/test_retrieval.py``).
+RA-DT's episodic index is ``RetrievalIndex`` (faiss, imported lazily;
+``tests/test_retrieval.py``), outside this registry.
 """
 
 from __future__ import annotations
@@ -32,25 +33,31 @@ MEMORY_POLICIES: dict[str, type[Memory]] = {
     "full": FullContextMemory,
     "window": SinkWindowMemory,
     "memo": MemoMemory,
+    "hcam": HCAMMemory,
 }
 """Registry: memory policy name -> class."""
 
 RELIC_POLICIES = ("full", "window")
 MEMO_POLICIES = ("memo",)
+HCAM_POLICIES = ("hcam",)
+KIND_POLICIES = {"relic": RELIC_POLICIES, "memo": MEMO_POLICIES, "hcam": HCAM_POLICIES}
+"""Model kind -> the memory policies that apply to it (the first is the default)."""
 
 
 def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim: int, batch: int = 1,
                   n_prefix: int = 0, l_seg: int = 0, l_sum: int = 0, variant: str = "memo",
+                  n_mem_layers: int = 0, chunk: int = 0, top_k: int = 0,
                   dtype=torch.float32, device=None, budget_bytes: int | None = None, **cfg) -> Memory:
-    """Build a memory by policy name for a model of ``kind`` ("relic" | "memo").
+    """Build a memory by policy name for a model of ``kind`` ("relic" | "memo" | "hcam").
 
     ``cfg``: ``capacity`` and ``on_full`` (full), ``window`` (window), ``max_sets`` and
-    ``on_full`` (memo). A size field left out (None) is derived from ``budget_bytes``
-    (the largest memory that fits); a given size must fit the budget.
+    ``on_full`` (memo), ``max_chunks`` (hcam; its model gives ``n_mem_layers``, ``chunk``
+    and ``top_k``). A size field left out (None) is derived from ``budget_bytes`` (the
+    largest memory that fits); a given size must fit the budget.
     """
     if name not in MEMORY_POLICIES:
         raise ValueError(f"memory: unknown policy {name!r}; known: {sorted(MEMORY_POLICIES)}")
-    allowed = MEMO_POLICIES if kind == "memo" else RELIC_POLICIES
+    allowed = KIND_POLICIES.get(kind, RELIC_POLICIES)
     if name not in allowed:
         raise ValueError(f"memory: policy {name!r} does not apply to a {kind} model; use one of {list(allowed)}")
     dims = dict(n_layers=n_layers, batch=batch, n_heads=n_heads, head_dim=head_dim)
@@ -61,9 +68,12 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
                                  on_full=cfg.get("on_full", "error"), **common)
     if name == "window":
         return SinkWindowMemory(**dims, window=size("window"), n_prefix=n_prefix, **common)
+    if name == "hcam":
+        return HCAMMemory(**dims, n_mem_layers=n_mem_layers, chunk=chunk, top_k=top_k, max_chunks=size("max_chunks"),
+                          **common)
     return MemoMemory(n_layers, batch, n_heads, head_dim, l_seg, l_sum, variant, size("max_sets"),
                       on_full=cfg.get("on_full", "evict_oldest"), **common)
 
 
 __all__ = ["Memory", "KVCache", "HCAMMemory", "RetrievalIndex", "Retrieved", "FullContextMemory", "SinkWindowMemory", "MemoMemory", "MEMORY_POLICIES",
-           "create_memory", "MemoryBudgetError", "MemoryFullError", "SnapshotError", "ON_FULL", "slot_bytes"]
+           "KIND_POLICIES", "create_memory", "MemoryBudgetError", "MemoryFullError", "SnapshotError", "ON_FULL", "slot_bytes"]

@@ -91,6 +91,12 @@ class Memory:
         ``valid`` and ``episode`` (B, P), in place (no copy; engines bind them by address)."""
         return self.k, self.v, self.valid, self.episode
 
+    def core_inputs(self) -> tuple[Tensor, ...]:
+        """Buffers the deploy core graph reads after the window's K/V (HCAM: the chunk
+        store); the core then returns one extra output per ``commit`` argument beyond
+        (k, v, episode)."""
+        return ()
+
     # -- sizes ------------------------------------------------------------------------
     @property
     def slots(self) -> int:

@@ -72,6 +72,12 @@ class HCAMMemory(KVCache):
 
     # -- sizes --------------------------------------------------------------------
     @property
+    def slots(self) -> int:
+        """Chunk slots per env (N = max_chunks): the store's length, the ``cache`` axis of the
+        deploy core graph (the local window is fixed at C by the model)."""
+        return self.max_chunks
+
+    @property
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.tensors().values())
 
@@ -89,6 +95,11 @@ class HCAMMemory(KVCache):
     def step_inputs(self) -> tuple[Tensor, ...]:
         """Memory arguments of ``HCAMPolicy.step``, in order (static buffers, no copies)."""
         return self.k, self.v, self.episode, self.valid, self.chunk_x, self.chunk_key, self.chunk_valid
+
+    def core_inputs(self) -> tuple[Tensor, ...]:
+        """The chunk store as the deploy core graph reads it, after the window: ``chunk_x``
+        and ``chunk_key`` one view per memory layer (bound by address), then ``chunk_valid``."""
+        return (*self.chunk_x.unbind(0), *self.chunk_key.unbind(0), self.chunk_valid)
 
     def reset(self) -> None:
         super().reset()
