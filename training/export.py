@@ -3,6 +3,7 @@
     python training/export.py runs/darkroom/checkpoints/final.pt --out bundles/darkroom
     python training/export.py CKPT --out DIR --fp16 --verify            # fp16 graphs, checked
     python training/export.py CKPT --out DIR --memory window --window 4096
+    python training/export.py runs/darkroom_hcam/checkpoints/final.pt --out DIR --max-chunks 512 --verify
     python training/export.py CKPT --out DIR --tensorrt                  # + engines (GPU host)
 
 Bundle directory::
@@ -11,14 +12,15 @@ Bundle directory::
                          memory policy + budget defaults, position scheme, precision,
                          ONNX opset and every graph's input / output names, dtypes, shapes,
                          SHA-256 of every file
-    encoder.onnx core.onnx heads.onnx [summarize.onnx]   the graphs (icrl_ros.runtime.graphs)
+    encoder.onnx core.onnx heads.onnx [summarize.onnx]   the graphs (icrl_ros.runtime.graphs;
+                         HCAM's core takes the chunk store, top-k + gather inside)
     weights.pt           fp32 state dict (torch backend; the ONNX holds its own copy)
     sink_cache.npz       StreamingLLM sink token's keys/values (sink == "token" only)
     sample.npz           a recorded rollout: inputs, torch logits / values (bundle_tool check)
     engines/             TensorRT engines (--tensorrt; rebuilt on the target when stale)
 
 ``--verify`` replays a recorded rollout (``--verify-steps``, default 2000, crossing
-episode and Memo segment boundaries) through ONNX Runtime and the torch engine with an
+episode, Memo segment and HCAM chunk boundaries) through ONNX Runtime and the torch engine with an
 exact memory, prints the max |logit diff| against the torch full-sequence forward, and
 exits 1 when it is over tolerance (fp32 1e-4; fp16 2e-2 and >= 99% same greedy action).
 """
@@ -43,8 +45,8 @@ import numpy as np
 import torch
 import yaml
 
-from icrl_ros.memory import ON_FULL
-from icrl_ros.models import ICLPolicy, MemoPolicy, act, load_checkpoint, make_memory
+from icrl_ros.memory import KIND_POLICIES, ON_FULL
+from icrl_ros.models import HCAMPolicy, ICLPolicy, MemoPolicy, ModelArgs, act, load_checkpoint, make_memory
 from icrl_ros.runtime import bundle as B
 from icrl_ros.runtime.graphs import PRECISIONS, TRACKED_INPUTS, build_graphs, dtype_name, export_onnx, graph_specs
 from training._cli import fail
@@ -54,7 +56,19 @@ MEMORY_DEFAULTS = {
     "full": {"capacity": 8192, "on_full": "evict_oldest"},  # ReLIC's 8k context; streams at the bound
     "window": {"window": 4096},
     "memo": {"max_sets": 256, "on_full": "evict_oldest"},  # accumulates, then streaming Memo
+    "hcam": {"max_chunks": None},  # chunks of HCAM_STEPS steps (a ring: the oldest chunk is evicted)
 }
+HCAM_STEPS = 8192  # the default chunk ring spans ReLIC's 8k context
+
+
+def default_memory(args: ModelArgs, policy: str | None = None, budget_bytes: int | None = None) -> dict:
+    """The manifest's ``memory`` section: default ``policy`` (the kind's first), budget, and
+    the default sizes of every policy that applies to the model's kind."""
+    kinds = KIND_POLICIES.get(args.kind, KIND_POLICIES["relic"])
+    memory = {"policy": policy or kinds[0], "budget_bytes": budget_bytes, **{k: dict(MEMORY_DEFAULTS[k]) for k in kinds}}
+    if "hcam" in memory:
+        memory["hcam"]["max_chunks"] = max(args.hcam_top_k, HCAM_STEPS // args.hcam_chunk)
+    return memory
 
 
 # -- metadata --------------------------------------------------------------------------------
@@ -105,6 +119,9 @@ def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, mem
     else:
         positions = {"rope": "episode_index", "step_embedding": "episode_step",
                      "max_episode_steps": a.max_episode_steps, "rope_base": a.rope_base}
+    if a.kind == "hcam":  # chunks are counted from the trial start; the window is the last C steps
+        positions.update(local_window=a.hcam_chunk, chunk=a.hcam_chunk, top_k=a.hcam_top_k,
+                         memory_layers=list(a.memory_layers))
     import onnx
 
     return {
@@ -176,11 +193,13 @@ def reference_outputs(policy: ICLPolicy, inp: dict[str, torch.Tensor]) -> tuple[
 
 
 def sample_length(policy: ICLPolicy) -> tuple[int, int]:
-    """(steps, episode_len) of the recorded sample: crosses episode and segment ends."""
+    """(steps, episode_len) of the recorded sample: crosses episode and segment / chunk ends."""
     a = policy.args
     ep = max(2, min(a.max_episode_steps, 10))
     if isinstance(policy, MemoPolicy):
         return a.l_seg + max(8, a.l_seg // 4), max(2, min(a.max_episode_steps, a.l_seg // 2 + 1))
+    if isinstance(policy, HCAMPolicy):  # more complete chunks than top_k, so top-k chooses
+        return (a.hcam_top_k + 2) * a.hcam_chunk + a.hcam_chunk // 2, ep
     return 3 * ep, ep
 
 
@@ -197,13 +216,7 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
     policy = policy.eval().float()
     config = config or {}
     if memory is None:
-        memory = {"policy": "memo" if policy.args.kind == "memo" else "full", "budget_bytes": None,
-                  **{k: dict(v) for k, v in MEMORY_DEFAULTS.items()}}
-        if policy.args.kind == "memo":
-            memory.pop("full")
-            memory.pop("window")
-        else:
-            memory.pop("memo")
+        memory = default_memory(policy.args)
     steps, ep_len = sample_length(policy)
     manifest = build_manifest(policy, precision, opset, env or {}, memory, config, steps)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -211,8 +224,9 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
     try:
         torch.save(policy.state_dict(), tmp / B.WEIGHTS)
         specs = graph_specs(policy, precision)
+        trace_cache = max(4, policy.args.hcam_top_k) if isinstance(policy, HCAMPolicy) else 4  # TopK needs >= k
         for name, module in build_graphs(policy, precision).items():
-            export_onnx(module, specs[name], tmp / f"{name}.onnx", opset)
+            export_onnx(module, specs[name], tmp / f"{name}.onnx", opset, cache=trace_cache)
             manifest["onnx"]["graphs"][name] = {"file": f"{name}.onnx", **specs[name]}
         if policy.n_prefix:
             with torch.no_grad():
@@ -276,10 +290,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--fp16", action="store_true", help="float16 core / heads / cache (encoder stays float32)")
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
-    p.add_argument("--memory", choices=("full", "window", "memo"), help="default memory policy of the bundle")
+    p.add_argument("--memory", choices=("full", "window", "memo", "hcam"), help="default memory policy of the bundle")
     p.add_argument("--capacity", type=int, help="full context: steps kept (default 8192)")
     p.add_argument("--window", type=int, help="sink + window: steps kept (default 4096)")
     p.add_argument("--max-sets", type=int, help="Memo: summary sets kept (default 256)")
+    p.add_argument("--max-chunks", type=int, help=f"HCAM: chunks kept, oldest evicted (default {HCAM_STEPS} steps' worth)")
     p.add_argument("--on-full", choices=ON_FULL, help="full / memo: what happens at the bound")
     p.add_argument("--budget-bytes", type=int, help="default memory byte budget (sizes derive from it)")
     p.add_argument("--action-names", help="comma-separated, when the env does not name its actions")
@@ -310,14 +325,15 @@ def main(argv=None) -> int:
         env.pop("goal_names", None)  # placeholders goal_0 ... are used
     if len(env.get("action_names", [])) != a.n_actions:
         env.pop("action_names", None)
-    kind_policies = ("memo",) if a.kind == "memo" else ("full", "window")
+    kind_policies = KIND_POLICIES.get(a.kind, KIND_POLICIES["relic"])
     if args.memory and args.memory not in kind_policies:
         fail(f"--memory {args.memory}: a {a.kind} model takes one of {list(kind_policies)}")
-    memory = {"policy": args.memory or kind_policies[0], "budget_bytes": args.budget_bytes,
-              **{k: dict(MEMORY_DEFAULTS[k]) for k in kind_policies}}
+    memory = default_memory(a, args.memory, args.budget_bytes)
+    if a.kind == "hcam" and args.max_chunks is not None and args.max_chunks < a.hcam_top_k:
+        fail(f"--max-chunks: must be >= model.hcam_top_k={a.hcam_top_k}, got {args.max_chunks}")
     for flag, pol, key in (("capacity", "full", "capacity"), ("window", "window", "window"),
                            ("max_sets", "memo", "max_sets"), ("on_full", "full", "on_full"),
-                           ("on_full", "memo", "on_full")):
+                           ("on_full", "memo", "on_full"), ("max_chunks", "hcam", "max_chunks")):
         value = getattr(args, flag)
         if value is not None and pol in memory:
             if isinstance(value, int) and value <= 0:

@@ -10,7 +10,10 @@ method         shapes
 =============  ===============================================================
 encode         {input: (B, *shape)} -> x (B, D)
 core           x (B, D), position (B,), mask (B, P) bool, past_k / past_v
-               (L, B, H, P, hd) -> hidden (B, D), new_k / new_v (L, B, H, 1, hd)
+               (L, B, H, P, hd), *extra -> hidden (B, D), new_k / new_v
+               (L, B, H, 1, hd), *more. ``extra`` = ``memory.core_inputs()`` (HCAM:
+               the chunk store), ``more`` = what ``memory.commit`` takes after the
+               episode (HCAM: x_mem (Lm, B, 1, D)); both empty otherwise
 heads          hidden (B, D) -> logits (B, A) float32, value (B,) float32
 summarize      (Memo) mem_k, mem_v (L, B, H, P, hd), mem_valid, sum_valid (B, P),
                pos_base, seg_len, new_base (B,) -> sum_k, sum_v (L, B, H, l_sum, hd)
@@ -59,8 +62,8 @@ class Engine(ABC):
     def encode(self, inputs: dict[str, Tensor]) -> Tensor: ...
 
     @abstractmethod
-    def core(self, x: Tensor, position: Tensor, mask: Tensor, past_k: Tensor, past_v: Tensor
-             ) -> tuple[Tensor, Tensor, Tensor]: ...
+    def core(self, x: Tensor, position: Tensor, mask: Tensor, past_k: Tensor, past_v: Tensor, *extra: Tensor
+             ) -> tuple[Tensor, ...]: ...
 
     @abstractmethod
     def heads(self, hidden: Tensor) -> tuple[Tensor, Tensor]: ...

@@ -1,17 +1,20 @@
 """The four graphs a deploy bundle holds, as torch modules over a trained policy.
 
 One control step is ``encoder -> core -> heads`` (plus ``summarize`` at a Memo segment
-end). Every graph is a pure function of plain tensors, so the same module serves the
-torch engine, ONNX export (and, through the ONNX, TensorRT). Shapes, names and dtypes
-are fixed by :func:`graph_specs`, which the exporter writes into the manifest and the
-bundle loader checks the ONNX files against.
+end). HCAM's core also reads the chunk store and returns the token's memory-layer
+inputs (what the store keeps); top-k and gather run inside it. Every graph is a pure
+function of plain tensors, so the same module serves the torch engine, ONNX export
+(and, through the ONNX, TensorRT). Shapes, names and dtypes are fixed by
+:func:`graph_specs`, which the exporter writes into the manifest and the bundle loader
+checks the ONNX files against.
 
 Static shapes: the core takes the memory's whole preallocated buffer plus a validity
 mask, one input per layer (``past_k_0 ...``), so ONNX Runtime / TensorRT read the
 caller's buffers in place (IO binding) instead of gathering a layer out of one stacked
 tensor each step. The cache length is a named dynamic axis ``cache`` in the ONNX (one
 file serves every memory size; TensorRT builds a profile per size), but at run time it
-is fixed by the memory: the buffers never grow.
+is fixed by the memory: the buffers never grow. (HCAM: ``cache`` is the number of chunk
+slots; its local window is a static C.)
 
 Precision: ``fp32`` everything in float32. ``fp16`` is mixed precision as in autocast:
 the cache and every matmul / linear in float16, while the residual stream, RMSNorm,
@@ -25,6 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from icrl_ros.models.hcam import HCAMPolicy
 from icrl_ros.models.memo import MemoPolicy
 from icrl_ros.models.policy import ICLPolicy
 
@@ -47,25 +51,34 @@ def graph_specs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, dict[st
     """Inputs and outputs of every graph: ``{graph: {"inputs": [{name, dtype, shape}], "outputs": [...]}}``.
 
     Shapes use ``"batch"`` and ``"cache"`` for the dynamic axes, integers elsewhere.
+    HCAM: the window is static (``hcam_chunk`` slots); ``cache`` is the chunk store's slots.
     """
     a = policy.args
     L, H, hd, D = a.n_layers, a.n_heads, a.head_dim, a.d_model
     f = dtype_name(cache_dtype(precision))  # the cache (and the new keys / values)
     io = lambda name, dtype, shape: {"name": name, "dtype": dtype, "shape": list(shape)}  # noqa: E731
     enc_in = [io(n, dtype_name(dt), ["batch", *shape]) for n, (shape, dt) in policy.input_spec().items()]
+    hcam = isinstance(policy, HCAMPolicy)
+    win = a.hcam_chunk if hcam else "cache"
     specs = {
         "encoder": {"inputs": enc_in, "outputs": [io("x", "float32", ["batch", D])]},
         "core": {
             "inputs": [io("x", "float32", ["batch", D]), io("position", "int64", ["batch"]),
-                       io("mask", "bool", ["batch", "cache"])]
-            + [io(f"past_k_{i}", f, ["batch", H, "cache", hd]) for i in range(L)]
-            + [io(f"past_v_{i}", f, ["batch", H, "cache", hd]) for i in range(L)],
+                       io("mask", "bool", ["batch", win])]
+            + [io(f"past_k_{i}", f, ["batch", H, win, hd]) for i in range(L)]
+            + [io(f"past_v_{i}", f, ["batch", H, win, hd]) for i in range(L)],
             "outputs": [io("hidden", "float32", ["batch", D]), io("new_k", f, [L, "batch", H, 1, hd]),
                         io("new_v", f, [L, "batch", H, 1, hd])],
         },
         "heads": {"inputs": [io("hidden", "float32", ["batch", D])],
                   "outputs": [io("logits", "float32", ["batch", a.n_actions]), io("value", "float32", ["batch"])]},
     }
+    if hcam:  # the chunk store as HCAMMemory.core_inputs() hands it over
+        Lm, C = len(a.memory_layers), a.hcam_chunk
+        specs["core"]["inputs"] += ([io(f"chunk_x_{j}", f, ["batch", "cache", C, D]) for j in range(Lm)]
+                                    + [io(f"chunk_key_{j}", f, ["batch", "cache", D]) for j in range(Lm)]
+                                    + [io("chunk_valid", "bool", ["batch", "cache"])])
+        specs["core"]["outputs"].append(io("x_mem", f, [Lm, "batch", 1, D]))
     if isinstance(policy, MemoPolicy):
         kv = lambda n: io(n, f, [L, "batch", H, "cache", hd])  # noqa: E731
         specs["summarize"] = {
@@ -107,6 +120,27 @@ class CoreGraph(nn.Module):
         # TransformerCore indexes past_k[i] per layer, so per-layer lists go straight through.
         h, k, v = self.core(x[:, None], position[:, None], full, list(kv[:L]), list(kv[L:]))
         return h[:, 0], k, v
+
+
+class HCAMCoreGraph(CoreGraph):
+    """HCAM's core: as :class:`CoreGraph` over the local window (P = C slots), then the
+    chunk store: Lm ``chunk_x`` (B, N, C, D), Lm ``chunk_key`` (B, N, D), ``chunk_valid``
+    (B, N). Also returns the token's memory-layer inputs ``x_mem`` (Lm, B, 1, D), which
+    :meth:`HCAMMemory.commit` writes into the current chunk.
+    """
+
+    def __init__(self, policy: HCAMPolicy) -> None:
+        super().__init__(policy)
+        self.n_mem = len(policy.args.memory_layers)
+
+    def forward(self, x: Tensor, position: Tensor, mask: Tensor, *rest: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        L, Lm = self.n_layers, self.n_mem
+        kv, chunk_x, chunk_key, chunk_valid = rest[:2 * L], rest[2 * L:2 * L + Lm], rest[2 * L + Lm:-1], rest[-1]
+        full = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)[:, None]  # (B, 1, C + 1)
+        h, k, v, x_mem = self.core(x[:, None], position[:, None], full, list(kv[:L]), list(kv[L:]), list(chunk_x),
+                                   list(chunk_key), chunk_valid[:, None, :])
+        return h[:, 0], k, v, x_mem.to(chunk_x[0].dtype)
 
 
 class HeadsGraph(nn.Module):
@@ -152,8 +186,8 @@ def build_graphs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, nn.Mod
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
     policy = policy.eval()
-    graphs: dict[str, nn.Module] = {"encoder": EncoderGraph(policy), "core": CoreGraph(policy),
-                                    "heads": HeadsGraph(policy)}
+    core = HCAMCoreGraph(policy) if isinstance(policy, HCAMPolicy) else CoreGraph(policy)
+    graphs: dict[str, nn.Module] = {"encoder": EncoderGraph(policy), "core": core, "heads": HeadsGraph(policy)}
     if isinstance(policy, MemoPolicy):
         graphs["summarize"] = SummarizeGraph(policy)
     if precision == "fp16":
@@ -171,8 +205,9 @@ def example_inputs(spec: dict, batch: int = 1, cache: int = 4) -> tuple[Tensor, 
     return tuple(out)
 
 
-def export_onnx(module: nn.Module, spec: dict, path, opset: int) -> None:
-    """Trace ``module`` to ONNX with the spec's names and dynamic axes (batch, cache)."""
+def export_onnx(module: nn.Module, spec: dict, path, opset: int, cache: int = 4) -> None:
+    """Trace ``module`` to ONNX with the spec's names and dynamic axes (batch, cache);
+    ``cache``: the traced length (HCAM: at least top_k chunks)."""
     import warnings
 
     dyn = {}
@@ -180,7 +215,7 @@ def export_onnx(module: nn.Module, spec: dict, path, opset: int) -> None:
         axes = {i: d for i, d in enumerate(io["shape"]) if isinstance(d, str)}
         if axes:
             dyn[io["name"]] = axes
-    args = example_inputs(spec)
+    args = example_inputs(spec, cache=cache)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about Python bools on shapes: the cache is never empty
         torch.onnx.export(module, args, str(path), input_names=[i["name"] for i in spec["inputs"]],

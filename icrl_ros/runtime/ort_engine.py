@@ -104,10 +104,9 @@ class OrtEngine(Engine):
         args = tuple(inputs[n] for n in self.input_names)
         return self._run("encoder", args, args[0].shape[0])[0]
 
-    def core(self, x, position, mask, past_k, past_v):
-        args = (x, position, mask, *past_k.unbind(0), *past_v.unbind(0))  # per-layer views of the memory
-        h, k, v = self._run("core", args, x.shape[0], mask.shape[1])
-        return h, k, v
+    def core(self, x, position, mask, past_k, past_v, *extra):
+        args = (x, position, mask, *past_k.unbind(0), *past_v.unbind(0), *extra)  # per-layer views of the memory
+        return tuple(self._run("core", args, x.shape[0], mask.shape[1]))
 
     def heads(self, hidden):
         logits, value = self._run("heads", (hidden,), hidden.shape[0])

@@ -5,9 +5,11 @@ Per step (DESIGN.md, "One control step")::
     encoder inputs (obs + tracked prev_action / prev_reward / episode_step / goal)
       -> engine.encode                      token x (B, D)
       -> memory view: buffers + mask        (the memory's static buffers, in place)
-      -> engine.core                        hidden, this token's K/V
+      -> engine.core                        hidden, this token's K/V (HCAM: also reads the
+                                            chunk store, returns the token's memory inputs)
       -> memory.commit                      append / ring-write (Memo: summarise at a
-                                            segment end through engine.summarize)
+                                            segment end through engine.summarize; HCAM:
+                                            a completed chunk enters the ring)
       -> engine.heads                       logits, value -> action
 
 Trials and episodes: ``reset_trial()`` clears memory (a new house); ``begin_episode()``
@@ -36,7 +38,7 @@ from icrl_ros.runtime.bundle import Bundle, BundleError, load_bundle
 from icrl_ros.runtime.engine import Engine, check_backend, make_engine
 from icrl_ros.runtime.graphs import TORCH_DTYPES, TRACKED_INPUTS
 
-SIZE_FIELDS = ("capacity", "window", "max_sets")
+SIZE_FIELDS = ("capacity", "window", "max_sets", "max_chunks")
 _RUNNER_FIELDS = ("trial", "trial_id", "episode", "step", "total_steps", "prev_action", "prev_reward", "goal")
 
 
@@ -55,7 +57,8 @@ def build_memory(bundle: Bundle, name: str | None = None, budget_bytes: int | No
     a = bundle.args
     dtype = torch.float16 if bundle.precision == "fp16" else torch.float32
     mem = create_memory(name, kind=a.kind, n_layers=a.n_layers, n_heads=a.n_heads, head_dim=a.head_dim, batch=batch,
-                        n_prefix=bundle.n_prefix, l_seg=a.l_seg, l_sum=a.l_sum, variant=a.memo_variant, dtype=dtype,
+                        n_prefix=bundle.n_prefix, l_seg=a.l_seg, l_sum=a.l_sum, variant=a.memo_variant,
+                        n_mem_layers=len(a.memory_layers), chunk=a.hcam_chunk, top_k=a.hcam_top_k, dtype=dtype,
                         device=device, budget_bytes=budget, **cfg)
     sink = bundle.sink_cache()
     if sink is not None:
@@ -100,7 +103,7 @@ class PolicyRunner:
     def from_bundle(cls, path: str | Path, backend: str = "onnxruntime", device: str = "cpu",
                     memory: str | None = None, memory_budget_bytes: int | None = None) -> PolicyRunner:
         """Load and validate a bundle, build its memory (``memory`` policy: "full" | "window" |
-        "memo"; default the manifest's) within ``memory_budget_bytes``, and an engine."""
+        "memo" | "hcam"; default the manifest's) within ``memory_budget_bytes``, and an engine."""
         check_backend(backend, device)
         bundle = load_bundle(path)
         mem = build_memory(bundle, memory, memory_budget_bytes, batch=1, device=device)
@@ -213,12 +216,12 @@ class PolicyRunner:
         past_k, past_v, valid, episode = mem.view()
         if self._own_mask:  # no IEA: only this episode's slots (and the sink token, episode -1)
             torch.logical_and(valid, (episode == self._episode[:, None]) | (episode < 0), out=self._mask)
-        h, k, v = eng.core(x, self._position, self._mask, past_k, past_v)
+        h, k, v, *more = eng.core(x, self._position, self._mask, past_k, past_v, *mem.core_inputs())
         if self.is_memo:
             if mem.commit(k, v, self._episode):
                 mem.add_summary(*eng.summarize(*mem.summary_inputs()))
         else:
-            mem.commit(k, v, self._episode)
+            mem.commit(k, v, self._episode, *more)  # HCAM: + the token's memory-layer inputs
         return eng.heads(h)
 
     def close(self) -> None:

@@ -23,9 +23,13 @@ MIN_AGREEMENT = 0.99
 
 def exact_memory(bundle: Bundle, steps: int, batch: int = 1, device="cpu"):
     """A memory that keeps everything ``steps`` steps need (so stepping is exact)."""
+    a = bundle.args
     if bundle.kind == "memo":
         return build_memory(bundle, "memo", batch=batch, device=device,
-                            max_sets=max(1, math.ceil(steps / bundle.args.l_seg)), on_full="error")
+                            max_sets=max(1, math.ceil(steps / a.l_seg)), on_full="error")
+    if bundle.kind == "hcam":  # every chunk of the trial: no eviction
+        return build_memory(bundle, "hcam", batch=batch, device=device,
+                            max_chunks=max(a.hcam_top_k, steps // a.hcam_chunk))
     return build_memory(bundle, "full", batch=batch, device=device, capacity=steps, on_full="error")
 
 

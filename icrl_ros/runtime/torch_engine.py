@@ -69,8 +69,8 @@ class TorchEngine(Engine):
         return self.graphs["encoder"](*(inputs[n] for n in self.input_names))
 
     @torch.no_grad()
-    def core(self, x, position, mask, past_k, past_v):
-        args = (x, position, mask, *past_k.unbind(0), *past_v.unbind(0))  # per-layer views, no copy
+    def core(self, x, position, mask, past_k, past_v, *extra):
+        args = (x, position, mask, *past_k.unbind(0), *past_v.unbind(0), *extra)  # per-layer views, no copy
         if self.use_cuda_graphs:
             return self._graphed("core", args, copied=(0, 1))
         return self.graphs["core"](*args)

@@ -1,8 +1,9 @@
 """TensorRT backend (CUDA only), built from the bundle's ONNX graphs on the target.
 
 * One engine per graph, with an optimisation profile over the dynamic axes: batch
-  ``1 .. max_batch`` and the cache length ``1 .. cache`` (opt = the memory's size, the
-  only length a runner ever uses: its buffers are static).
+  ``1 .. max_batch`` and the cache length fixed at ``cache`` (the memory's size, the
+  only length a runner ever uses: its buffers are static; a range down to 1 would also
+  ask HCAM's TopK for more chunks than the store has).
 * ``fp16``: the builder's FP16 flag (on top of an fp16 bundle's fp16 graphs, or to run
   an fp32 bundle's graphs in fp16 with ``fp16=True``).
 * A timing cache per TensorRT version + GPU speeds up rebuilds.
@@ -56,7 +57,7 @@ def profile_shapes(spec: dict, max_batch: int, cache: int) -> dict[str, tuple[li
     for io in spec["inputs"]:
         if not any(isinstance(d, str) for d in io["shape"]):
             continue
-        lo = [1 if d in ("batch", "cache") else d for d in io["shape"]]
+        lo = [1 if d == "batch" else cache if d == "cache" else d for d in io["shape"]]
         hi = [max_batch if d == "batch" else cache if d == "cache" else d for d in io["shape"]]
         out[io["name"]] = (lo, hi, hi)
     return out
@@ -178,9 +179,8 @@ class TensorRTEngine(Engine):
     def encode(self, inputs):
         return self._run("encoder", tuple(inputs[n] for n in self.input_names))[0]
 
-    def core(self, x, position, mask, past_k, past_v):
-        h, k, v = self._run("core", (x, position, mask, *past_k.unbind(0), *past_v.unbind(0)))
-        return h, k, v
+    def core(self, x, position, mask, past_k, past_v, *extra):
+        return tuple(self._run("core", (x, position, mask, *past_k.unbind(0), *past_v.unbind(0), *extra)))
 
     def heads(self, hidden):
         logits, value = self._run("heads", (hidden,))
