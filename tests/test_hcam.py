@@ -311,3 +311,124 @@ def test_ppo_rollout_and_update_adds_the_recon_loss():
     assert len(rec) == len(stats.losses["policy_loss"]) == 2 * 2
     assert np.isfinite(rec).all() and min(rec) > 0
     assert not torch.equal(before, policy.decoder.body[0].weight)
+
+
+# -- deploy: bundle, runner, engines ---------------------------------------------------------
+STEPS, EPISODE, CHUNK = 520, 37, 8  # 65 chunks, 14 episode boundaries
+
+
+@pytest.fixture(scope="module")
+def hcam_bundle(tmp_path_factory):
+    from training.export import export_bundle
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    args = hcam_args(n_obs=30, max_episode_steps=40, hcam_chunk=CHUNK, hcam_top_k=3)
+    policy = HCAMPolicy(args).eval()
+    boost_memory(policy)
+    with torch.no_grad():
+        policy.actor.weight.normal_(0, 0.5)  # decisive actions: the rollout's own greedy choices
+    path = export_bundle(policy, tmp_path_factory.mktemp("hcam") / "bundle")
+    yield path
+    torch.set_num_threads(prev)
+
+
+@pytest.fixture(scope="module")
+def hcam_rollout(hcam_bundle):
+    from icrl_ros.runtime import load_bundle
+    from training.export import record_rollout, reference_outputs
+
+    policy = load_bundle(hcam_bundle).load_policy()
+    inp = record_rollout(policy, STEPS, EPISODE, seed=3)
+    return inp, *reference_outputs(policy, inp)
+
+
+def hcam_runner(path, backend="onnxruntime", **mem_kw):
+    from icrl_ros.runtime import PolicyRunner, build_memory, load_bundle, make_engine
+    from icrl_ros.runtime.selfcheck import exact_memory
+
+    bundle = load_bundle(path)
+    mem = build_memory(bundle, "hcam", **mem_kw) if mem_kw else exact_memory(bundle, STEPS)
+    return PolicyRunner(bundle, make_engine(bundle, backend, "cpu", threads=1), mem)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
+def test_bundle_runner_matches_full_sequence_over_chunk_and_episode_ends(hcam_bundle, hcam_rollout, backend):
+    from icrl_ros.runtime.selfcheck import compare, replay
+
+    inp, ref_l, ref_v = hcam_rollout
+    runner = hcam_runner(hcam_bundle, backend)
+    logits, values = replay(runner, inp)
+    r = compare(ref_l, ref_v, logits, values, "fp32")
+    assert r["max_logit_diff"] <= 1e-4 and r["max_value_diff"] <= 1e-4, r
+    assert runner.memory.chunks == STEPS // CHUNK  # the store held every chunk
+
+
+def test_bounded_chunk_ring_onnxruntime_matches_torch_and_the_bounded_forward(hcam_bundle, hcam_rollout):
+    from icrl_ros.runtime import load_bundle
+    from icrl_ros.runtime.selfcheck import replay
+
+    inp, ref_l, _ = hcam_rollout
+    ort_runner = hcam_runner(hcam_bundle, "onnxruntime", max_chunks=5)
+    ort_l, _ = replay(ort_runner, inp)
+    pt_l, _ = replay(hcam_runner(hcam_bundle, "torch", max_chunks=5), inp)
+    assert np.abs(ort_l - pt_l).max() <= 1e-4
+    assert ort_runner.memory.chunks == 5 and ort_runner.memory.max_chunks == 5
+    with torch.no_grad():
+        bounded = load_bundle(hcam_bundle).load_policy().forward_sequence(inp, max_chunks=5)[0].double().numpy()
+    assert np.abs(ort_l - bounded).max() <= 1e-4  # evicting the oldest chunks = the bounded forward
+    assert np.abs(ort_l - ref_l).max() > 1e-3  # ... and eviction matters (the test can fail)
+
+
+def test_snapshot_restore_gives_identical_next_logits(hcam_bundle, tmp_path):
+    r = hcam_runner(hcam_bundle, max_chunks=6)
+    for t in range(100):
+        if t % EPISODE == 0:
+            r.begin_episode()
+        r.act({"obs": (7 * t) % 30, "reward": float(t % 3 == 0)})
+    path = tmp_path / "hcam.npz"
+    r.snapshot(path)
+    nxt = {n: torch.tensor([3]) for n in r.spec}
+    ep = torch.tensor([r.episode])
+    want = r.step(nxt, ep)[0]
+    for t in range(30):  # move on, then go back
+        r.act({"obs": t % 30})
+    r.restore(path)
+    assert torch.equal(r.step(nxt, ep)[0], want)
+    fresh = hcam_runner(hcam_bundle, "torch", max_chunks=6)  # another engine, same model and memory
+    fresh.restore(path)
+    assert (fresh.step(nxt, ep)[0] - want).abs().max() <= 1e-5
+
+
+def test_runner_bytes_bounded_episodes_keep_and_trials_clear(hcam_bundle):
+    from icrl_ros.runtime import PolicyRunner
+
+    budget = 60_000
+    r = PolicyRunner.from_bundle(hcam_bundle, memory_budget_bytes=budget)
+    assert r.memory.policy == "hcam" and r.memory.nbytes <= budget
+    n = r.memory.max_chunks
+    sizes = set()
+    for t in range(1500):
+        if t % EPISODE == 0:
+            r.begin_episode()
+        sizes.add(r.act({"obs": t % 30})[1]["memory_bytes"])
+    assert sizes == {r.memory.nbytes} and r.memory.chunks == n < 1500 // CHUNK  # the oldest were evicted
+    r.begin_episode()
+    assert r.memory.chunks == n and r.memory.tokens == CHUNK  # a new episode keeps memory
+    r.reset_trial()
+    assert r.memory.chunks == 0 and r.memory.tokens == 0
+    with pytest.raises(ValueError, match="does not apply to a hcam model"):
+        PolicyRunner.from_bundle(hcam_bundle, memory="full")
+
+
+def test_bundle_manifest_and_self_check(hcam_bundle):
+    from icrl_ros.runtime import load_bundle
+    from icrl_ros.runtime.selfcheck import check_sample
+
+    b = load_bundle(hcam_bundle)
+    assert b.manifest["memory"]["policy"] == "hcam" and b.manifest["memory"]["hcam"]["max_chunks"] == 8192 // CHUNK
+    names = [io["name"] for io in b.specs["core"]["inputs"]]
+    assert names[-5:] == ["chunk_x_0", "chunk_x_1", "chunk_key_0", "chunk_key_1", "chunk_valid"]
+    assert b.manifest["sample"]["steps"] > (3 + 1) * CHUNK  # more complete chunks than top_k
+    assert check_sample(b)["ok"] and check_sample(b, "torch")["ok"]
