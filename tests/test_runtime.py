@@ -330,11 +330,12 @@ def test_benchmark_smoke(tmp_path, capsys):
     from training import benchmark
 
     csv_path = tmp_path / "b.csv"
-    assert benchmark.main(["--lengths", "512", "--steps", "4", "--policies", "full,memo_stream", "--backends",
+    assert benchmark.main(["--lengths", "512", "--steps", "4", "--policies", "full,memo_stream,hcam", "--backends",
                            "onnxruntime", "--batch", "2", "--batch-length", "256", "--batch-steps", "2",
                            "--bounded-steps", "1500", "--csv", str(csv_path)]) == 0
     out = capsys.readouterr().out
     assert "fill_synthetic" in out and "constant" in out and "VARYING" not in out
     rows = csv_path.read_text().splitlines()
-    assert rows[0].startswith("backend,policy,batch,context") and len(rows) == 1 + 2 + 2
+    assert rows[0].startswith("backend,policy,batch,context") and len(rows) == 1 + 3 + 3
+    assert any(r.startswith("onnxruntime,hcam,1,512,") for r in rows)
     assert (tmp_path / "b_bounded.csv").is_file()

@@ -5,7 +5,7 @@
     python training/benchmark.py --lengths 32768 --backends onnxruntime --policies full,memo
 
 Model: the ExtObjNav size (4 layers, hidden 256, 8 heads, MLP 1024, Sink KV0; Memo
-l_seg 256, l_sum 32) with random weights, exported to a temporary bundle and run through
+l_seg 256, l_sum 32; HCAM chunks of 16 steps, top 4, in every layer) with random weights, exported to a temporary bundle and run through
 ``PolicyRunner`` (encode -> core over the memory's static buffers -> commit -> heads).
 The per-step encoder is the grid-world embedding unless ``--obs image`` (the small CNN on
 64x64 RGB); its cost does not depend on the context.
@@ -17,9 +17,10 @@ bookkeeping as N real steps), then real steps are timed from there: ``--steps`` 
 ReLIC memories, one whole Memo segment (l_seg steps, one summarisation included) for Memo.
 
 Memory policies: ``full`` (every step), ``window`` (sink + 4096-step ring), ``memo``
-(every summary set), ``memo_stream`` (newest 32 sets = 1024 summary tokens).
-Bytes are the memory's allocated static buffers (K, V, validity, episode index); "live"
-counts only the slots holding data.
+(every summary set), ``memo_stream`` (newest 32 sets = 1024 summary tokens), ``hcam``
+(16-step local window + every chunk of the context; ReLIC-style timed steps).
+Bytes are the memory's allocated static buffers (K, V, validity, episode index; HCAM:
+window + chunk store); "live" counts only the slots holding data.
 
 Also: batch 20 at 8k (actions/s beside ReLIC's 732 actions/s on an A40), Memo / full
 ratios at 32k, and a bounded run: 100,000 real steps with each streaming policy on a small
@@ -52,7 +53,7 @@ from icrl_ros.runtime import PolicyRunner, available_backends, build_memory, loa
 from training._cli import fail
 from training.export import export_bundle
 
-POLICIES = ("full", "window", "memo", "memo_stream")
+POLICIES = ("full", "window", "memo", "memo_stream", "hcam")
 WINDOW = 4096
 STREAM_SETS = 32
 EPISODE_LEN = 500  # ExtObjNav episodes: episode index = step // 500 in the synthetic fill
@@ -62,6 +63,11 @@ def extobjnav_args(kind: str, obs: str) -> ModelArgs:
     extra = {"obs_type": "image", "image_size": 64, "n_goals": 6} if obs == "image" else {}
     return ModelArgs(n_obs=1000, n_actions=4, max_episode_steps=EPISODE_LEN, kind=kind, d_model=256, n_layers=4,
                      n_heads=8, d_mlp=1024, sink="kv0", depth_dropout=0.0, l_seg=256, l_sum=32, **extra)
+
+
+def kind_of(policy: str) -> str:
+    """The model kind a benchmarked memory policy runs on."""
+    return "memo" if policy.startswith("memo") else "hcam" if policy == "hcam" else "relic"
 
 
 def small_args(kind: str) -> ModelArgs:
@@ -75,6 +81,8 @@ def memory_for(bundle, policy: str, n: int, extra_steps: int, batch: int):
         return build_memory(bundle, "full", batch=batch, capacity=n + extra_steps, on_full="error")
     if policy == "window":
         return build_memory(bundle, "window", batch=batch, window=WINDOW)
+    if policy == "hcam":  # every chunk of the context, like full
+        return build_memory(bundle, "hcam", batch=batch, max_chunks=max(a.hcam_top_k, (n + extra_steps) // a.hcam_chunk))
     sets = STREAM_SETS if policy == "memo_stream" else max(1, math.ceil((n + extra_steps) / a.l_seg))
     return build_memory(bundle, "memo", batch=batch, max_sets=sets,
                         on_full="evict_oldest" if policy == "memo_stream" else "error")
@@ -217,21 +225,20 @@ def main(argv=None) -> int:
     print(f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
           f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at start; torch {torch.__version__}; threads {args.threads}; "
           f"device {args.device}; precision {args.precision}")
-    print("# model: ExtObjNav size (4 layers, hidden 256, 8 heads, MLP 1024, sink KV0; Memo l_seg 256, l_sum 32), "
-          f"random weights, {args.obs} encoder")
+    print("# model: ExtObjNav size (4 layers, hidden 256, 8 heads, MLP 1024, sink KV0; Memo l_seg 256, l_sum 32; "
+          f"HCAM chunk 16, top-4), random weights, {args.obs} encoder")
     print("# method: each memory is filled to the context length with random keys/values through its own API "
           "(fill_synthetic), then real steps are timed from there (ReLIC: "
           f"{args.steps} steps; Memo: one {256}-step segment incl. its summarisation)")
     print(f"# policies: full = every step; window = sink + {WINDOW}-step ring; memo = every summary set; "
-          f"memo_stream = newest {STREAM_SETS} sets ({STREAM_SETS * 32} summary tokens)")
+          f"memo_stream = newest {STREAM_SETS} sets ({STREAM_SETS * 32} summary tokens); hcam = 16-step window + "
+          "every 16-step chunk")
     rows: list[dict] = []
     print_header()
     with tempfile.TemporaryDirectory() as tmp:
         bundles = {}
-        for kind in ("relic", "memo"):
-            if kind == "relic" and not {"full", "window"} & set(policies):
-                continue
-            if kind == "memo" and not {"memo", "memo_stream"} & set(policies):
+        for kind in ("relic", "memo", "hcam"):
+            if kind not in {kind_of(p) for p in policies}:
                 continue
             policy = build_policy(extobjnav_args(kind, args.obs)).eval()
             bundles[kind] = load_bundle(export_bundle(policy, Path(tmp) / kind, precision=args.precision))
@@ -240,7 +247,7 @@ def main(argv=None) -> int:
                        if backend != "tensorrt"} if backend != "tensorrt" else {}
             for n in lengths:
                 for pol in policies:
-                    kind = "memo" if pol.startswith("memo") else "relic"
+                    kind = kind_of(pol)
                     b = bundles[kind]
                     eng = engines.get(kind) or make_engine(b, backend, args.device, profile=(1, memory_for(
                         b, pol, n, args.steps + args.warmup, 1).slots))
@@ -250,7 +257,7 @@ def main(argv=None) -> int:
                     print_table([row])
             if args.batch:
                 for pol in policies:
-                    kind = "memo" if pol.startswith("memo") else "relic"
+                    kind = kind_of(pol)
                     b = bundles[kind]
                     eng = engines.get(kind) or make_engine(b, backend, args.device)
                     row = {"backend": backend, "policy": pol,
