@@ -159,3 +159,19 @@ def test_dimension_mismatch_and_bad_inputs_are_loud():
         RetrievalIndex(8, capacity=10, evict="random")
     with pytest.raises(ValueError, match="k: "):
         idx.query(np.ones((1, 8)), l=2, k=3)
+
+
+def test_query_excludes_given_ids_and_cuts_off_near_duplicates():
+    rng = np.random.default_rng(3)
+    keys = rng.normal(size=(200, 16)).astype(np.float32)
+    idx = RetrievalIndex(16, capacity=400, utility_weight=0.0)
+    idx.add(keys, np.arange(200))
+    q = keys[:5] + 1e-3  # each query's best match is its own key
+    assert idx.query(q, l=10, k=1).ids[:, 0].tolist() == [0, 1, 2, 3, 4]
+    own = np.stack([np.arange(5), np.full(5, -1)], 1)  # (Q, m), -1 = no exclusion
+    got = idx.query(q, l=10, k=3, exclude=own)
+    assert not (got.ids == np.arange(5)[:, None]).any() and got.valid.all()
+    want_rows, _ = brute_force(keys, q, 4)
+    assert np.array_equal(got.ids, want_rows[:, 1:])  # the next best, in order
+    cut = idx.query(q, l=10, k=3, max_relevance=0.99)
+    assert np.array_equal(cut.ids, got.ids) and (cut.relevance <= 0.99).all()

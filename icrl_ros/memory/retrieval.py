@@ -230,12 +230,36 @@ class RetrievalIndex:
         scores = np.where(rows >= 0, scores, -np.inf).astype(np.float32)
         return scores, rows
 
-    def query(self, q, l: int = 50, k: int = 1, task=None) -> Retrieved:
+    def _search_filtered(self, q, l: int, exclude, max_relevance: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """``search`` without the excluded ids and the too-similar candidates (see ``query``)."""
+        m = 0 if exclude is None else np.asarray(exclude).shape[-1]
+        rel, rows = self.search(q, 2 * l + m if max_relevance is not None else l + m)
+        drop = rows < 0
+        if exclude is not None:
+            ex = np.asarray(exclude, dtype=np.int64).reshape(len(rel), m)
+            ids = self.ids[np.where(rows >= 0, rows, 0)]
+            drop |= (ids[:, :, None] == np.where(ex >= 0, ex, -2)[:, None, :]).any(-1)
+        if max_relevance is not None:
+            drop |= rel > max_relevance
+        keep = np.argsort(drop, axis=1, kind="stable")[:, :l]  # kept candidates first, relevance order
+        rel, rows, drop = (np.take_along_axis(x, keep, 1) for x in (rel, rows, drop))
+        return np.where(drop, -np.inf, rel).astype(np.float32), np.where(drop, -1, rows)
+
+    def query(self, q, l: int = 50, k: int = 1, task=None, exclude=None,
+              max_relevance: float | None = None) -> Retrieved:
         """Top-l by relevance, re-ranked by relevance + utility, top-k (see the module doc).
-        ``task`` (Q,) or scalar: training-mode utility (task match); None: episode return."""
+        ``task`` (Q,) or scalar: training-mode utility (task match); None: episode return.
+
+        Training-time retrieval regularisation (RA-DT App. C.4): ``exclude`` (Q, m) entry ids
+        that are no candidates for their query (-1 = none; the query's own trajectory);
+        ``max_relevance`` drops candidates more similar than this (similarity cut-off). Either
+        one searches ``2 l + m`` candidates and keeps the best ``l`` that remain."""
         if not 0 < k <= l:
             raise ValueError(f"k: must be in [1, l={l}], got {k}")
-        rel, rows = self.search(q, l)
+        if exclude is None and max_relevance is None:
+            rel, rows = self.search(q, l)
+        else:
+            rel, rows = self._search_filtered(q, l, exclude, max_relevance)
         Q = rel.shape[0]
         valid = rows >= 0
         r = np.where(valid, rows, 0)
