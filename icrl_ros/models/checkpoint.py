@@ -27,15 +27,21 @@ def save_checkpoint(path: str | Path, policy: ICLPolicy, config: dict | None = N
 
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[ICLPolicy, dict]:
-    """Rebuild the policy from a checkpoint; returns (policy in eval mode, the whole blob)."""
+    """Rebuild the policy (ReLIC / Memo / HCAM, or RA-DT for ``kind: radt``) from a checkpoint;
+    returns (policy in eval mode, the whole blob)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path}: no such file")
     blob = torch.load(path, map_location=map_location, weights_only=False)
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise ValueError(f"checkpoint {path}: field 'format' is not {FORMAT!r}")
-    from icrl_ros.models.stepping import build_policy
+    if blob["model_args"].get("kind") == "radt":  # RA-DT: a DT with a retrieval memory, not a cached-step policy
+        from icrl_ros.models.radt import RADTArgs, RADTPolicy
 
-    policy = build_policy(ModelArgs.from_dict(blob["model_args"]))
+        policy = RADTPolicy(RADTArgs.from_dict(blob["model_args"]))
+    else:
+        from icrl_ros.models.stepping import build_policy
+
+        policy = build_policy(ModelArgs.from_dict(blob["model_args"]))
     policy.load_state_dict(blob["state_dict"])
     return policy.eval(), blob

@@ -1,0 +1,237 @@
+"""Retrieval-Augmented Decision Transformer (RA-DT, Schmied et al. 2024) for grid worlds.
+
+A Decision Transformer over the recent context of the *current episode* only (C steps),
+with a cross-attention layer after every self-attention layer that reads k retrieved
+sub-trajectories (2C steps each: the C steps of the key and their continuation):
+
+    current window  (B, C)      one token per step: s_t + a_{t-1} + r_{t-1} + RTG_t + step t
+    retrieved       (B, k, 2C)  one token per step: s_j + a_j + r_j + RTG_j + step j
+                                 (separate embedding layers, as the paper), plus one learnt
+                                 "null" slot so an empty memory still gives every row a key
+    block x n_layers:  x += SelfAttn(x, causal, valid)  x += CrossAttn(x, retrieved)  x += MLP(x)
+    head:              action logits (B, C, A); the last position acts.
+
+Windows are left-padded (``valid`` False), so the acting position is always the last one.
+
+**Retrieval keys** (``trajectory_keys``): RA-DT embeds sub-trajectories with a frozen
+pretrained model (a DT of the domain, or BERT behind a FrozenHopfield random projection)
+and mean-pools the *state* tokens (their best aggregation, App. E.4). No hub weights are
+available here, so the key is the FrozenHopfield projection alone: a fixed Gaussian matrix
+P (n_obs, key_dim) from ``key_seed``, applied to one-hot states and mean-pooled, i.e. a
+random sketch of the sub-trajectory's state-visitation histogram (cosine of two keys
+approximates the cosine of the histograms). It needs no pretraining, never changes while
+the DT trains (so the index built before training stays valid; keys from the DT's own
+encoder would go stale and need re-indexing), and is deterministic (P is saved as a
+buffer in every checkpoint).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from icrl_ros.models.attention import MASK_NEG, RMSNorm
+from icrl_ros.models.config import check_positive
+
+KIND = "radt"
+WINDOW_KEYS = ("obs", "prev_action", "prev_reward", "rtg", "episode_step", "valid")
+"""Current-window inputs, each (B, C): the step's cell, previous action (``n_actions`` = none)
+and reward, return-to-go, within-episode step, and validity (False = left padding)."""
+RETRIEVED_KEYS = ("obs", "action", "reward", "rtg", "episode_step", "valid")
+"""Retrieved inputs, each (B, k, 2C)."""
+
+
+@dataclass
+class RADTArgs:
+    """Shape and options of an RA-DT policy (saved in its checkpoints)."""
+
+    n_obs: int
+    """Number of discrete observations (grid cells)."""
+    n_actions: int
+    max_episode_steps: int
+    """Size of the within-episode step table."""
+    grid_size: int = 0
+    """Side of the square grid: adds (x, y) features to the cell embedding (0 = none)."""
+    kind: str = KIND
+    """Always ``radt`` (lets one checkpoint loader tell model families apart)."""
+    context: int = 20
+    """C: steps of the current episode in the window; keys cover C steps, values 2C (RA-DT
+    uses 50; 20 covers Darkroom's longest shortest path of 18 steps at a sixth of the cost)."""
+    top_k: int = 1
+    """k: retrieved sub-trajectories per query (RA-DT: 1 on grid worlds)."""
+    d_model: int = 64
+    n_layers: int = 3
+    n_heads: int = 4
+    d_mlp: int = 256
+    dropout: float = 0.1
+    """Residual dropout (attention weights are not dropped: that doubles the CPU cost)."""
+    return_scale: float = 100.0
+    """Returns and returns-to-go are divided by this before their linear embedding."""
+    key_dim: int = 64
+    """Size of the retrieval keys (the random projection's output)."""
+    key_seed: int = 0
+    """Seed of the fixed random projection P."""
+
+    def __post_init__(self) -> None:
+        if self.kind != KIND:
+            raise ValueError(f"model.kind: RADTArgs is for kind {KIND!r}, got {self.kind!r}")
+        for name in ("n_obs", "n_actions", "max_episode_steps", "context", "top_k", "d_model", "n_layers",
+                     "n_heads", "d_mlp", "key_dim", "return_scale"):
+            check_positive(f"model.{name}", getattr(self, name))
+        check_positive("model.grid_size", self.grid_size, allow_zero=True)
+        if self.d_model % self.n_heads:
+            raise ValueError(f"model.d_model: {self.d_model} does not split into n_heads={self.n_heads} heads")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.dropout: must be in [0, 1), got {self.dropout}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RADTArgs:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"model: unknown fields {sorted(unknown)}; allowed: {sorted(known)}")
+        return cls(**d)
+
+
+class Attention(nn.Module):
+    """Multi-head attention of queries x (B, T, D) over a memory m (B, S, D) with an additive
+    mask (B, 1, T, S); self-attention is ``m = x``."""
+
+    def __init__(self, d: int, n_heads: int) -> None:
+        super().__init__()
+        self.h = n_heads
+        self.q, self.kv, self.proj = nn.Linear(d, d, bias=False), nn.Linear(d, 2 * d, bias=False), nn.Linear(d, d)
+
+    def forward(self, x: Tensor, m: Tensor, mask_add: Tensor) -> Tensor:
+        B, T, D = x.shape
+        S, hd = m.shape[1], D // self.h
+        q = self.q(x).view(B, T, self.h, hd).transpose(1, 2)  # (B, H, T, hd)
+        k, v = self.kv(m).view(B, S, 2, self.h, hd).permute(2, 0, 3, 1, 4)  # each (B, H, S, hd)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_add.to(q.dtype))  # (B, H, T, hd)
+        return self.proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class RADTBlock(nn.Module):
+    """Pre-norm self-attention -> cross-attention to the retrieved tokens -> MLP."""
+
+    def __init__(self, a: RADTArgs) -> None:
+        super().__init__()
+        self.n1, self.n2, self.n3 = RMSNorm(a.d_model), RMSNorm(a.d_model), RMSNorm(a.d_model)
+        self.self_attn = Attention(a.d_model, a.n_heads)
+        self.cross_attn = Attention(a.d_model, a.n_heads)
+        self.mlp = nn.Sequential(nn.Linear(a.d_model, a.d_mlp), nn.GELU(), nn.Linear(a.d_mlp, a.d_model))
+        self.drop = nn.Dropout(a.dropout)
+
+    def forward(self, x: Tensor, r: Tensor, self_mask: Tensor, cross_mask: Tensor) -> Tensor:
+        h = self.n1(x)
+        x = x + self.drop(self.self_attn(h, h, self_mask))
+        x = x + self.drop(self.cross_attn(self.n2(x), r, cross_mask))
+        return x + self.drop(self.mlp(self.n3(x)))
+
+
+class TokenEmbedding(nn.Module):
+    """Sum of per-field embeddings -> one token per step. ``action_slots`` is n_actions + 1
+    for the current window (the extra index = no previous action)."""
+
+    def __init__(self, a: RADTArgs, action_slots: int) -> None:
+        super().__init__()
+        self.args = a
+        self.obs = nn.Embedding(a.n_obs, a.d_model)
+        self.coords = nn.Linear(2, a.d_model) if a.grid_size else None
+        self.action = nn.Embedding(action_slots, a.d_model)
+        self.reward = nn.Linear(1, a.d_model)
+        self.rtg = nn.Linear(1, a.d_model)
+        self.step = nn.Embedding(a.max_episode_steps, a.d_model)
+
+    def forward(self, obs: Tensor, action: Tensor, reward: Tensor, rtg: Tensor, step: Tensor) -> Tensor:
+        a = self.args
+        x = self.obs(obs)
+        if self.coords is not None:
+            g = a.grid_size
+            x = x + self.coords(torch.stack([obs // g, obs % g], -1).float() / max(g - 1, 1))
+        x = x + self.action(action) + self.reward(reward.unsqueeze(-1).float())
+        x = x + self.rtg(rtg.unsqueeze(-1).float() / a.return_scale)
+        return x + self.step(step.clamp(0, a.max_episode_steps - 1))
+
+
+class RADTPolicy(nn.Module):
+    def __init__(self, args: RADTArgs) -> None:
+        super().__init__()
+        self.args = args
+        self.embed = TokenEmbedding(args, args.n_actions + 1)
+        self.embed_retrieved = TokenEmbedding(args, args.n_actions)
+        self.null = nn.Parameter(torch.randn(args.d_model) * 0.02)
+        self.blocks = nn.ModuleList(RADTBlock(args) for _ in range(args.n_layers))
+        self.norm = RMSNorm(args.d_model)
+        self.actor = nn.Linear(args.d_model, args.n_actions)
+        g = torch.Generator().manual_seed(args.key_seed)
+        # FrozenHopfield-style fixed projection, N(0, 1 / key_dim); a buffer, never trained
+        self.register_buffer("key_proj", torch.randn(args.n_obs, args.key_dim, generator=g) / args.key_dim ** 0.5)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+
+    # -- retrieval keys ---------------------------------------------------------------
+    def trajectory_keys(self, obs: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """Keys / queries (N, key_dim) float32 of sub-trajectories obs (N, T) with validity
+        (N, T): the mean of the valid steps' projected one-hot states (zeros if none)."""
+        proj = self.key_proj.cpu().numpy()
+        w = np.asarray(valid, dtype=np.float32)
+        s = np.einsum("nt,ntd->nd", w, proj[np.asarray(obs, dtype=np.int64)])
+        return (s / np.maximum(w.sum(1, keepdims=True), 1.0)).astype(np.float32)
+
+    # -- forward ------------------------------------------------------------------
+    def forward(self, window: dict[str, Tensor], retrieved: dict[str, Tensor]) -> Tensor:
+        """Action logits (B, C, A) for every window position. ``window``: WINDOW_KEYS each
+        (B, C); ``retrieved``: RETRIEVED_KEYS each (B, k, 2C) (k may be 0)."""
+        w, r = window, retrieved
+        x = self.embed(w["obs"], w["prev_action"], w["prev_reward"], w["rtg"], w["episode_step"])  # (B, C, D)
+        B, C, D = x.shape
+        flat = {n: t.reshape(B, -1) for n, t in r.items()}  # (B, k * 2C)
+        mem = self.embed_retrieved(flat["obs"], flat["action"], flat["reward"], flat["rtg"], flat["episode_step"])
+        mem = torch.cat([self.null.view(1, 1, D).expand(B, 1, D), mem], 1)  # (B, 1 + k * 2C, D)
+        mem_valid = F.pad(flat["valid"], (1, 0), value=True)
+        causal = torch.ones(C, C, dtype=torch.bool, device=x.device).tril()
+        self_ok = causal[None] & w["valid"][:, None, :]  # (B, C, C): past, non-padding keys
+        self_ok = self_ok | torch.eye(C, dtype=torch.bool, device=x.device)  # a row always sees itself
+        self_mask = torch.where(self_ok, 0.0, MASK_NEG)[:, None]  # (B, 1, C, C)
+        cross_mask = torch.where(mem_valid, 0.0, MASK_NEG)[:, None, None, :]  # (B, 1, 1, S)
+        for blk in self.blocks:
+            x = blk(x, mem, self_mask, cross_mask)
+        return self.actor(self.norm(x))
+
+
+def episode_windows(obs: np.ndarray, action: np.ndarray, reward: np.ndarray, rtg: np.ndarray, end: np.ndarray,
+                    context: int, n_actions: int) -> dict[str, np.ndarray]:
+    """Left-padded windows (B, C) of WINDOW_KEYS ending at step ``end`` (B,) (inclusive) of
+    episodes (B, H): the same inputs in offline training and online evaluation. The token
+    of step j carries the action and reward of step j - 1 (none at j = 0)."""
+    j = np.asarray(end)[:, None] - context + 1 + np.arange(context)  # (B, C)
+    b = np.arange(len(j))[:, None]
+    valid = j >= 0
+    jj, prev = j.clip(min=0), (j - 1).clip(min=0)
+    has_prev = j >= 1
+    return {"obs": np.where(valid, obs[b, jj], 0), "prev_action": np.where(has_prev, action[b, prev], n_actions),
+            "prev_reward": np.where(has_prev, reward[b, prev], 0.0), "rtg": np.where(valid, rtg[b, jj], 0.0),
+            "episode_step": jj, "valid": valid}
+
+
+def as_tensors(arrays: dict[str, np.ndarray], device=None) -> dict[str, Tensor]:
+    """numpy inputs -> tensors: validity bool, rewards / returns float32, the rest int64."""
+    def conv(name: str, x: np.ndarray) -> Tensor:
+        dtype = torch.bool if name == "valid" else torch.float32 if name in ("prev_reward", "reward", "rtg") else torch.long
+        return torch.as_tensor(np.asarray(x), device=device).to(dtype)
+
+    return {n: conv(n, x) for n, x in arrays.items() if n in WINDOW_KEYS or n in RETRIEVED_KEYS}
