@@ -129,19 +129,24 @@ class TrainConfig:
 
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
-        d: dict = {}
-        if path is not None:
-            path = Path(path)
-            if not path.is_file():
-                raise FileNotFoundError(f"config file {path}: no such file")
-            d = yaml.safe_load(path.read_text()) or {}
-        for o in overrides or []:
-            if "=" not in o:
-                raise ValueError(f"override {o!r}: expected key=value, e.g. ppo.lr=1e-3")
-            key, raw = o.split("=", 1)
-            node = d
-            parts = key.split(".")
-            for p in parts[:-1]:
-                node = node.setdefault(p, {})
-            node[parts[-1]] = yaml.safe_load(raw)
-        return cls.from_dict(d)
+        return cls.from_dict(read_config(path, overrides))
+
+
+def read_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict:
+    """A YAML file (or nothing) as a dict, with dotted ``key=value`` overrides applied."""
+    d: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path}: no such file")
+        d = yaml.safe_load(path.read_text()) or {}
+    for o in overrides or []:
+        if "=" not in o:
+            raise ValueError(f"override {o!r}: expected key=value, e.g. ppo.lr=1e-3")
+        key, raw = o.split("=", 1)
+        node = d
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = yaml.safe_load(raw)
+    return d
