@@ -2,6 +2,7 @@
 
     python training/evaluate.py runs/darkroom/checkpoints/final.pt
     python training/evaluate.py ckpt_a.pt ckpt_b.pt --label relic --label no-iea --out eval/darkroom
+    python training/evaluate.py runs/radt/checkpoints/final.pt --label ra-dt   # RA-DT: retrieval memory
 
 For each checkpoint: trials on held-out tasks (``--split test``), each ``--steps`` long
 (default: the env's evaluation trial, 40 episodes for Darkroom, 500 steps for
@@ -27,7 +28,9 @@ import torch
 from icrl_ros.models import ICLPolicy, act, load_checkpoint, make_memory
 from icrl_ros.sim import VecTrialEnv, make_vec
 from training._cli import fail
+from icrl_ros.models.radt import RADTPolicy
 from training.ppo import next_step_inputs, trial_start_inputs
+from training.radt_eval import run_radt_trials
 
 
 @torch.no_grad()
@@ -90,18 +93,24 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
              seed: int, memory: str, max_sets: int | None = None, max_chunks: int | None = None) -> dict:
     policy, blob = load_checkpoint(ckpt)
     env_id = blob["config"]["env"]["id"]
-    train_ctx = blob["config"]["ppo"]["rollout_length"]
     env = make_vec(env_id, trials, split=split, seed=seed)
     steps = steps or env.trial_steps
-    if memory == "window":
-        window = window or train_ctx
-    elif memory == "full":
-        window = None
     held_out_tasks(env, trials, seed)
     oracle_trial = env.oracle_trial_return(steps)
     oracle_ep = env.oracle_episode_return() if hasattr(env, "oracle_episode_return") else None
-    out = run_trials(policy, env, steps, window=window, greedy=greedy, seed=seed, max_sets=max_sets,
-                     max_chunks=max_chunks)
+    if isinstance(policy, RADTPolicy):  # its memory is a retrieval index, empty at the trial start
+        cfg = blob["config"]
+        memory, window = "retrieval", None
+        out = run_radt_trials(policy, env, steps, greedy=greedy, seed=seed, target_return=cfg["target_return"],
+                              target_return_std=cfg["target_return_std"], retrieve_l=cfg["retrieve_l"],
+                              utility_weight=cfg["utility_weight"])
+    else:
+        if memory == "window":
+            window = window or blob["config"]["ppo"]["rollout_length"]
+        elif memory == "full":
+            window = None
+        out = run_trials(policy, env, steps, window=window, greedy=greedy, seed=seed, max_sets=max_sets,
+                         max_chunks=max_chunks)
     R = out["returns"]
     rows = []
     for e in range(R.shape[1]):
