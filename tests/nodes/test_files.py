@@ -36,6 +36,14 @@ def test_parameter_files_validate_against_the_dataclasses() -> None:
     BridgeParams.from_dict(ros_parameters("bridge.yaml"))
 
 
+def test_memory_parameter_accepts_every_registered_memory_policy() -> None:
+    from icrl_ros.memory import MEMORY_POLICIES as REGISTERED
+    from icrl_ros.nodes.params import MEMORY_POLICIES
+
+    assert set(MEMORY_POLICIES) == {"", *REGISTERED}
+    assert AgentParams.from_dict({"memory": "hcam"}).memory == "hcam"
+
+
 def test_parameter_validation_quotes_the_bad_value() -> None:
     with pytest.raises(ValueError, match="backend: 'tflite' is not one of"):
         AgentParams.from_dict({"backend": "tflite"})
