@@ -22,7 +22,7 @@ import argparse
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from icrl_ros.models import save_checkpoint
-from icrl_ros.models.config import check_positive
+from icrl_ros.models.config import check_positive, from_known_fields
 from icrl_ros.models.radt import RADTArgs, RADTPolicy, as_tensors
 from icrl_ros.sim import make_vec
 from training._cli import fail
@@ -102,11 +102,7 @@ class RADTTrainConfig:
 
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> RADTTrainConfig:
-        d = read_config(path, overrides)
-        known = {f.name for f in fields(cls)}
-        if set(d) - known:
-            raise ValueError(f"config: unknown fields {sorted(set(d) - known)}; allowed: {sorted(known)}")
-        cfg = cls(**d)
+        cfg = from_known_fields(cls, read_config(path, overrides), "config")
         cfg.validate()
         return cfg
 

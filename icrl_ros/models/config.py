@@ -22,6 +22,15 @@ def check_positive(name: str, value: float, allow_zero: bool = False) -> None:
         raise ValueError(f"{name}: must be {bound}, got {value!r}")
 
 
+def from_known_fields(cls, d: dict, section: str):
+    """``cls(**d)`` for a dataclass, refusing unknown fields by name with the allowed ones."""
+    known = {f.name for f in fields(cls)}
+    unknown = set(d) - known
+    if unknown:
+        raise ValueError(f"{section}: unknown fields {sorted(unknown)}; allowed: {sorted(known)}")
+    return cls(**d)
+
+
 @dataclass
 class ModelArgs:
     """Shape and options of an in-context policy (encoder -> causal core -> heads)."""
@@ -139,8 +148,4 @@ class ModelArgs:
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelArgs:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"model: unknown fields {sorted(unknown)}; allowed: {sorted(known)}")
-        return cls(**d)
+        return from_known_fields(cls, d, "model")

@@ -27,7 +27,7 @@ buffer in every checkpoint).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from icrl_ros.models.attention import MASK_NEG, RMSNorm
-from icrl_ros.models.config import check_positive
+from icrl_ros.models.config import check_positive, from_known_fields
 
 KIND = "radt"
 WINDOW_KEYS = ("obs", "prev_action", "prev_reward", "rtg", "episode_step", "valid")
@@ -93,11 +93,7 @@ class RADTArgs:
 
     @classmethod
     def from_dict(cls, d: dict) -> RADTArgs:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"model: unknown fields {sorted(unknown)}; allowed: {sorted(known)}")
-        return cls(**d)
+        return from_known_fields(cls, d, "model")
 
 
 class Attention(nn.Module):
