@@ -1,6 +1,7 @@
 """Environments. Importing this package registers the Gymnasium ids:
 
-``icrl_ros/Darkroom-v0`` and ``icrl_ros/DarkKeyToDoor-v0``. Training and evaluation use
+``icrl_ros/Darkroom-v0``, ``icrl_ros/DarkKeyToDoor-v0``, ``icrl_ros/MiniWorldHouse-v0`` and
+``icrl_ros/HabitatExtObjNav-v0`` (habitat-lab, where installed). Training and evaluation use
 the batched versions through :func:`make_vec`.
 """
 
@@ -40,3 +41,8 @@ __all__ = ["VEC_ENVS", "GRID_ENVS", "make_vec", "VecTrialEnv", "DarkroomVecEnv",
 # Registration imports nothing heavy: MiniWorld / EGL load when the env is first built.
 if "icrl_ros/MiniWorldHouse-v0" not in gym.registry:
     gym.register(id="icrl_ros/MiniWorldHouse-v0", entry_point="icrl_ros.sim.house:HouseEnv")
+
+# Habitat ExtObjNav (icrl_ros.sim.habitat_env): habitat-lab is imported when the env is built,
+# so registering it costs nothing where habitat is not installed.
+if "icrl_ros/HabitatExtObjNav-v0" not in gym.registry:
+    gym.register(id="icrl_ros/HabitatExtObjNav-v0", entry_point="icrl_ros.sim.habitat_env:HabitatExtObjNavEnv")

@@ -27,7 +27,7 @@ import numpy as np
 from icrl_ros.sim.house_layout import (
     CATEGORIES, GOAL_NAMES, ODOM_LIMIT_M, HouseLayout, check_split, draw_house_seed, generate_layout, house_split,
 )
-from icrl_ros.sim.house_nav import NavGrid, visible, wrap_angle
+from icrl_ros.sim.house_nav import NavGrid, episode_odometry, visible, wrap_angle
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG  # constants only, no GL
 from icrl_ros.sim.house_topdown import draw_top_down
 
@@ -222,10 +222,7 @@ class HouseEnv(gym.Env):
     # -- observations -----------------------------------------------------------------------
     def odometry(self) -> np.ndarray:
         """(x forward, y left, yaw CCW) relative to the episode's start pose."""
-        x0, z0, yaw0 = self.start_pose
-        dX, dY = self.x - x0, -(self.z - z0)  # planar frame: X east, Y north
-        c, s = math.cos(yaw0), math.sin(yaw0)
-        return np.array([c * dX + s * dY, -s * dX + c * dY, wrap_angle(self.yaw - yaw0)], np.float32)
+        return episode_odometry(self.start_pose, (self.x, self.z, self.yaw))
 
     def observe(self) -> dict[str, np.ndarray]:
         """Observation of the current state, without stepping."""

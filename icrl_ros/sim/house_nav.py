@@ -29,6 +29,16 @@ def wrap_angle(a: float) -> float:
     return (a + math.pi) % (2 * math.pi) - math.pi
 
 
+def episode_odometry(start: tuple[float, float, float], pose: tuple[float, float, float]) -> np.ndarray:
+    """Odometry (x forward, y left, yaw CCW) of world ``pose`` (x, z, yaw) relative to ``start``,
+    in the planar frame X = world x, Y = -world z (float32 (3,))."""
+    x0, z0, yaw0 = start
+    x, z, yaw = pose
+    dX, dY = x - x0, -(z - z0)
+    c, s = math.cos(yaw0), math.sin(yaw0)
+    return np.array([c * dX + s * dY, -s * dX + c * dY, wrap_angle(yaw - yaw0)], np.float32)
+
+
 def segments_cross(p0: np.ndarray, p1: np.ndarray, walls: np.ndarray) -> np.ndarray:
     """Whether each segment p0[k]->p1[k] (K, 2) properly crosses any wall (S, 2, 2): (K,)."""
     if len(walls) == 0 or len(p0) == 0:
