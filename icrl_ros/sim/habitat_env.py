@@ -32,11 +32,11 @@ from collections import defaultdict
 import gymnasium as gym
 import numpy as np
 
+from icrl_ros.sim.house import NO_ACTION, observation_space
 from icrl_ros.sim.house_nav import episode_odometry, wrap_angle
 
 DEFAULT_CONFIG = "benchmark/nav/objectnav/objectnav_hm3d.yaml"
 ACTION_NAMES = ("stop", "move_forward", "turn_left", "turn_right")  # habitat-lab's names, our indices
-NO_ACTION = len(ACTION_NAMES)
 ODOM_LIMIT_M = 100.0
 
 
@@ -121,13 +121,7 @@ class HabitatExtObjNavEnv(gym.Env):
         if not self.scene_ids:
             raise ValueError(f"habitat dataset of {config!r} split {split!r} has no episodes")
         self.action_space = gym.spaces.Discrete(len(ACTION_NAMES))
-        self.observation_space = gym.spaces.Dict({
-            "rgb": gym.spaces.Box(0, 255, (self.image_size, self.image_size, 3), np.uint8),
-            "goal": gym.spaces.Discrete(len(self.goal_names)),
-            "odom": gym.spaces.Box(np.array([-ODOM_LIMIT_M, -ODOM_LIMIT_M, -np.pi], np.float32),
-                                   np.array([ODOM_LIMIT_M, ODOM_LIMIT_M, np.pi], np.float32), dtype=np.float32),
-            "prev_action": gym.spaces.Discrete(NO_ACTION + 1),
-        })
+        self.observation_space = observation_space(self.image_size, len(self.goal_names), ODOM_LIMIT_M)
         self._rng = np.random.default_rng()
         self.scene: str | None = None
         self.episode_index = -1

@@ -35,6 +35,18 @@ STOP, FORWARD, TURN_LEFT, TURN_RIGHT = 0, 1, 2, 3
 NO_ACTION = 4
 
 
+def observation_space(image_size: int, n_goals: int, odom_limit_m: float) -> gym.spaces.Dict:
+    """The object-search observation (this env's and the Habitat backend's): RGB, goal category,
+    odometry (x, y, yaw) from the episode start, previous action (``NO_ACTION`` = none)."""
+    return gym.spaces.Dict({
+        "rgb": gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8),
+        "goal": gym.spaces.Discrete(n_goals),
+        "odom": gym.spaces.Box(np.array([-odom_limit_m, -odom_limit_m, -np.pi], np.float32),
+                               np.array([odom_limit_m, odom_limit_m, np.pi], np.float32), dtype=np.float32),
+        "prev_action": gym.spaces.Discrete(NO_ACTION + 1),
+    })
+
+
 class HouseEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
     action_names = ("stop", "forward", "turn_left", "turn_right")
@@ -78,15 +90,8 @@ class HouseEnv(gym.Env):
         self.antialias = antialias
         self.render_mode = render_mode
 
-        n = len(GOAL_NAMES)
         self.action_space = gym.spaces.Discrete(4)
-        self.observation_space = gym.spaces.Dict({
-            "rgb": gym.spaces.Box(0, 255, (self.image_size, self.image_size, 3), np.uint8),
-            "goal": gym.spaces.Discrete(n),
-            "odom": gym.spaces.Box(np.array([-ODOM_LIMIT_M, -ODOM_LIMIT_M, -np.pi], np.float32),
-                                   np.array([ODOM_LIMIT_M, ODOM_LIMIT_M, np.pi], np.float32), dtype=np.float32),
-            "prev_action": gym.spaces.Discrete(5),
-        })
+        self.observation_space = observation_space(self.image_size, len(GOAL_NAMES), ODOM_LIMIT_M)
         self._rng = np.random.default_rng()
         self._renderer = None
         self.layout: HouseLayout | None = None
