@@ -96,6 +96,14 @@ def test_training_retrieval_excludes_the_query_episode():
     short = OfflineRetrievalBatches(policy, data, min_retrieval_len=100, retrieval_dropout=0.0, dedup_threshold=None)
     _, ret, _, rows = short.sample(32)
     assert (ret["slot"][:, 0] != rows).all() and (data["task"][ret["slot"][:, 0]] == data["task"][rows]).all()
+    # failure retrieval: a zero-return episode of the same task, never the query's own
+    data["reward"][::2] = 0
+    zero = data["reward"].sum(1) == 0
+    fails = OfflineRetrievalBatches(policy, data, failure_retrieval=1.0, min_retrieval_len=1, retrieval_dropout=0.0,
+                                    dedup_threshold=None)
+    _, ret, _, rows = fails.sample(64)
+    got = ret["slot"][:, 0]
+    assert zero[got].all() and (got != rows).all() and (data["task"][got] == data["task"][rows]).all()
 
 
 def test_eval_index_starts_empty_and_fills_with_the_agents_episodes(monkeypatch):

@@ -34,7 +34,7 @@ ENV_ID = "icrl_ros/Darkroom-v0"
 
 
 def collect(episodes: int, learners: int, explore_episodes: int, eps_end: float, lr: float, gamma: float,
-            seed: int) -> dict[str, np.ndarray]:
+            seed: int, eps_start: float = 1.0, q_init: float = 0.0) -> dict[str, np.ndarray]:
     """Run ``learners`` Q-learners on each training goal for ``episodes`` episodes each."""
     probe = make_vec(ENV_ID, 1, split="train")
     goals = np.repeat(probe.goal_pool, learners)  # (N,) learner n works on goals[n]
@@ -42,14 +42,14 @@ def collect(episodes: int, learners: int, explore_episodes: int, eps_end: float,
     env = make_vec(ENV_ID, N, split="train", seed=seed)
     rng = np.random.default_rng(seed)
     H, A, S = env.max_episode_steps, env.n_actions, env.n_obs
-    q = np.zeros((N, S, A), dtype=np.float32)
+    q = np.full((N, S, A), q_init, dtype=np.float32)  # q_init > 0: optimism drives systematic exploration
     rows = np.arange(N)
     obs_buf = np.zeros((episodes, N, H), dtype=np.int16)
     act_buf = np.zeros((episodes, N, H), dtype=np.int8)
     rew_buf = np.zeros((episodes, N, H), dtype=np.float32)
     s = env.set_tasks(goals)
     for e in range(episodes):
-        eps = max(eps_end, 1.0 - (1.0 - eps_end) * e / max(explore_episodes, 1))
+        eps = max(eps_end, eps_start - (eps_start - eps_end) * e / max(explore_episodes, 1))
         for t in range(H):
             qs = q[rows, s]  # (N, A); random tie-break so an untrained table walks randomly
             greedy = (qs + rng.uniform(0, 1e-6, qs.shape)).argmax(1)
@@ -73,7 +73,10 @@ def main(argv=None) -> int:
     p.add_argument("--episodes", type=int, default=250, help="episodes per learner (its whole history)")
     p.add_argument("--learners", type=int, default=2, help="independent learners per training goal")
     p.add_argument("--explore-episodes", type=int, default=150, help="episodes over which epsilon decays")
+    p.add_argument("--eps-start", type=float, default=1.0)
     p.add_argument("--eps-end", type=float, default=0.05)
+    p.add_argument("--q-init", type=float, default=0.0,
+                   help="initial Q-values; > 0 is optimism: untried moves look good, so the learner sweeps the room")
     p.add_argument("--lr", type=float, default=0.2)
     p.add_argument("--gamma", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=0)
@@ -81,10 +84,12 @@ def main(argv=None) -> int:
     for name in ("episodes", "learners"):
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    if not 0 <= args.eps_end <= 1 or not 0 < args.lr <= 1 or not 0 <= args.gamma < 1:
-        fail(f"need 0 <= --eps-end <= 1, 0 < --lr <= 1, 0 <= --gamma < 1; got {args.eps_end}, {args.lr}, {args.gamma}")
+    if not 0 <= args.eps_end <= args.eps_start <= 1 or not 0 < args.lr <= 1 or not 0 <= args.gamma < 1:
+        fail(f"need 0 <= --eps-end <= --eps-start <= 1, 0 < --lr <= 1, 0 <= --gamma < 1; got {args.eps_end}, "
+             f"{args.eps_start}, {args.lr}, {args.gamma}")
     t0 = time.perf_counter()
-    data = collect(args.episodes, args.learners, args.explore_episodes, args.eps_end, args.lr, args.gamma, args.seed)
+    data = collect(args.episodes, args.learners, args.explore_episodes, args.eps_end, args.lr, args.gamma, args.seed,
+                   args.eps_start, args.q_init)
     env = make_vec(ENV_ID, 1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

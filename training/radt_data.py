@@ -10,7 +10,11 @@ their sub-trajectories (deduplicated), and samples training batches as RA-DT's A
   cut-off, re-ranked by relevance + task match; a window shorter than ``min_retrieval_len``
   gets a random sub-trajectory of another episode of the same task instead (App. C.4);
 * with probability ``retrieval_dropout`` no retrieved context at all (our addition: the
-  first in-context episode starts from an empty index, so the model must have seen that).
+  first in-context episode starts from an empty index, so the model must have seen that);
+* with probability ``failure_retrieval`` a random sub-trajectory of a zero-return episode of
+  the same task (our addition: a failed episode is what an evaluation trial mostly holds
+  before its first success, and similarity retrieval on the dataset rarely returns one,
+  so without it the DT never learns to steer away from a route that failed).
 """
 
 from __future__ import annotations
@@ -59,11 +63,11 @@ class OfflineRetrievalBatches:
     def __init__(self, policy: RADTPolicy, data: dict[str, np.ndarray], retrieve_l: int = 50,
                  utility_weight: float = 1.0, query_dropout: float = 0.2, similarity_cutoff: float | None = 0.98,
                  dedup_threshold: float | None = 0.98, min_retrieval_len: int = 10, retrieval_dropout: float = 0.1,
-                 seed: int = 0) -> None:
+                 failure_retrieval: float = 0.0, seed: int = 0) -> None:
         a = policy.args
         self.policy, self.C, self.k, self.n_actions = policy, a.context, a.top_k, a.n_actions
         self.l, self.query_dropout, self.cutoff = retrieve_l, query_dropout, similarity_cutoff
-        self.min_len, self.retrieval_dropout = min_retrieval_len, retrieval_dropout
+        self.min_len, self.retrieval_dropout, self.failure_retrieval = min_retrieval_len, retrieval_dropout, failure_retrieval
         self.rng = np.random.default_rng(seed)
         obs, task = data["obs"], data["task"].astype(np.int64)
         E, H = obs.shape
@@ -74,25 +78,33 @@ class OfflineRetrievalBatches:
             keep = lambda keys, slots, ends: dedup_mask(keys, task[slots], slots, dedup_threshold)  # noqa: E731
         self.mem.add_episodes(obs, data["action"], data["reward"], task=task, keep=keep)
         self.task = task
-        # same-task episode lists for the short-window rule
-        order = np.argsort(task, kind="stable")
-        self.task_values, first = np.unique(task[order], return_index=True)
-        self.task_rows = np.split(order, first[1:])
+        # same-task episode lists (all / zero-return) for the random draws
+        self.task_values = np.unique(task)
+        failed = data["reward"].sum(1) == 0
+        self.task_rows = [np.flatnonzero(task == t) for t in self.task_values]
+        self.failed_rows = [np.flatnonzero((task == t) & failed) for t in self.task_values]
 
     @property
     def entries(self) -> int:
         return len(self.mem)
 
-    def _random_same_task(self, rows: np.ndarray) -> np.ndarray:
-        """(slot, start) of a random key window of another episode of each row's task: (Q, k, 2)."""
-        out = np.zeros((len(rows), self.k, 2), dtype=np.int64)
+    def _pool(self, row: int, pools: list[np.ndarray]) -> np.ndarray:
+        """The episodes of ``pools`` for ``row``'s task, ``row`` itself excluded."""
+        pool = pools[np.searchsorted(self.task_values, self.task[row])]
+        return pool[pool != row]
+
+    def _random_from(self, rows: np.ndarray, pools: list[np.ndarray]) -> dict[str, np.ndarray]:
+        """Random key windows (Q, k, 2C) of other episodes of each row's task from ``pools``."""
+        vals = np.zeros((len(rows), self.k, 2), dtype=np.int64)
+        ok = np.zeros((len(rows), self.k), dtype=bool)
         for i, r in enumerate(rows):
-            pool = self.task_rows[np.searchsorted(self.task_values, self.task[r])]
-            for j in range(self.k):
-                other = r
-                while other == r and len(pool) > 1:
-                    other = pool[self.rng.integers(len(pool))]
-                out[i, j] = other, self.rng.choice(self.mem.key_ends) - self.C
+            pool = self._pool(r, pools)
+            if len(pool):
+                vals[i, :, 0] = self.rng.choice(pool, self.k)
+                vals[i, :, 1] = self.rng.choice(self.mem.key_ends, self.k) - self.C
+                ok[i] = True
+        out = self.mem.gather(vals, ok)
+        out["slot"] = np.where(ok, vals[..., 0], -1)
         return out
 
     def sample(self, batch: int) -> tuple[dict, dict, np.ndarray, np.ndarray]:
@@ -108,13 +120,14 @@ class OfflineRetrievalBatches:
         qvalid[:, -1] = True  # the newest step always takes part in the query
         queries = self.policy.trajectory_keys(win["obs"], qvalid)
         short = end + 1 < self.min_len
+        fail = ~short & (self.rng.random(batch) < self.failure_retrieval)
+        fail &= np.array([len(self._pool(r, self.failed_rows)) > 0 for r in rows])
         ret = m.retrieve(queries, self.l, self.k, task=self.task[rows], exclude_slots=rows, max_relevance=self.cutoff)
-        if short.any():
-            vals = self._random_same_task(rows[short])
-            rnd = m.gather(vals, np.ones(vals.shape[:2], dtype=bool))
-            rnd["slot"] = vals[..., 0]
-            for n in ret:
-                ret[n][short] = rnd[n]
+        for sel, pools in ((short, self.task_rows), (fail, self.failed_rows)):
+            if sel.any():
+                rnd = self._random_from(rows[sel], pools)
+                for n in ret:
+                    ret[n][sel] = rnd[n]
         drop = self.rng.random(batch) < self.retrieval_dropout
         ret["valid"][drop] = False
         ret["slot"][drop] = -1

@@ -66,6 +66,8 @@ class RADTTrainConfig:
     """Windows shorter than this get a random same-task sub-trajectory instead."""
     retrieval_dropout: float = 0.1
     """Probability of an empty retrieved context (as at the start of an evaluation trial)."""
+    failure_retrieval: float = 0.0
+    """Probability of retrieving a random zero-return episode of the same task instead."""
     target_return: float = 90.0
     """Evaluation: mean of the return-to-go the DT is conditioned on per episode (RA-DT: N(90, 5))."""
     target_return_std: float = 5.0
@@ -82,7 +84,7 @@ class RADTTrainConfig:
         for name in ("min_lr", "warmup_steps", "weight_decay", "grad_clip", "utility_weight", "target_return_std",
                      "threads"):
             check_positive(name, getattr(self, name), allow_zero=True)
-        for name in ("query_dropout", "retrieval_dropout"):
+        for name in ("query_dropout", "retrieval_dropout", "failure_retrieval"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}: must be in [0, 1), got {getattr(self, name)}")
         for name in ("similarity_cutoff", "dedup_threshold"):
@@ -118,7 +120,7 @@ def lr_at(cfg: RADTTrainConfig, step: int) -> float:
 def make_batches(cfg: RADTTrainConfig, policy: RADTPolicy, data: dict) -> OfflineRetrievalBatches:
     return OfflineRetrievalBatches(policy, data, cfg.retrieve_l, cfg.utility_weight, cfg.query_dropout,
                                    cfg.similarity_cutoff, cfg.dedup_threshold, cfg.min_retrieval_len,
-                                   cfg.retrieval_dropout, cfg.seed)
+                                   cfg.retrieval_dropout, cfg.failure_retrieval, cfg.seed)
 
 
 def main(argv=None) -> int:
