@@ -170,3 +170,16 @@ def test_collect_train_evaluate_end_to_end(tmp_path):
                             "--set", "model.n_layers=1"]) == 0
     res = evaluate.evaluate(str(run / "checkpoints" / "final.pt"), "test", 2, 200, None, False, 0, "window")
     assert res["memory"] == "retrieval" and len(res["episodes"]) == 2 and res["episodes"][0]["n"] == 2
+
+
+def test_keys_are_state_histograms_under_a_fixed_rotation():
+    a = RADTArgs(**{**ARGS, "key_dim": 128})
+    p1, p2 = RADTPolicy(a), RADTPolicy(a)
+    assert torch.equal(p1.key_proj, p2.key_proj)  # deterministic, no training needed
+    g = np.random.default_rng(0)
+    obs = g.integers(0, 100, (50, 20))
+    valid = g.random((50, 20)) < 0.9
+    keys = p1.trajectory_keys(obs, valid)
+    hist = np.stack([np.bincount(o[v], minlength=100) for o, v in zip(obs, valid)]).astype(np.float64)
+    cos = lambda x: (x / np.linalg.norm(x, axis=1, keepdims=True)) @ (x / np.linalg.norm(x, axis=1, keepdims=True)).T  # noqa: E731
+    assert np.abs(cos(keys.astype(np.float64)) - cos(hist)).max() < 1e-4

@@ -44,7 +44,7 @@ class RADTTrainConfig:
     """Dataset from training/radt_collect.py (its env id sets the model's sizes)."""
     model: dict = field(default_factory=dict)
     """RADTArgs overrides; n_obs / n_actions / max_episode_steps / grid_size come from the env."""
-    steps: int = 3000
+    steps: int = 4000
     """Gradient steps."""
     batch_size: int = 64
     lr: float = 1e-3

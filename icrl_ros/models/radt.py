@@ -17,9 +17,10 @@ Windows are left-padded (``valid`` False), so the acting position is always the 
 pretrained model (a DT of the domain, or BERT behind a FrozenHopfield random projection)
 and mean-pools the *state* tokens (their best aggregation, App. E.4). No hub weights are
 available here, so the key is the FrozenHopfield projection alone: a fixed Gaussian matrix
-P (n_obs, key_dim) from ``key_seed``, applied to one-hot states and mean-pooled, i.e. a
-random sketch of the sub-trajectory's state-visitation histogram (cosine of two keys
-approximates the cosine of the histograms). It needs no pretraining, never changes while
+P (n_obs, key_dim) from ``key_seed`` (orthonormal rows when key_dim >= n_obs, see
+:func:`key_projection`), applied to one-hot states and mean-pooled, i.e. a random rotation
+of the sub-trajectory's state-visitation histogram (cosine of two keys = cosine of the
+histograms). It needs no pretraining, never changes while
 the DT trains (so the index built before training stays valid; keys from the DT's own
 encoder would go stale and need re-indexing), and is deterministic (P is saved as a
 buffer in every checkpoint).
@@ -71,8 +72,9 @@ class RADTArgs:
     """Residual dropout (attention weights are not dropped: that doubles the CPU cost)."""
     return_scale: float = 100.0
     """Returns and returns-to-go are divided by this before their linear embedding."""
-    key_dim: int = 64
-    """Size of the retrieval keys (the random projection's output)."""
+    key_dim: int = 128
+    """Size of the retrieval keys (the random projection's output); >= n_obs makes the
+    projection orthogonal, so key cosines equal state-histogram cosines."""
     key_seed: int = 0
     """Seed of the fixed random projection P."""
 
@@ -94,6 +96,23 @@ class RADTArgs:
     @classmethod
     def from_dict(cls, d: dict) -> RADTArgs:
         return from_known_fields(cls, d, "model")
+
+
+def key_projection(n_obs: int, key_dim: int, seed: int) -> Tensor:
+    """Fixed random projection of one-hot states (n_obs, key_dim), never trained.
+
+    FrozenHopfield draws P ~ N(0, 1 / key_dim), which distorts cosines by about
+    1 / sqrt(key_dim): at 64 dims that noise is as large as the similarity between the
+    one-step query of an episode start and the key that begins at the start cell, so the
+    re-ranking picked segments at random. With ``key_dim >= n_obs`` P has orthonormal rows
+    (a random rotation of the one-hot basis), so cosines of visitation histograms are exact.
+    """
+    g = torch.Generator().manual_seed(seed)
+    p = torch.randn(max(n_obs, key_dim), key_dim, generator=g)
+    if key_dim < n_obs:
+        return p / key_dim ** 0.5
+    q, _ = torch.linalg.qr(p)  # (key_dim, key_dim) orthogonal
+    return q[:n_obs].contiguous()
 
 
 class Attention(nn.Module):
@@ -167,9 +186,7 @@ class RADTPolicy(nn.Module):
         self.blocks = nn.ModuleList(RADTBlock(args) for _ in range(args.n_layers))
         self.norm = RMSNorm(args.d_model)
         self.actor = nn.Linear(args.d_model, args.n_actions)
-        g = torch.Generator().manual_seed(args.key_seed)
-        # FrozenHopfield-style fixed projection, N(0, 1 / key_dim); a buffer, never trained
-        self.register_buffer("key_proj", torch.randn(args.n_obs, args.key_dim, generator=g) / args.key_dim ** 0.5)
+        self.register_buffer("key_proj", key_projection(args.n_obs, args.key_dim, args.key_seed))
         self.apply(self._init)
 
     @staticmethod
