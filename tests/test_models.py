@@ -95,3 +95,21 @@ def test_checkpoint_round_trip(tmp_path):
 def test_bad_model_args_name_the_field(field, value, needle):
     with pytest.raises(ValueError, match=needle):
         small_args(**{field: value})
+
+
+def test_xy_grid_encoding_has_no_per_cell_table_and_steps_exactly():
+    torch.manual_seed(0)
+    args = small_args(n_obs=25, grid_encoding="xy")
+    policy = ICLPolicy(args).eval()
+    names = {n for n, _ in policy.named_parameters()}
+    assert "encoder.rows.weight" in names and "encoder.cols.weight" in names
+    assert not any(n.startswith("encoder.obs.") for n in names)
+    # cells (r, c) and (r', c'): the token difference is the rows' plus the columns' difference
+    tok = lambda cell: policy.encoder.rows(torch.tensor(cell // 5)) + policy.encoder.cols(torch.tensor(cell % 5))
+    assert torch.allclose(tok(7) - tok(2), policy.encoder.rows.weight[1] - policy.encoder.rows.weight[0])
+    inp = random_trial(args, batch=2, steps=20, episode_len=6)
+    with torch.no_grad():
+        logits = policy.forward_sequence(inp)[0]
+    assert (logits - cached_rollout(policy, inp)[0]).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="model.grid_encoding"):
+        small_args(grid_encoding="onehot")

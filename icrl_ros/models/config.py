@@ -9,6 +9,7 @@ KINDS = ("relic", "memo", "hcam")
 MEMO_VARIANTS = ("memo", "rmt")
 OBS_TYPES = ("discrete", "image")
 VISUAL_ENCODERS = ("cnn",)
+GRID_ENCODINGS = ("cell", "xy")
 
 
 def check_choice(name: str, value: object, allowed: tuple) -> None:
@@ -49,6 +50,11 @@ class ModelArgs:
     grid_size: int = 0
     """Grid worlds: side of the square grid; adds (x, y) coordinate features to the cell
     embedding so navigation to a remembered cell generalises to held-out goals."""
+    grid_encoding: str = "cell"
+    """Grid worlds: ``cell`` (one learnt embedding per cell, plus the coordinate features) or
+    ``xy`` (learnt row + column embeddings, plus the coordinate features; no per-cell table,
+    so a cell never rewarded in training still reads as its row and column). Without a
+    ``grid_size`` (not a square grid) both mean the per-cell table."""
     obs_type: str = "discrete"
     """``discrete`` (a cell index ``obs``) or ``image`` (``rgb`` uint8 HxWx3 + ``odom`` x, y, yaw)."""
     image_size: int = 64
@@ -109,6 +115,7 @@ class ModelArgs:
         check_choice("model.memo_variant", self.memo_variant, MEMO_VARIANTS)
         check_choice("model.obs_type", self.obs_type, OBS_TYPES)
         check_choice("model.visual_encoder", self.visual_encoder, VISUAL_ENCODERS)
+        check_choice("model.grid_encoding", self.grid_encoding, GRID_ENCODINGS)
         check_positive("model.image_size", self.image_size)
         if self.obs_type == "image" and self.image_size < 16:
             raise ValueError(f"model.image_size: must be >= 16 for the CNN, got {self.image_size}")

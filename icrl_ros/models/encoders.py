@@ -66,7 +66,12 @@ class StepEncoder(nn.Module):
             self.image = ImageEncoder(a.d_model, a.image_size)
             self.odom = nn.Linear(4, a.d_model)  # x, y, cos(yaw), sin(yaw)
         else:
-            self.obs = nn.Embedding(a.n_obs, a.d_model)
+            self.xy = a.grid_encoding == "xy" and a.grid_size > 0
+            if self.xy:  # row + column tables: nothing specific to one cell
+                self.rows = nn.Embedding(a.grid_size, a.d_model)
+                self.cols = nn.Embedding(a.grid_size, a.d_model)
+            else:
+                self.obs = nn.Embedding(a.n_obs, a.d_model)
             self.coords = nn.Linear(2, a.d_model) if a.grid_size else None
         self.prev_action = nn.Embedding(a.n_actions + 1, a.d_model)
         self.prev_reward = nn.Linear(1, a.d_model) if a.use_reward else None
@@ -86,11 +91,14 @@ class StepEncoder(nn.Module):
             yaw = odom[..., 2:3]
             x = self.image(inp["rgb"]) + self.odom(torch.cat([odom[..., :2], yaw.cos(), yaw.sin()], -1))
         else:
-            x = self.obs(inp["obs"])
+            cell = inp["obs"]
             if self.coords is not None:
                 g = a.grid_size
-                xy = torch.stack([inp["obs"] // g, inp["obs"] % g], dim=-1).float() / max(g - 1, 1)
-                x = x + self.coords(xy)
+                row, col = cell // g, cell % g
+                x = self.coords(torch.stack([row, col], dim=-1).float() / max(g - 1, 1))
+                x = x + (self.rows(row) + self.cols(col) if self.xy else self.obs(cell))
+            else:
+                x = self.obs(cell)
         x = x + self.prev_action(inp["prev_action"])
         if self.prev_reward is not None:
             x = x + self.prev_reward(inp["prev_reward"].unsqueeze(-1).float())
