@@ -175,3 +175,25 @@ def test_query_excludes_given_ids_and_cuts_off_near_duplicates():
     assert np.array_equal(got.ids, want_rows[:, 1:])  # the next best, in order
     cut = idx.query(q, l=10, k=3, max_relevance=0.99)
     assert np.array_equal(cut.ids, got.ids) and (cut.relevance <= 0.99).all()
+
+
+def test_remove_by_id_and_row_state_round_trip():
+    rng = np.random.default_rng(4)
+    keys = rng.normal(size=(10, 8)).astype(np.float32)
+    idx = RetrievalIndex(8, capacity=12)
+    idx.add(keys, np.arange(10) * 10, episode_return=np.arange(10, dtype=np.float32))
+    assert idx.remove([2, 3, 7, 99]) == 3  # 99: unknown, ignored
+    assert len(idx) == idx.index.ntotal == 7
+    assert idx.ids[:7].tolist() == [0, 1, 4, 5, 6, 8, 9] and idx.values[:7].tolist() == [0, 10, 40, 50, 60, 80, 90]
+    assert idx.returns[:7].tolist() == [0, 1, 4, 5, 6, 8, 9] and (idx.ids[7:] == -1).all()
+    scores, rows = idx.search(keys[5], 1)  # the faiss rows still agree with the metadata
+    assert idx.ids[rows[0, 0]] == 5 and scores[0, 0] > 0.999
+    assert idx.query(keys[3], l=7, k=7).ids[0].tolist().count(3) == 0  # removed: never retrieved
+    # padded keys -> load_rows rebuilds an index with bit-identical scores
+    other = RetrievalIndex(8, capacity=12)
+    for a in ("values", "task", "returns", "ids"):
+        getattr(other, a)[:] = getattr(idx, a)
+    other.load_rows(idx.padded_keys(), len(idx), idx.next_id)
+    q = rng.normal(size=(4, 8))
+    assert all(np.array_equal(x, y) for x, y in zip(idx.search(q, 5), other.search(q, 5)))
+    assert np.array_equal(idx.add(keys[:2], [1, 2]), other.add(keys[:2], [1, 2]))

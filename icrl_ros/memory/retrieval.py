@@ -212,11 +212,38 @@ class RetrievalIndex:
         self.ids[n:] = -1
         self.count = n
 
+    def remove(self, ids) -> int:
+        """Remove the entries with these ids (unknown ids are ignored; order of the rest kept);
+        returns how many were removed. A memory that stores whole episodes evicts with it."""
+        rows = np.flatnonzero(np.isin(self.ids[:self.count], np.asarray(ids, dtype=np.int64)))
+        if len(rows):
+            self._remove_rows(rows)
+        return len(rows)
+
     def reset(self) -> None:
         """Empty the index (a new trial at inference starts from an empty index)."""
         self.index.reset()
         self.ids[:] = -1
         self.count = 0
+
+    # -- state as fixed-shape arrays (a memory's snapshot holds them beside its own) -------
+    def padded_keys(self) -> np.ndarray:
+        """The stored unit keys (capacity, dim) float32 in row order, zeros past ``count``."""
+        keys = np.zeros((self.capacity, self.dim), dtype=np.float32)
+        if self.count:
+            keys[:self.count] = self._cpu_index().reconstruct_n(0, self.count)
+        return keys
+
+    def load_rows(self, keys: np.ndarray, count: int, next_id: int) -> None:
+        """Rebuild the faiss index from ``keys[:count]`` (unit keys as :meth:`padded_keys`
+        returns them, added as they are: no re-normalisation, so scores are bit-identical);
+        the metadata arrays must already hold the same rows."""
+        cpu = _faiss().IndexFlatIP(self.dim)
+        if count:
+            cpu.add(np.ascontiguousarray(keys[:count], dtype=np.float32))
+        self.index = self._place(cpu)
+        self.ids[count:] = -1
+        self.count, self.next_id = count, next_id
 
     # -- reads --------------------------------------------------------------------
     def search(self, q, l: int) -> tuple[np.ndarray, np.ndarray]:
