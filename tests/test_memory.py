@@ -8,19 +8,28 @@ import pytest
 import torch
 
 from icrl_ros.memory import (MEMORY_POLICIES, FullContextMemory, HCAMMemory, KVCache, MemoMemory, MemoryBudgetError,
-                             MemoryFullError, SinkWindowMemory, SnapshotError, create_memory, slot_bytes)
+                             MemoryFullError, SinkWindowMemory, SnapshotError, SubTrajectoryMemory, create_memory,
+                             slot_bytes)
 from icrl_ros.memory.hcam import chunk_bytes
 
 DIMS = dict(n_layers=2, n_heads=2, head_dim=4)
 L, H, HD = 2, 2, 4
-SIZE_KEY = {"full": "capacity", "window": "window", "memo": "max_sets", "hcam": "max_chunks"}
+SIZE_KEY = {"full": "capacity", "window": "window", "memo": "max_sets", "hcam": "max_chunks",
+            "retrieval": "max_episodes"}
+KIND = {"memo": "memo", "hcam": "hcam", "retrieval": "radt"}
+# RA-DT retrieval: 10 cells, keys of 4 dims, C = 2, 6-step episodes
+RETRIEVAL = dict(key_proj=np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32), context=2, horizon=6,
+                 n_actions=3)
+EPISODE = 5  # retrieval: steps per episode in drive()
 
 
 def make(name: str, batch: int = 1, **cfg):
-    kind = name if name in ("memo", "hcam") else "relic"
     cfg.setdefault(SIZE_KEY[name], 6)
-    return create_memory(name, kind=kind, batch=batch, l_seg=4, l_sum=2, n_mem_layers=L, chunk=3, top_k=2, **DIMS,
-                         **cfg)
+    if name == "retrieval":
+        pytest.importorskip("faiss")
+        cfg = {**RETRIEVAL, **cfg}
+    return create_memory(name, kind=KIND.get(name, "relic"), batch=batch, l_seg=4, l_sum=2, n_mem_layers=L, chunk=3,
+                         top_k=2, **DIMS, **cfg)
 
 
 def step_kv(t: int, batch: int = 1):
@@ -40,6 +49,13 @@ def drive(mem, steps: int, t0: int = 0, episode: int = 0) -> None:
                 mem.add_summary(s, -s)
         elif isinstance(mem, HCAMMemory):
             mem.commit(k, v, ep, torch.full((L, mem.batch, 1, H * HD), float(t)))
+        elif isinstance(mem, SubTrajectoryMemory):  # one step of an EPISODE-step episode, rewarded on t % 3 == 0
+            if t % EPISODE == 0:
+                mem.end_episode()
+            mem.observe(t % 10, rtg=float(t))
+            mem.query(l=4, k=1)
+            mem.record_action(t % 3)
+            mem.record_reward(float(t % 3 == 0))
         else:
             mem.commit(k, v, ep)
 
@@ -70,7 +86,8 @@ def test_budget_sizes_the_memory_and_is_never_exceeded(name):
     mem = make(name, budget_bytes=budget, **{size_key: None})
     assert mem.nbytes <= budget
     per_slot = slot_bytes(L, H, HD, torch.float32)
-    step = {"memo": 2 * per_slot, "hcam": chunk_bytes(L, 3, H * HD, torch.float32)}.get(name, per_slot)
+    step = {"memo": 2 * per_slot, "hcam": chunk_bytes(L, 3, H * HD, torch.float32),
+            "retrieval": getattr(mem, "episode_bytes", 0)}.get(name, per_slot)
     assert mem.nbytes > budget - step  # the largest that fits
     drive(mem, 200) if name != "full" else None
     assert mem.nbytes <= budget

@@ -12,10 +12,10 @@ name         class                 what it keeps
                                    (evict_oldest = streaming Memo)
 ``hcam``     HCAMMemory            local window of C steps + a ring of max_chunks HCAM chunks
                                    (oldest evicted)
+``retrieval`` SubTrajectoryMemory  RA-DT: the current episode's window + up to max_episodes
+                                   stored episodes in a faiss ``RetrievalIndex``; then on_full
+                                   (evict_oldest: whole episodes)
 ===========  ====================  ==========================================================
-
-RA-DT's episodic index is ``RetrievalIndex`` (faiss, imported lazily;
-``tests/test_retrieval.py``), outside this registry.
 """
 
 from __future__ import annotations
@@ -28,19 +28,22 @@ from icrl_ros.memory.hcam import HCAMMemory
 from icrl_ros.memory.memo import MemoMemory
 from icrl_ros.memory.retrieval import RetrievalIndex, Retrieved
 from icrl_ros.memory.snapshot import SnapshotError
+from icrl_ros.memory.subtrajectories import SubTrajectoryMemory
 
 MEMORY_POLICIES: dict[str, type[Memory]] = {
     "full": FullContextMemory,
     "window": SinkWindowMemory,
     "memo": MemoMemory,
     "hcam": HCAMMemory,
+    "retrieval": SubTrajectoryMemory,
 }
 """Registry: memory policy name -> class."""
 
 RELIC_POLICIES = ("full", "window")
 MEMO_POLICIES = ("memo",)
 HCAM_POLICIES = ("hcam",)
-KIND_POLICIES = {"relic": RELIC_POLICIES, "memo": MEMO_POLICIES, "hcam": HCAM_POLICIES}
+RADT_POLICIES = ("retrieval",)
+KIND_POLICIES = {"relic": RELIC_POLICIES, "memo": MEMO_POLICIES, "hcam": HCAM_POLICIES, "radt": RADT_POLICIES}
 """Model kind -> the memory policies that apply to it (the first is the default)."""
 
 
@@ -48,12 +51,15 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
                   n_prefix: int = 0, l_seg: int = 0, l_sum: int = 0, variant: str = "memo",
                   n_mem_layers: int = 0, chunk: int = 0, top_k: int = 0,
                   dtype=torch.float32, device=None, budget_bytes: int | None = None, **cfg) -> Memory:
-    """Build a memory by policy name for a model of ``kind`` ("relic" | "memo" | "hcam").
+    """Build a memory by policy name for a model of ``kind`` ("relic" | "memo" | "hcam" | "radt").
 
     ``cfg``: ``capacity`` and ``on_full`` (full), ``window`` (window), ``max_sets`` and
     ``on_full`` (memo), ``max_chunks`` (hcam; its model gives ``n_mem_layers``, ``chunk``
-    and ``top_k``). A size field left out (None) is derived from ``budget_bytes`` (the
-    largest memory that fits); a given size must fit the budget.
+    and ``top_k``), ``max_episodes`` and ``on_full`` (retrieval; its model gives
+    ``key_proj``, ``context``, ``horizon``, ``n_actions`` and the re-ranking weights
+    ``relevance_weight`` / ``utility_weight``; the KV dims are ignored). A size field left
+    out (None) is derived from ``budget_bytes`` (the largest memory that fits); a given
+    size must fit the budget.
     """
     if name not in MEMORY_POLICIES:
         raise ValueError(f"memory: unknown policy {name!r}; known: {sorted(MEMORY_POLICIES)}")
@@ -68,6 +74,11 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
                                  on_full=cfg.get("on_full", "error"), **common)
     if name == "window":
         return SinkWindowMemory(**dims, window=size("window"), n_prefix=n_prefix, **common)
+    if name == "retrieval":
+        return SubTrajectoryMemory.from_projection(
+            cfg["key_proj"], cfg["context"], cfg["horizon"], cfg["n_actions"], max_episodes=size("max_episodes"),
+            relevance_weight=cfg.get("relevance_weight", 1.0), utility_weight=cfg.get("utility_weight", 1.0),
+            on_full=cfg.get("on_full", "evict_oldest"), budget_bytes=budget_bytes)
     if name == "hcam":
         return HCAMMemory(**dims, n_mem_layers=n_mem_layers, chunk=chunk, top_k=top_k, max_chunks=size("max_chunks"),
                           **common)
@@ -75,5 +86,5 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
                       on_full=cfg.get("on_full", "evict_oldest"), **common)
 
 
-__all__ = ["Memory", "KVCache", "HCAMMemory", "RetrievalIndex", "Retrieved", "FullContextMemory", "SinkWindowMemory", "MemoMemory", "MEMORY_POLICIES",
+__all__ = ["Memory", "KVCache", "HCAMMemory", "RetrievalIndex", "SubTrajectoryMemory", "Retrieved", "FullContextMemory", "SinkWindowMemory", "MemoMemory", "MEMORY_POLICIES",
            "KIND_POLICIES", "create_memory", "MemoryBudgetError", "MemoryFullError", "SnapshotError", "ON_FULL", "slot_bytes"]

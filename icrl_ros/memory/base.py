@@ -159,10 +159,14 @@ class Memory:
         tensors = validate_snapshot(path, arrays, meta, self, expect or {})
         if check_meta is not None:
             check_meta(meta)
+        self._adopt(tensors, meta["counters"])
+        return meta
+
+    def _adopt(self, tensors: dict[str, Tensor], counters: dict) -> None:
+        """Take over a validated snapshot's tensors and counters (cannot fail)."""
         for name, t in self.tensors().items():
             t.copy_(tensors[name])
-        self._load_counters(meta["counters"])
-        return meta
+        self._load_counters(counters)
 
     # -- benchmark support ------------------------------------------------------------
     def fill_synthetic(self, steps: int, generator: torch.Generator | None = None) -> None:

@@ -116,10 +116,14 @@ class RetrievalIndex:
         self.next_id = 0
 
     # -- sizes --------------------------------------------------------------------
+    @staticmethod
+    def entry_size(dim: int, value_shape: tuple[int, ...] = (), value_dtype=np.int64) -> int:
+        """Bytes one entry costs: key (float32) + value + task + return + id."""
+        return 4 * dim + int(np.prod(value_shape, dtype=np.int64)) * np.dtype(value_dtype).itemsize + 8 + 4 + 8
+
     @property
     def entry_bytes(self) -> int:
-        """Bytes one entry costs: key (float32) + value + task + return + id."""
-        return 4 * self.dim + int(np.prod(self.value_shape, dtype=np.int64)) * self.value_dtype.itemsize + 8 + 4 + 8
+        return self.entry_size(self.dim, self.value_shape, self.value_dtype)
 
     @property
     def nbytes(self) -> int:

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icrl_ros.memory.subtrajectories import projected_keys
 from icrl_ros.models.attention import MASK_NEG, RMSNorm
 from icrl_ros.models.config import check_positive, from_known_fields
 
@@ -200,10 +201,7 @@ class RADTPolicy(nn.Module):
     def trajectory_keys(self, obs: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """Keys / queries (N, key_dim) float32 of sub-trajectories obs (N, T) with validity
         (N, T): the mean of the valid steps' projected one-hot states (zeros if none)."""
-        proj = self.key_proj.cpu().numpy()
-        w = np.asarray(valid, dtype=np.float32)
-        s = np.einsum("nt,ntd->nd", w, proj[np.asarray(obs, dtype=np.int64)])
-        return (s / np.maximum(w.sum(1, keepdims=True), 1.0)).astype(np.float32)
+        return projected_keys(self.key_proj.cpu().numpy(), obs, valid)
 
     # -- forward ------------------------------------------------------------------
     def forward(self, window: dict[str, Tensor], retrieved: dict[str, Tensor]) -> Tensor:
