@@ -16,7 +16,7 @@ from typing import Any
 
 BACKENDS = ("onnxruntime", "torch", "tensorrt")
 DEVICES = ("cpu", "cuda")
-MEMORY_POLICIES = ("", "full", "window", "memo", "hcam")  # "" + icrl_ros.memory.MEMORY_POLICIES (no torch import here)
+MEMORY_POLICIES = ("", "full", "window", "memo", "hcam", "retrieval")  # "" + icrl_ros.memory.MEMORY_POLICIES (no torch import here)
 ACTION_MODES = ("discrete", "twist")
 ACTION_SELECTIONS = ("sample", "greedy")
 BRIDGE_MODES = ("lockstep", "realtime")

@@ -42,6 +42,7 @@ def test_memory_parameter_accepts_every_registered_memory_policy() -> None:
 
     assert set(MEMORY_POLICIES) == {"", *REGISTERED}
     assert AgentParams.from_dict({"memory": "hcam"}).memory == "hcam"
+    assert AgentParams.from_dict({"memory": "retrieval"}).memory == "retrieval"
 
 
 def test_parameter_validation_quotes_the_bad_value() -> None:
