@@ -110,7 +110,18 @@ def test_bad_config_names_the_field(override, needle):
 
 
 def test_shipped_configs_load():
+    """Every config in config/train/ loads with the trainer it is for: the offline RA-DT ones
+    (they name a ``data`` file) with train_radt.py's config, the rest with train.py's."""
     import glob
 
-    for path in glob.glob("config/train/*.yaml"):
-        TrainConfig.load(path)
+    import yaml
+
+    from training.train_radt import RADTTrainConfig
+
+    paths = sorted(glob.glob("config/train/*.yaml"))
+    offline = [p for p in paths if "data" in (yaml.safe_load(open(p)) or {})]
+    assert offline and len(offline) < len(paths)
+    for path in paths:
+        (RADTTrainConfig if path in offline else TrainConfig).load(path)
+    with pytest.raises(ValueError, match="train_radt.py"):
+        TrainConfig.load(offline[0])

@@ -113,6 +113,9 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
         d = dict(d)
+        if "data" in d and "ppo" not in d:
+            raise ValueError("config: this is an offline RA-DT config (it names a data file): "
+                             "train it with training/train_radt.py")
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"config: unknown fields {sorted(unknown)}; allowed: {[f.name for f in fields(cls)]}")
