@@ -91,6 +91,15 @@ class RADTArgs:
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout: must be in [0, 1), got {self.dropout}")
 
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def n_goals(self) -> int:
+        """RA-DT grid models take no goal input (the runner's goal bookkeeping reads this)."""
+        return 0
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -197,6 +206,11 @@ class RADTPolicy(nn.Module):
             if getattr(m, "bias", None) is not None:
                 nn.init.zeros_(m.bias)
 
+    def input_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """What a deployed runner reads from each observation: the cell index (the window,
+        rewards and returns-to-go are tracked by the runner and its memory)."""
+        return {"obs": ((), torch.int64)}
+
     # -- retrieval keys ---------------------------------------------------------------
     def trajectory_keys(self, obs: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """Keys / queries (N, key_dim) float32 of sub-trajectories obs (N, T) with validity
@@ -214,9 +228,9 @@ class RADTPolicy(nn.Module):
         mem = self.embed_retrieved(flat["obs"], flat["action"], flat["reward"], flat["rtg"], flat["episode_step"])
         mem = torch.cat([self.null.view(1, 1, D).expand(B, 1, D), mem], 1)  # (B, 1 + k * 2C, D)
         mem_valid = F.pad(flat["valid"], (1, 0), value=True)
-        causal = torch.ones(C, C, dtype=torch.bool, device=x.device).tril()
-        self_ok = causal[None] & w["valid"][:, None, :]  # (B, C, C): past, non-padding keys
-        self_ok = self_ok | torch.eye(C, dtype=torch.bool, device=x.device)  # a row always sees itself
+        pos = torch.arange(C, device=x.device)  # (comparisons, not bool tril / eye: ONNX Runtime has no bool EyeLike)
+        self_ok = (pos[None, :] <= pos[:, None])[None] & w["valid"][:, None, :]  # (B, C, C): past, non-padding keys
+        self_ok = self_ok | (pos[None, :] == pos[:, None])  # a row always sees itself
         self_mask = torch.where(self_ok, 0.0, MASK_NEG)[:, None]  # (B, 1, C, C)
         cross_mask = torch.where(mem_valid, 0.0, MASK_NEG)[:, None, None, :]  # (B, 1, 1, S)
         for blk in self.blocks:

@@ -89,6 +89,10 @@ def refresh(policy: ICLPolicy, mem, seq: dict[str, Tensor], schedule: list[int] 
 def build_policy(args, load_pretrained: bool = False) -> ICLPolicy:
     """The policy class for ``args.kind``; ``load_pretrained`` loads and freezes
     ``args.pretrained_encoder`` (at training start)."""
+    if args.kind == "radt":  # a DT over the episode window + retrieval, not a cached-step policy
+        from icrl_ros.models.radt import RADTPolicy
+
+        return RADTPolicy(args)
     policy = {"memo": MemoPolicy, "hcam": HCAMPolicy}.get(args.kind, ICLPolicy)(args)
     if load_pretrained:
         policy.encoder.load_pretrained()

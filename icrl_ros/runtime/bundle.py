@@ -10,6 +10,10 @@ ONNX graph has the manifest's opset and exactly the input / output names, dtypes
 static dims the model implies (:func:`~icrl_ros.runtime.graphs.graph_specs`); the
 sink-token cache and the recorded sample have the right arrays. Weights for the torch
 backend are loaded strictly and checked against ``model.hash`` when first used.
+
+RA-DT bundles (``model.kind: radt``) carry :class:`~icrl_ros.models.radt.RADTArgs`, one
+``policy`` graph, the retrieval keys' projection (``key_projection.npz``, checked for
+shape) and a ``retrieval`` manifest section (top-l, re-ranking weights, target return).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import yaml
 
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.policy import ICLPolicy
+from icrl_ros.models.radt import RADTArgs
 
 FORMAT = "icrl_ros.bundle/1"
 VERSION = 1
@@ -31,6 +36,10 @@ MANIFEST = "manifest.yaml"
 WEIGHTS = "weights.pt"
 SINK_CACHE = "sink_cache.npz"
 SAMPLE = "sample.npz"
+KEY_PROJECTION = "key_projection.npz"
+"""RA-DT: the fixed random projection of one-hot states that makes the retrieval keys."""
+RADT_SAMPLE_KEYS = ("obs", "prev_reward", "episode_index", "action", "logits")
+"""RA-DT sample: a recorded rollout (T,) with its actions and the torch logits (T, A)."""
 
 _ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 9: "bool", 2: "uint8", 6: "int32"}
 
@@ -74,7 +83,7 @@ class Bundle:
 
     path: Path
     manifest: dict
-    args: ModelArgs
+    args: ModelArgs | RADTArgs
     specs: dict = field(repr=False)
     _policy: ICLPolicy | None = field(default=None, repr=False)
 
@@ -92,7 +101,7 @@ class Bundle:
 
     @property
     def n_prefix(self) -> int:
-        return 1 if self.args.sink == "token" else 0
+        return 1 if getattr(self.args, "sink", None) == "token" else 0
 
     def file(self, name: str) -> Path:
         return self.path / name
@@ -127,6 +136,11 @@ class Bundle:
         with np.load(self.file(SINK_CACHE), allow_pickle=False) as z:
             return torch.from_numpy(z["k"].copy()), torch.from_numpy(z["v"].copy())
 
+    def key_projection(self) -> np.ndarray:
+        """RA-DT: the retrieval keys' projection (n_obs, key_dim) float32."""
+        with np.load(self.file(KEY_PROJECTION), allow_pickle=False) as z:
+            return z["key_proj"].copy()
+
     def sample(self) -> dict[str, np.ndarray]:
         with np.load(self.file(self.manifest["sample"]["file"]), allow_pickle=False) as z:
             return {k: z[k].copy() for k in z.files}
@@ -151,8 +165,9 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         raise BundleError(f"{MANIFEST}: field 'format' is {fmt!r}, expected {FORMAT!r}")
     if _get(manifest, "version", int) > VERSION:
         raise BundleError(f"{MANIFEST}: field 'version' is {manifest['version']}, this runtime reads <= {VERSION}")
+    radt = _get(manifest, "model.kind", str) == "radt"
     try:
-        args = ModelArgs.from_dict(dict(_get(manifest, "model.args", dict)))
+        args = (RADTArgs if radt else ModelArgs).from_dict(dict(_get(manifest, "model.args", dict)))
     except (TypeError, ValueError) as e:
         raise BundleError(f"{MANIFEST}: field 'model.args' is invalid ({e})") from e
     if _get(manifest, "model.kind", str) != args.kind:
@@ -189,13 +204,20 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
             if sha256_file(fpath) != want:
                 raise BundleError(f"{name}: SHA-256 does not match {MANIFEST} field 'files.{name}.sha256' "
                                   "(file changed or corrupt)")
-    for needed in [WEIGHTS, manifest.get("sample", {}).get("file", SAMPLE)] + ([SINK_CACHE] if args.sink == "token" else []):
+    sink_token = getattr(args, "sink", None) == "token"
+    extra = [SINK_CACHE] if sink_token else [KEY_PROJECTION] if radt else []
+    for needed in [WEIGHTS, manifest.get("sample", {}).get("file", SAMPLE)] + extra:
         if needed not in files:
             raise BundleError(f"{MANIFEST}: field 'files' does not list {needed}")
 
     # graphs against the model
-    policy = _shape_only_policy(args)
-    specs = graph_specs(policy, precision)
+    if radt:
+        from icrl_ros.runtime.graphs import radt_graph_specs
+
+        specs, sample_keys = radt_graph_specs(args), RADT_SAMPLE_KEYS
+    else:
+        policy = _shape_only_policy(args)
+        specs, sample_keys = graph_specs(policy, precision), ("logits", "values", "episode_index", *policy.input_spec())
     opset = _get(manifest, "onnx.opset", int)
     graphs = _get(manifest, "onnx.graphs", dict)
     for gname, spec in specs.items():
@@ -211,12 +233,13 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
             raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}.file' ({fname!r}) is not listed in 'files'")
         _check_onnx(path / fname, fname, spec, opset)
 
-    if args.sink == "token":
+    if radt:
+        _check_npz(path / KEY_PROJECTION, KEY_PROJECTION, {"key_proj": (args.n_obs, args.key_dim)})
+    if sink_token:
         _check_npz(path / SINK_CACHE, SINK_CACHE, {"k": (args.n_layers, 1, args.n_heads, 1, args.head_dim),
                                                    "v": (args.n_layers, 1, args.n_heads, 1, args.head_dim)})
     sample = manifest.get("sample", {})
-    _check_npz(path / sample.get("file", SAMPLE), sample.get("file", SAMPLE),
-               {"logits": None, "values": None, "episode_index": None, **{n: None for n in policy.input_spec()}})
+    _check_npz(path / sample.get("file", SAMPLE), sample.get("file", SAMPLE), dict.fromkeys(sample_keys))
     return Bundle(path, manifest, args, specs)
 
 

@@ -17,7 +17,12 @@ core           x (B, D), position (B,), mask (B, P) bool, past_k / past_v
 heads          hidden (B, D) -> logits (B, A) float32, value (B,) float32
 summarize      (Memo) mem_k, mem_v (L, B, H, P, hd), mem_valid, sum_valid (B, P),
                pos_base, seg_len, new_base (B,) -> sum_k, sum_v (L, B, H, l_sum, hd)
+policy         (RA-DT, its only graph) window (B, C) x 6 then retrieved (B, k, 2C)
+               x 6, in ``radt_graph_specs`` order -> logits (B, A) float32
 =============  ===============================================================
+
+Engines build from ``bundle.specs``, so an RA-DT bundle (one ``policy`` graph) has no
+encoder / core / heads to call; its runner calls :meth:`Engine.policy` only.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ class Engine(ABC):
             dev = torch.device("cuda", torch.cuda.current_device())  # "cuda" -> "cuda:N", as tensors report it
         self.bundle, self.device = bundle, dev
         self.precision = bundle.precision
+        enc = bundle.specs.get("encoder")
+        self.input_names: list[str] = [io["name"] for io in enc["inputs"]] if enc else []
+        """The encoder's inputs in order (none without an encoder graph: RA-DT)."""
 
     @property
     def cache_dtype(self) -> torch.dtype:
@@ -71,6 +79,9 @@ class Engine(ABC):
     def summarize(self, mem_k: Tensor, mem_v: Tensor, mem_valid: Tensor, sum_valid: Tensor, pos_base: Tensor,
                   seg_len: Tensor, new_base: Tensor) -> tuple[Tensor, Tensor]:
         raise NotImplementedError(f"{self.backend}: summarize is only defined for Memo bundles")
+
+    def policy(self, *inputs: Tensor) -> Tensor:
+        raise NotImplementedError(f"{self.backend}: policy is only defined for RA-DT bundles")
 
     def describe(self) -> str:
         return f"{self.backend} on {self.device} ({self.precision})"

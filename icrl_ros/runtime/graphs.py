@@ -1,7 +1,8 @@
-"""The four graphs a deploy bundle holds, as torch modules over a trained policy.
+"""The graphs a deploy bundle holds, as torch modules over a trained policy.
 
 One control step is ``encoder -> core -> heads`` (plus ``summarize`` at a Memo segment
-end). HCAM's core also reads the chunk store and returns the token's memory-layer
+end); RA-DT's is one ``policy`` graph (window + retrieved sub-trajectories -> logits,
+:class:`RADTGraph`), the retrieval itself runs outside it (faiss). HCAM's core also reads the chunk store and returns the token's memory-layer
 inputs (what the store keeps); top-k and gather run inside it. Every graph is a pure
 function of plain tensors, so the same module serves the torch engine, ONNX export
 (and, through the ONNX, TensorRT). Shapes, names and dtypes are fixed by
@@ -31,6 +32,7 @@ from torch import Tensor, nn
 from icrl_ros.models.hcam import HCAMPolicy
 from icrl_ros.models.memo import MemoPolicy
 from icrl_ros.models.policy import ICLPolicy
+from icrl_ros.models.radt import RETRIEVED_KEYS, WINDOW_KEYS, RADTArgs, RADTPolicy
 
 PRECISIONS = ("fp32", "fp16")
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "bool": torch.bool,
@@ -54,9 +56,11 @@ def graph_specs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, dict[st
     HCAM: the window is static (``hcam_chunk`` slots); ``cache`` is the chunk store's slots.
     """
     a = policy.args
+    if isinstance(policy, RADTPolicy):
+        return radt_graph_specs(a)
     L, H, hd, D = a.n_layers, a.n_heads, a.head_dim, a.d_model
     f = dtype_name(cache_dtype(precision))  # the cache (and the new keys / values)
-    io = lambda name, dtype, shape: {"name": name, "dtype": dtype, "shape": list(shape)}  # noqa: E731
+    io = _io
     enc_in = [io(n, dtype_name(dt), ["batch", *shape]) for n, (shape, dt) in policy.input_spec().items()]
     hcam = isinstance(policy, HCAMPolicy)
     win = a.hcam_chunk if hcam else "cache"
@@ -88,6 +92,41 @@ def graph_specs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, dict[st
             "outputs": [io("sum_k", f, [L, "batch", H, a.l_sum, hd]), io("sum_v", f, [L, "batch", H, a.l_sum, hd])],
         }
     return specs
+
+
+def _io(name: str, dtype: str, shape) -> dict:
+    return {"name": name, "dtype": dtype, "shape": list(shape)}
+
+
+RADT_DTYPES = {"obs": "int64", "prev_action": "int64", "action": "int64", "prev_reward": "float32",
+               "reward": "float32", "rtg": "float32", "episode_step": "int64", "valid": "bool"}
+RETRIEVED_PREFIX = "retrieved_"
+
+
+def radt_graph_specs(a: RADTArgs) -> dict[str, dict[str, list[dict]]]:
+    """RA-DT's one graph, static but for the batch: the window (WINDOW_KEYS, each
+    (batch, C)), the retrieved sub-trajectories (``retrieved_`` + RETRIEVED_KEYS, each
+    (batch, k, 2C); the learnt null slot is inside the graph) -> the last position's
+    logits (batch, A). Every precision: inputs and logits are float32 / int64 / bool."""
+    C, k = a.context, a.top_k
+    window = [_io(n, RADT_DTYPES[n], ["batch", C]) for n in WINDOW_KEYS]
+    retrieved = [_io(RETRIEVED_PREFIX + n, RADT_DTYPES[n], ["batch", k, 2 * C]) for n in RETRIEVED_KEYS]
+    return {"policy": {"inputs": window + retrieved, "outputs": [_io("logits", "float32", ["batch", a.n_actions])]}}
+
+
+class RADTGraph(nn.Module):
+    """``RADTPolicy.forward`` at the acting (last) window position, inputs in
+    :func:`radt_graph_specs` order -> logits (B, A) float32."""
+
+    def __init__(self, policy: RADTPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        n = len(WINDOW_KEYS)
+        window = dict(zip(WINDOW_KEYS, inputs[:n]))
+        retrieved = dict(zip(RETRIEVED_KEYS, inputs[n:]))
+        return self.policy(window, retrieved)[:, -1].float()
 
 
 class EncoderGraph(nn.Module):
@@ -186,6 +225,10 @@ def build_graphs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, nn.Mod
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
     policy = policy.eval()
+    if isinstance(policy, RADTPolicy):
+        if precision != "fp32":
+            raise ValueError(f"precision: RA-DT bundles are fp32 only, got {precision!r}")
+        return {"policy": RADTGraph(policy).eval()}
     core = HCAMCoreGraph(policy) if isinstance(policy, HCAMPolicy) else CoreGraph(policy)
     graphs: dict[str, nn.Module] = {"encoder": EncoderGraph(policy), "core": core, "heads": HeadsGraph(policy)}
     if isinstance(policy, MemoPolicy):

@@ -72,7 +72,6 @@ class OrtEngine(Engine):
         self._bound: dict[str, tuple] = {}
         a = bundle.args
         self._dims = {"L": a.n_layers, "H": a.n_heads, "hd": a.head_dim}
-        self.input_names = [io["name"] for io in bundle.specs["encoder"]["inputs"]]
 
     def _run(self, graph: str, inputs: tuple[Tensor, ...], batch: int, cache: int = 0) -> list[Tensor]:
         key = tuple((t.data_ptr(), tuple(t.shape), t.dtype) for t in inputs)
@@ -111,6 +110,11 @@ class OrtEngine(Engine):
     def heads(self, hidden):
         logits, value = self._run("heads", (hidden,), hidden.shape[0])
         return logits, value
+
+    def policy(self, *inputs):
+        if "policy" not in self.sessions:
+            return super().policy(*inputs)
+        return self._run("policy", inputs, inputs[0].shape[0])[0]
 
     def summarize(self, mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base):
         if "summarize" not in self.sessions:

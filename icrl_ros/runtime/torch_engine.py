@@ -50,7 +50,6 @@ class TorchEngine(Engine):
             torch.set_num_threads(threads)  # process-wide: torch has no per-module setting
         policy = copy.deepcopy(bundle.load_policy())  # the bundle's copy stays on the CPU for other users
         self.graphs = {k: g.to(self.device) for k, g in build_graphs(policy, self.precision).items()}
-        self.input_names = [io["name"] for io in bundle.specs["encoder"]["inputs"]]
         self.n_layers = bundle.args.n_layers
         self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda" and torch.cuda.is_available()
         self._captured: dict[str, tuple[tuple, _Graphed]] = {}
@@ -80,6 +79,12 @@ class TorchEngine(Engine):
         if self.use_cuda_graphs:
             return self._graphed("heads", (hidden,), copied=(0,))
         return self.graphs["heads"](hidden)
+
+    @torch.no_grad()
+    def policy(self, *inputs):
+        if "policy" not in self.graphs:
+            return super().policy(*inputs)
+        return self.graphs["policy"](*inputs)  # one small graph per step: eager, no CUDA graph
 
     @torch.no_grad()
     def summarize(self, mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base):

@@ -153,7 +153,6 @@ class TensorRTEngine(Engine):
             if engine is None:
                 raise BundleError(f"{path.name}: TensorRT cannot deserialize the engine it just built")
             self.engines[name], self.contexts[name], self.rebuilt[name] = engine, engine.create_execution_context(), rebuilt
-        self.input_names = [io["name"] for io in bundle.specs["encoder"]["inputs"]]
         self._outs: dict[str, tuple] = {}
 
     def _run(self, graph: str, inputs: tuple[Tensor, ...]) -> list[Tensor]:
@@ -185,6 +184,11 @@ class TensorRTEngine(Engine):
     def heads(self, hidden):
         logits, value = self._run("heads", (hidden,))
         return logits, value
+
+    def policy(self, *inputs):
+        if "policy" not in self.contexts:
+            return super().policy(*inputs)
+        return self._run("policy", inputs)[0]
 
     def summarize(self, mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base):
         if "summarize" not in self.contexts:
