@@ -21,9 +21,12 @@ TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2}
 MIN_AGREEMENT = 0.99
 
 
-def exact_memory(bundle: Bundle, steps: int, batch: int = 1, device="cpu"):
-    """A memory that keeps everything ``steps`` steps need (so stepping is exact)."""
+def exact_memory(bundle: Bundle, steps: int, batch: int = 1, device="cpu", episodes: int | None = None):
+    """A memory that keeps everything ``steps`` steps need (so stepping is exact);
+    RA-DT: every one of ``episodes`` episodes (default: as many as steps)."""
     a = bundle.args
+    if bundle.kind == "radt":
+        return build_memory(bundle, "retrieval", max_episodes=episodes or steps, on_full="error")
     if bundle.kind == "memo":
         return build_memory(bundle, "memo", batch=batch, device=device,
                             max_sets=max(1, math.ceil(steps / a.l_seg)), on_full="error")
@@ -49,20 +52,41 @@ def replay(runner: PolicyRunner, inputs: dict[str, np.ndarray | torch.Tensor]) -
     return torch.stack(logits, 1).double().numpy(), torch.stack(values, 1).double().numpy()
 
 
-def compare(ref_logits: np.ndarray, ref_values: np.ndarray, logits: np.ndarray, values: np.ndarray,
+def compare(ref_logits: np.ndarray, ref_values: np.ndarray | None, logits: np.ndarray, values: np.ndarray | None,
             precision: str) -> dict:
-    """Max |diff| of logits and values, greedy agreement, and pass / fail for ``precision``."""
+    """Max |diff| of logits and values (NaN for a policy without values: RA-DT), greedy
+    agreement, and pass / fail for ``precision``."""
     dl = float(np.abs(ref_logits - logits).max())
-    dv = float(np.abs(ref_values - values).max())
+    dv = float(np.abs(ref_values - values).max()) if ref_values is not None else float("nan")
     agree = float((ref_logits.argmax(-1) == logits.argmax(-1)).mean())
     tol = TOLERANCE[precision]
     ok = dl <= tol and (precision == "fp32" or agree >= MIN_AGREEMENT)
     return {"max_logit_diff": dl, "max_value_diff": dv, "greedy_agreement": agree, "tolerance": tol, "ok": ok}
 
 
+def replay_radt(runner, sample: dict[str, np.ndarray]) -> np.ndarray:
+    """Step an RA-DT runner through a recorded rollout from a fresh trial (episode starts
+    from ``episode_index``, the recorded rewards and actions); returns logits (T, A) float64."""
+    runner.reset_trial()
+    ep, out = sample["episode_index"], []
+    for t in range(len(ep)):
+        if t == 0 or ep[t] != ep[t - 1]:
+            runner.begin_episode()
+        lg = runner.step(int(sample["obs"][t]), float(sample["prev_reward"][t]), int(sample["action"][t]))
+        out.append(lg.double().cpu().numpy())
+    return np.stack(out)
+
+
 def check_sample(bundle: Bundle, backend: str = "onnxruntime", device: str = "cpu") -> dict:
     """Run the bundle's recorded sample through ``backend``; compare with the recorded outputs."""
     sample = bundle.sample()
+    if bundle.kind == "radt":
+        from icrl_ros.runtime.radt_runner import RADTRunner
+
+        T = len(sample["episode_index"])
+        mem = exact_memory(bundle, T, episodes=int(sample["episode_index"].max()) + 1)
+        logits = replay_radt(RADTRunner(bundle, make_engine(bundle, backend, device), mem), sample)
+        return compare(sample["logits"], None, logits, None, bundle.precision)
     T = sample["episode_index"].shape[-1]
     mem = exact_memory(bundle, T, device=device)
     opts = {"profile": (1, mem.slots)} if backend == "tensorrt" else {}
