@@ -124,3 +124,125 @@ def test_memory_snapshot_is_one_file_and_refusals_change_nothing(tmp_path):
     q = np.random.default_rng(0).normal(size=(3, 32))
     assert all(np.array_equal(x, y) for x, y in zip(src.index.search(q, 6), dst.index.search(q, 6)))
     assert all(np.array_equal(src.query(50, 2)[n], dst.query(50, 2)[n]) for n in src.query(50, 2))
+
+
+# -- bundles and runners -----------------------------------------------------------------------
+RADT4 = Path("runs/radt4/checkpoints/final.pt")
+
+
+@pytest.fixture(scope="module")
+def bundle_path(tmp_path_factory):
+    from training.export import env_metadata, export_bundle
+
+    torch.manual_seed(0)
+    policy = RADTPolicy(RADTArgs(**ARGS)).eval()
+    for p in policy.parameters():  # random init is ~uniform over actions: widen it so retrieval visibly matters
+        p.data.mul_(8.0)
+    cfg = {"retrieve_l": 6, "utility_weight": 1.0, "target_return": 4.0, "env": {"id": "icrl_ros/Darkroom-v0"}}
+    return export_bundle(policy, tmp_path_factory.mktemp("b") / "radt", config=cfg,
+                         env=env_metadata("icrl_ros/Darkroom-v0"))
+
+
+def test_export_writes_a_radt_bundle_with_retrieval_manifest(bundle_path):
+    from icrl_ros.runtime import load_bundle
+    from icrl_ros.runtime.selfcheck import check_sample
+
+    b = load_bundle(bundle_path)
+    m = b.manifest
+    assert m["model"]["kind"] == "radt" and list(m["onnx"]["graphs"]) == ["policy"]
+    assert m["memory"]["policy"] == "retrieval" and m["memory"]["retrieval"]["on_full"] == "evict_oldest"
+    assert m["retrieval"]["l"] == 6 and m["retrieval"]["target_return"] == 4.0
+    assert m["positions"]["window"] == 4 and m["positions"]["retrieved"] == 2 and m["positions"]["retrieved_len"] == 8
+    assert m["observation"]["from_observation"] == ["obs"] and m["action"]["names"][0] == "up"
+    ins = {io["name"]: io["shape"] for io in m["onnx"]["graphs"]["policy"]["inputs"]}
+    assert ins["valid"] == ["batch", 4] and ins["retrieved_valid"] == ["batch", 2, 8]
+    assert np.array_equal(b.key_projection(), b.load_policy().key_proj.numpy())
+    for backend in ("onnxruntime", "torch"):
+        r = check_sample(b, backend)
+        assert r["ok"] and r["max_logit_diff"] <= 1e-4, (backend, r)
+
+
+def test_runners_match_the_evaluation_loop_step_for_step(bundle_path):
+    """ORT and torch runners replay a rollout of the training-side evaluation loop (its index
+    fills with the episodes; retrieval every step) with their own memory + faiss: <= 1e-4."""
+    from icrl_ros.runtime import load_bundle, make_engine
+    from icrl_ros.runtime.radt_runner import RADTRunner
+    from icrl_ros.runtime.selfcheck import exact_memory, replay_radt
+    from training.radt_eval import record_rollout
+
+    b = load_bundle(bundle_path)
+    policy = b.load_policy()
+    rec = record_rollout(policy, 150, seed=3, target_return=4.0, retrieve_l=6)
+    episodes = int(rec["episode_index"].max()) + 1
+    assert episodes >= 10
+    out = {}
+    for backend in ("onnxruntime", "torch"):
+        runner = RADTRunner(b, make_engine(b, backend, "cpu", threads=1), exact_memory(b, 150, episodes=episodes))
+        out[backend] = replay_radt(runner, rec)
+        assert np.abs(out[backend] - rec["logits"]).max() <= 1e-4, backend
+        assert runner.memory.episodes == episodes - 1  # every finished episode went in
+    # the check can fail: without retrieval (empty memory each step) the logits differ
+    blind = RADTRunner(b, make_engine(b, "torch", "cpu"), exact_memory(b, 150, episodes=episodes))
+    blind.memory.end_episode = blind.memory._clear_episode  # episodes are never stored
+    assert np.abs(replay_radt(blind, rec) - rec["logits"]).max() > 1e-2
+
+
+def test_from_bundle_act_info_bounded_bytes_and_snapshot_restore(bundle_path, tmp_path):
+    from icrl_ros.runtime import PolicyRunner
+    from icrl_ros.runtime.radt_runner import RADTRunner
+
+    r = PolicyRunner.from_bundle(bundle_path, memory="retrieval", memory_budget_bytes=40_000)
+    assert isinstance(r, RADTRunner) and r.memory_policy == "retrieval" and r.memory.nbytes <= 40_000
+    cap = r.memory.max_episodes
+    g = np.random.default_rng(0)
+    live = []
+    for e in range(cap + 4):
+        r.begin_episode()
+        for t in range(12):
+            action, info = r.act({"obs": int(g.integers(0, 25)), "reward": float(g.random() < 0.3)})
+            assert 0 <= action < 5 and info["latency_ms"] > 0 and info["memory_bytes"] == r.memory.nbytes
+        live.append(r.memory.live_bytes)
+    assert info["episode"] == cap + 3 and info["step"] == 11 and info["stored_episodes"] == cap
+    assert live[cap:] == [live[cap]] * 4 and live[cap] <= r.memory.nbytes  # full: bytes stop growing
+    assert r.memory.added == cap + 3 and r.memory.episodes == cap  # the oldest went
+    # snapshot mid-episode, after begin_episode (the finished episode's last reward still to come)
+    r.begin_episode()
+    path = tmp_path / "radt.npz"
+    r.greedy = False
+    r.snapshot(path)
+    twin = PolicyRunner.from_bundle(bundle_path, backend="torch", memory_budget_bytes=40_000)
+    twin.greedy = False
+    twin.restore(path)
+    assert twin.episode_end_pending and twin.episode == r.episode
+    for t in range(30):
+        o = {"obs": int(g.integers(0, 25)), "reward": float(g.random() < 0.3)}
+        a1, i1 = r.act(o)
+        a2, i2 = twin.act(o)
+        assert a1 == a2 and i1["retrieved_entries"] == i2["retrieved_entries"]
+    lg = r.step(3, 1.0), twin.step(3, 1.0)
+    assert torch.allclose(lg[0], lg[1], atol=1e-4)
+    # refusals name the file and leave the runner as it was
+    before = {n: t.clone() for n, t in twin.memory.tensors().items()}
+    raw = bytearray(path.read_bytes())
+    raw[raw.find(b"\x93NUMPY") + 150] ^= 0xFF
+    (tmp_path / "corrupt.npz").write_bytes(bytes(raw))
+    with pytest.raises(SnapshotError, match=r"corrupt\.npz"):
+        twin.restore(tmp_path / "corrupt.npz")
+    small = PolicyRunner.from_bundle(bundle_path, memory_budget_bytes=20_000)
+    with pytest.raises(SnapshotError, match=r"radt\.npz: field 'memory\.max_episodes'"):
+        small.restore(path)
+    assert all(torch.equal(before[n], t) for n, t in twin.memory.tensors().items())
+    with pytest.raises(ValueError, match=r"obs\['obs'\]"):
+        r.act({"obs": 99})
+    r.reset_trial()
+    assert len(r.memory) == 0 and r.memory.episodes == 0 and not r.episode_end_pending
+    r.close()
+
+
+@pytest.mark.skipif(not RADT4.is_file(), reason="runs/radt4 checkpoint not present")
+def test_trained_checkpoint_exports_and_verifies(tmp_path):
+    from training import export
+
+    assert export.main([str(RADT4), "--out", str(tmp_path / "b"), "--verify", "--verify-steps", "300"]) == 0
+    res = export.verify_bundle(tmp_path / "b", 300)
+    assert all(r["ok"] and r["max_logit_diff"] <= 1e-4 for r in res.values())

@@ -28,8 +28,12 @@ def inspect(path: str) -> int:
     b = load_bundle(path)
     m, a = b.manifest, b.args
     print(f"bundle    {b.path}  ({m['format']}, precision {b.precision})")
-    print(f"model     {a.kind}: {a.n_layers} layers, d_model {a.d_model}, {a.n_heads} heads, MLP {a.d_mlp}, "
-          f"sink {a.sink}, iea {a.iea}" + (f", l_seg {a.l_seg}, l_sum {a.l_sum} ({a.memo_variant})" if a.kind == "memo" else ""))
+    if a.kind == "radt":
+        detail = f"window {a.context}, top-{a.top_k} retrieved sub-trajectories of {2 * a.context} steps, keys {a.key_dim}"
+    else:
+        detail = f"sink {a.sink}, iea {a.iea}" + (f", l_seg {a.l_seg}, l_sum {a.l_sum} ({a.memo_variant})"
+                                                  if a.kind == "memo" else "")
+    print(f"model     {a.kind}: {a.n_layers} layers, d_model {a.d_model}, {a.n_heads} heads, MLP {a.d_mlp}, {detail}")
     print(f"hash      {b.model_hash}")
     obs = m["observation"]
     ins = ", ".join(f"{n} {v['dtype']}{v['shape']}" for n, v in obs["inputs"].items())
@@ -59,8 +63,9 @@ def check(path: str, backend: str) -> int:
     print(f"{b.path}: manifest, files, hashes, graphs ok")
     r = check_sample(b, backend)
     status = "ok" if r["ok"] else "FAIL"
-    print(f"{b.path}: sample on {backend}: max |logit diff| {r['max_logit_diff']:.3g}, max |value diff| "
-          f"{r['max_value_diff']:.3g}, greedy agreement {r['greedy_agreement']:.2%} (tolerance {r['tolerance']:g}) {status}")
+    value = "" if b.kind == "radt" else f"max |value diff| {r['max_value_diff']:.3g}, "
+    print(f"{b.path}: sample on {backend}: max |logit diff| {r['max_logit_diff']:.3g}, {value}"
+          f"greedy agreement {r['greedy_agreement']:.2%} (tolerance {r['tolerance']:g}) {status}")
     if not r["ok"]:
         fail(f"{b.path}: the {backend} backend does not reproduce sample.npz; re-export the bundle", code=1)
     return 0

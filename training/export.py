@@ -5,6 +5,7 @@
     python training/export.py CKPT --out DIR --memory window --window 4096
     python training/export.py runs/darkroom_hcam/checkpoints/final.pt --out DIR --max-chunks 512 --verify
     python training/export.py CKPT --out DIR --tensorrt                  # + engines (GPU host)
+    python training/export.py runs/radt4/checkpoints/final.pt --out DIR --verify   # RA-DT (retrieval)
 
 Bundle directory::
 
@@ -14,6 +15,10 @@ Bundle directory::
                          SHA-256 of every file
     encoder.onnx core.onnx heads.onnx [summarize.onnx]   the graphs (icrl_ros.runtime.graphs;
                          HCAM's core takes the chunk store, top-k + gather inside)
+    policy.onnx          RA-DT instead: window (C slots + validity) + k x 2C retrieved slots
+                         (+ validity; the null slot inside) -> logits
+    key_projection.npz   RA-DT: the fixed projection of the retrieval keys (the index lives
+                         in the runner's memory, empty at a trial start)
     weights.pt           fp32 state dict (torch backend; the ONNX holds its own copy)
     sink_cache.npz       StreamingLLM sink token's keys/values (sink == "token" only)
     sample.npz           a recorded rollout: inputs, torch logits / values (bundle_tool check)
@@ -23,6 +28,9 @@ Bundle directory::
 episode, Memo segment and HCAM chunk boundaries) through ONNX Runtime and the torch engine with an
 exact memory, prints the max |logit diff| against the torch full-sequence forward, and
 exits 1 when it is over tolerance (fp32 1e-4; fp16 2e-2 and >= 99% same greedy action).
+RA-DT: the reference is the training-side evaluation loop (``training/radt_eval.py``, its
+index filling with the rollout's episodes, retrieval every step) on a recorded rollout,
+and the runners replay it (same actions) with their own memory and faiss retrieval.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ import yaml
 
 from icrl_ros.memory import KIND_POLICIES, ON_FULL
 from icrl_ros.models import HCAMPolicy, ICLPolicy, MemoPolicy, ModelArgs, act, load_checkpoint, make_memory
+from icrl_ros.models.radt import RADTPolicy
 from icrl_ros.runtime import bundle as B
 from icrl_ros.runtime.graphs import PRECISIONS, TRACKED_INPUTS, build_graphs, dtype_name, export_onnx, graph_specs
 from training._cli import fail
@@ -57,8 +66,10 @@ MEMORY_DEFAULTS = {
     "window": {"window": 4096},
     "memo": {"max_sets": 256, "on_full": "evict_oldest"},  # accumulates, then streaming Memo
     "hcam": {"max_chunks": None},  # chunks of HCAM_STEPS steps (a ring: the oldest chunk is evicted)
+    "retrieval": {"max_episodes": None, "on_full": "evict_oldest"},  # RETRIEVAL_STEPS steps' episodes
 }
 HCAM_STEPS = 8192  # the default chunk ring spans ReLIC's 8k context
+RETRIEVAL_STEPS = 8192  # RA-DT keeps this many steps' worth of whole episodes (Darkroom: 82 > a 40-episode trial)
 
 
 def default_memory(args: ModelArgs, policy: str | None = None, budget_bytes: int | None = None) -> dict:
@@ -68,6 +79,8 @@ def default_memory(args: ModelArgs, policy: str | None = None, budget_bytes: int
     memory = {"policy": policy or kinds[0], "budget_bytes": budget_bytes, **{k: dict(MEMORY_DEFAULTS[k]) for k in kinds}}
     if "hcam" in memory:
         memory["hcam"]["max_chunks"] = max(args.hcam_top_k, HCAM_STEPS // args.hcam_chunk)
+    if "retrieval" in memory:
+        memory["retrieval"]["max_episodes"] = math.ceil(RETRIEVAL_STEPS / args.max_episode_steps)
     return memory
 
 
@@ -107,13 +120,21 @@ def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, mem
     obs = {"inputs": {n: {"dtype": dtype_name(dt), "shape": list(shape)} for n, (shape, dt) in spec.items()},
            "from_observation": [n for n in spec if n not in TRACKED_INPUTS and n != "goal"],
            "goal_names": env.get("goal_names", [f"goal_{i}" for i in range(a.n_goals)])[: a.n_goals] if a.n_goals else []}
-    if a.obs_type == "image":
+    if getattr(a, "obs_type", None) == "image":
         obs["image_size"] = [a.image_size, a.image_size]
     action = {"names": env.get("action_names", [f"action_{i}" for i in range(a.n_actions)])}
     for key in ("forward_m", "turn_deg"):
         if key in env:
             action[key] = env[key]
-    if a.kind == "memo":
+    extra = {}
+    if a.kind == "radt":  # no RoPE: step embeddings inside the window and the retrieved slots
+        positions = {"step_embedding": "episode_step", "max_episode_steps": a.max_episode_steps,
+                     "window": a.context, "retrieved": a.top_k, "retrieved_len": 2 * a.context, "null_slot": True}
+        extra["retrieval"] = {"key_projection": B.KEY_PROJECTION, "key_dim": a.key_dim, "key_seed": a.key_seed,
+                              "l": int(config.get("retrieve_l", 50)), "relevance_weight": 1.0,
+                              "utility_weight": float(config.get("utility_weight", 1.0)),
+                              "target_return": float(config.get("target_return", 90.0)), "utility": "episode_return"}
+    elif a.kind == "memo":
         positions = {"rope": "memo_slots", "l_seg": a.l_seg, "l_sum": a.l_sum, "variant": a.memo_variant,
                      "step_embedding": "episode_step", "max_episode_steps": a.max_episode_steps, "rope_base": a.rope_base}
     else:
@@ -129,7 +150,7 @@ def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, mem
         "version": B.VERSION,
         "created": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                     "torch": str(torch.__version__), "onnx": str(onnx.__version__), "env_id": (config.get("env") or {}).get("id")},
-        "model": {"kind": a.kind, "args": a.to_dict(), "hash": B.model_hash(policy), "n_prefix": policy.n_prefix,
+        "model": {"kind": a.kind, "args": a.to_dict(), "hash": B.model_hash(policy), "n_prefix": getattr(policy, "n_prefix", 0),
                   "trained_context": (config.get("ppo") or {}).get("rollout_length")},
         "dims": {"n_layers": a.n_layers, "n_heads": a.n_heads, "head_dim": a.head_dim, "d_model": a.d_model,
                  "n_actions": a.n_actions},
@@ -137,6 +158,7 @@ def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, mem
         "action": action,
         "memory": memory,
         "positions": positions,
+        **extra,
         "precision": precision,
         "onnx": {"opset": opset, "graphs": {}},
         "sample": {"file": B.SAMPLE, "steps": sample_steps, "tolerance": 1e-4 if precision == "fp32" else 2e-2},
@@ -196,6 +218,8 @@ def sample_length(policy: ICLPolicy) -> tuple[int, int]:
     """(steps, episode_len) of the recorded sample: crosses episode and segment / chunk ends."""
     a = policy.args
     ep = max(2, min(a.max_episode_steps, 10))
+    if isinstance(policy, RADTPolicy):  # episodes of H/2 .. H steps: several episode ends, so retrieval has entries
+        return 5 * a.max_episode_steps, a.max_episode_steps
     if isinstance(policy, MemoPolicy):
         return a.l_seg + max(8, a.l_seg // 4), max(2, min(a.max_episode_steps, a.l_seg // 2 + 1))
     if isinstance(policy, HCAMPolicy):  # more complete chunks than top_k, so top-k chooses
@@ -225,17 +249,22 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
         torch.save(policy.state_dict(), tmp / B.WEIGHTS)
         specs = graph_specs(policy, precision)
         trace_cache = max(4, policy.args.hcam_top_k) if isinstance(policy, HCAMPolicy) else 4  # TopK needs >= k
+        radt = isinstance(policy, RADTPolicy)
         for name, module in build_graphs(policy, precision).items():
             export_onnx(module, specs[name], tmp / f"{name}.onnx", opset, cache=trace_cache)
             manifest["onnx"]["graphs"][name] = {"file": f"{name}.onnx", **specs[name]}
-        if policy.n_prefix:
+        if getattr(policy, "n_prefix", 0):
             with torch.no_grad():
                 k, v = policy.initial_cache(1)
             dt = torch.float16 if precision == "fp16" else torch.float32
             np.savez(tmp / B.SINK_CACHE, k=k.to(dt).numpy(), v=v.to(dt).numpy())
-        inp = record_rollout(policy, steps, ep_len, seed=0)
-        logits, values = reference_outputs(policy, inp)
-        np.savez(tmp / B.SAMPLE, logits=logits, values=values, **{k: v.numpy() for k, v in inp.items()})
+        if radt:
+            np.savez(tmp / B.KEY_PROJECTION, key_proj=policy.key_proj.numpy())
+            np.savez(tmp / B.SAMPLE, **radt_rollout(policy, steps, manifest["retrieval"], seed=0))
+        else:
+            inp = record_rollout(policy, steps, ep_len, seed=0)
+            logits, values = reference_outputs(policy, inp)
+            np.savez(tmp / B.SAMPLE, logits=logits, values=values, **{k: v.numpy() for k, v in inp.items()})
         for f in sorted(tmp.iterdir()):
             if f.is_file():
                 manifest["files"][f.name] = {"sha256": B.sha256_file(f), "bytes": f.stat().st_size}
@@ -272,6 +301,8 @@ def verify_bundle(path: str | Path, steps: int = 2000, backends: tuple[str, ...]
     bundle = load_bundle(path)
     policy = bundle.load_policy()
     a = policy.args
+    if bundle.kind == "radt":
+        return verify_radt(bundle, policy, steps, backends, seed)
     ep = episode_len or max(2, min(a.max_episode_steps, 100))
     inp = record_rollout(policy, steps, ep, seed)
     ref_l, ref_v = reference_outputs(policy, inp)
@@ -283,6 +314,32 @@ def verify_bundle(path: str | Path, steps: int = 2000, backends: tuple[str, ...]
     return out
 
 
+def radt_rollout(policy: RADTPolicy, steps: int, retrieval: dict, seed: int) -> dict[str, np.ndarray]:
+    """RA-DT's recorded rollout + reference logits: the evaluation loop on a replay
+    (``training/radt_eval.py``), with the manifest's retrieval settings."""
+    from training.radt_eval import record_rollout as record_radt
+
+    return record_radt(policy, steps, seed=seed, target_return=retrieval["target_return"], retrieve_l=retrieval["l"],
+                       utility_weight=retrieval["utility_weight"])
+
+
+def verify_radt(bundle, policy: RADTPolicy, steps: int, backends: tuple[str, ...], seed: int) -> dict[str, dict]:
+    """RA-DT ``--verify``: runner replays (ORT, torch; retrieval from their own memory) of a
+    rollout recorded through the evaluation loop, against its logits."""
+    from icrl_ros.runtime import make_engine
+    from icrl_ros.runtime.radt_runner import RADTRunner
+    from icrl_ros.runtime.selfcheck import compare, exact_memory, replay_radt
+
+    rec = radt_rollout(policy, steps, bundle.manifest["retrieval"], seed)
+    episodes = int(rec["episode_index"].max()) + 1
+    out = {}
+    for backend in backends:
+        runner = RADTRunner(bundle, make_engine(bundle, backend, "cpu"), exact_memory(bundle, steps, episodes=episodes))
+        out[backend] = compare(rec["logits"], None, replay_radt(runner, rec), None, bundle.precision)
+        out[backend]["episodes"] = episodes
+    return out
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="checkpoint written by training/train.py")
@@ -290,12 +347,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--fp16", action="store_true", help="float16 core / heads / cache (encoder stays float32)")
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
-    p.add_argument("--memory", choices=("full", "window", "memo", "hcam"), help="default memory policy of the bundle")
+    p.add_argument("--memory", choices=("full", "window", "memo", "hcam", "retrieval"),
+                   help="default memory policy of the bundle")
     p.add_argument("--capacity", type=int, help="full context: steps kept (default 8192)")
     p.add_argument("--window", type=int, help="sink + window: steps kept (default 4096)")
     p.add_argument("--max-sets", type=int, help="Memo: summary sets kept (default 256)")
     p.add_argument("--max-chunks", type=int, help=f"HCAM: chunks kept, oldest evicted (default {HCAM_STEPS} steps' worth)")
-    p.add_argument("--on-full", choices=ON_FULL, help="full / memo: what happens at the bound")
+    p.add_argument("--max-episodes", type=int, help=f"RA-DT: whole episodes kept, oldest evicted (default {RETRIEVAL_STEPS} "
+                   "steps' worth)")
+    p.add_argument("--on-full", choices=ON_FULL, help="full / memo / retrieval: what happens at the bound")
     p.add_argument("--budget-bytes", type=int, help="default memory byte budget (sizes derive from it)")
     p.add_argument("--action-names", help="comma-separated, when the env does not name its actions")
     p.add_argument("--goal-names", help="comma-separated, when the env does not name its goals")
@@ -333,7 +393,8 @@ def main(argv=None) -> int:
         fail(f"--max-chunks: must be >= model.hcam_top_k={a.hcam_top_k}, got {args.max_chunks}")
     for flag, pol, key in (("capacity", "full", "capacity"), ("window", "window", "window"),
                            ("max_sets", "memo", "max_sets"), ("on_full", "full", "on_full"),
-                           ("on_full", "memo", "on_full"), ("max_chunks", "hcam", "max_chunks")):
+                           ("on_full", "memo", "on_full"), ("max_chunks", "hcam", "max_chunks"),
+                           ("max_episodes", "retrieval", "max_episodes"), ("on_full", "retrieval", "on_full")):
         value = getattr(args, flag)
         if value is not None and pol in memory:
             if isinstance(value, int) and value <= 0:
@@ -346,6 +407,8 @@ def main(argv=None) -> int:
             fail("--tensorrt: the tensorrt Python package is not installed here; build engines on the target "
                  "(the runner builds them on first use) or drop --tensorrt")
     precision = "fp16" if args.fp16 else "fp32"
+    if a.kind == "radt" and args.fp16:
+        fail("--fp16: RA-DT bundles are fp32 only (a 0.2M-parameter model; its step is dominated by retrieval)")
     try:
         out = export_bundle(policy, args.out, config=config, env=env, precision=precision, opset=args.opset,
                             memory=memory, overwrite=args.force, tensorrt=args.tensorrt)
@@ -356,8 +419,10 @@ def main(argv=None) -> int:
         results = verify_bundle(out, args.verify_steps)
         bad = False
         for backend, r in results.items():
-            print(f"verify {backend}: {args.verify_steps} steps, max |logit diff| {r['max_logit_diff']:.3g}, "
-                  f"max |value diff| {r['max_value_diff']:.3g}, greedy agreement {r['greedy_agreement']:.2%} "
+            value = "" if math.isnan(r["max_value_diff"]) else f"max |value diff| {r['max_value_diff']:.3g}, "
+            what = f"{r['episodes']} episodes, retrieval every step, " if "episodes" in r else ""
+            print(f"verify {backend}: {args.verify_steps} steps, {what}max |logit diff| {r['max_logit_diff']:.3g}, "
+                  f"{value}greedy agreement {r['greedy_agreement']:.2%} "
                   f"(tolerance {r['tolerance']:g}) {'ok' if r['ok'] else 'FAIL'}")
             bad |= not r["ok"]
         if bad:

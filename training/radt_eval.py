@@ -7,7 +7,11 @@ the top-l entries by cosine are re-ranked by relevance + episode return, and the
 go to the cross-attention layers. The DT is conditioned on a return-to-go drawn per
 episode from N(target_return, target_return_std) and decreased by the rewards received.
 
-Used by ``training/evaluate.py`` for RA-DT checkpoints (same table / JSON / plot).
+Used by ``training/evaluate.py`` for RA-DT checkpoints (same table / JSON / plot), and as
+the reference a deployed RA-DT is checked against: :func:`record_rollout` runs this loop on
+a :class:`ReplayEnv` (recorded observations and rewards) and keeps every step's logits,
+which ``training/export.py`` stores as the bundle's sample and ``--verify`` compares with
+ONNX Runtime / torch :class:`~icrl_ros.runtime.radt_runner.RADTRunner` replays.
 """
 
 from __future__ import annotations
@@ -32,16 +36,18 @@ def empty_retrieved(batch: int, k: int, context: int) -> dict[str, np.ndarray]:
 @torch.no_grad()
 def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bool = False, seed: int = 0,
                     target_return: float = 90.0, target_return_std: float = 5.0, retrieve_l: int = 50,
-                    utility_weight: float = 1.0) -> dict:
+                    utility_weight: float = 1.0, record: bool = False) -> dict:
     """Run ``env.num_envs`` trials of ``steps`` steps from the env's current tasks; returns
     ``returns`` (N, E) per finished episode (NaN-padded), ``trial_return`` (N,), the memory
-    figures, and ``memories`` (one per trial, for inspection)."""
+    figures, and ``memories`` (one per trial, for inspection); ``record``: also every
+    step's ``logits`` (N, T, A) and ``actions`` (N, T)."""
     policy.eval()
     a = policy.args
     B, H, C = env.num_envs, env.max_episode_steps, a.context
     rng = np.random.default_rng(seed)
     g = torch.Generator().manual_seed(seed)
-    mems = [SubTrajectoryMemory(policy.trajectory_keys, a.key_dim, C, H, max_episodes=math.ceil(steps / H) + 1,
+    shortest = getattr(env, "min_episode_steps", H)  # fixed-length episodes unless the env says otherwise
+    mems = [SubTrajectoryMemory(policy.trajectory_keys, a.key_dim, C, H, max_episodes=math.ceil(steps / shortest) + 1,
                                 utility_weight=utility_weight) for _ in range(B)]
     ep = {n: np.zeros((B, H), dtype=dt) for n, dt in (("obs", np.int64), ("action", np.int64),
                                                        ("reward", np.float32), ("rtg", np.float32))}
@@ -51,6 +57,7 @@ def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bo
     episodes: list[list[float]] = [[] for _ in range(B)]
     rows = np.arange(B)
     obs = env.observe()
+    rec_logits, rec_actions = [], []
     for _ in range(steps):
         ep["obs"][rows, t], ep["rtg"][rows, t] = obs, target - ep_ret
         win = episode_windows(ep["obs"], ep["action"], ep["reward"], ep["rtg"], t, C, a.n_actions)
@@ -64,6 +71,9 @@ def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bo
         logits = policy(as_tensors(win), as_tensors(ret))[:, -1]
         action = logits.argmax(-1) if greedy else torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]
         act = action.numpy()
+        if record:
+            rec_logits.append(logits.double().numpy())
+            rec_actions.append(act)
         obs, reward, done, _ = env.step(act)
         ep["action"][rows, t], ep["reward"][rows, t] = act, reward
         ep_ret += reward
@@ -80,5 +90,51 @@ def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bo
     returns = np.full((B, E), np.nan)
     for i, e in enumerate(episodes):
         returns[i, :len(e)] = e
-    return {"returns": returns, "trial_return": trial_ret, "memory_bytes": int(sum(m.nbytes for m in mems)),
-            "memory_tokens": int(len(mems[0])), "memories": mems}
+    out = {"returns": returns, "trial_return": trial_ret, "memory_bytes": int(sum(m.nbytes for m in mems)),
+           "memory_tokens": int(len(mems[0])), "memories": mems}
+    if record:
+        out["logits"], out["actions"] = np.stack(rec_logits, 1), np.stack(rec_actions, 1)
+    return out
+
+
+class ReplayEnv:
+    """One trial of recorded observations (T,) and rewards (T,) behind the env interface
+    ``run_radt_trials`` uses; ``done`` (T,) marks each episode's last step. Actions do not
+    change what comes next (a replay)."""
+
+    def __init__(self, obs: np.ndarray, reward: np.ndarray, done: np.ndarray, max_episode_steps: int) -> None:
+        self.obs, self.reward, self.done = (np.asarray(x) for x in (obs, reward, done))
+        self.num_envs, self.max_episode_steps, self.t = 1, max_episode_steps, 0
+        ends = np.flatnonzero(self.done)
+        self.min_episode_steps = int(np.diff(np.r_[-1, ends]).min()) if len(ends) else max_episode_steps
+
+    def observe(self) -> np.ndarray:
+        return self.obs[min(self.t, len(self.obs) - 1)][None]
+
+    def step(self, action: np.ndarray):
+        t = self.t
+        self.t += 1
+        return self.observe(), self.reward[t:t + 1].astype(np.float32), self.done[t:t + 1].astype(bool), {}
+
+
+def record_rollout(policy: RADTPolicy, steps: int, seed: int = 0, target_return: float = 90.0,
+                   retrieve_l: int = 50, utility_weight: float = 1.0) -> dict[str, np.ndarray]:
+    """A recorded rollout through the evaluation loop: random cells, 0/1 rewards (p 0.2),
+    episodes of H/2 .. H steps (H = the model's max_episode_steps; partial sub-trajectories
+    and episode ends included), greedy actions, deterministic return-to-go. Returns ``obs``,
+    ``prev_reward`` (the reward of the previous action, 0 at t = 0), ``episode_index``,
+    ``action`` (each (T,)) and ``logits`` (T, A): what a runner replay needs."""
+    a = policy.args
+    H = a.max_episode_steps
+    rng = np.random.default_rng(seed)
+    lengths = []
+    while sum(lengths) < steps:
+        lengths.append(int(rng.integers(max(1, H // 2), H + 1)))
+    episode_index = np.repeat(np.arange(len(lengths)), lengths)[:steps]
+    done = np.r_[episode_index[1:] != episode_index[:-1], True]
+    obs = rng.integers(0, a.n_obs, steps)
+    reward = (rng.random(steps) < 0.2).astype(np.float32)
+    out = run_radt_trials(policy, ReplayEnv(obs, reward, done, H), steps, greedy=True, target_return=target_return,
+                          target_return_std=0.0, retrieve_l=retrieve_l, utility_weight=utility_weight, record=True)
+    return {"obs": obs, "prev_reward": np.r_[0.0, reward[:-1]].astype(np.float32), "episode_index": episode_index,
+            "action": out["actions"][0], "logits": out["logits"][0]}
