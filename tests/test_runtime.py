@@ -329,13 +329,17 @@ def test_restore_refuses_other_models_and_memories_and_keeps_memory(bundles, tmp
 def test_benchmark_smoke(tmp_path, capsys):
     from training import benchmark
 
+    import importlib.util
+
+    radt = importlib.util.find_spec("faiss") is not None  # RA-DT's retrieval index
     csv_path = tmp_path / "b.csv"
-    assert benchmark.main(["--lengths", "512", "--steps", "4", "--policies", "full,memo_stream,hcam", "--backends",
-                           "onnxruntime", "--batch", "2", "--batch-length", "256", "--batch-steps", "2",
+    assert benchmark.main(["--lengths", "512", "--steps", "4", "--policies", "full,memo_stream,hcam" + ",radt" * radt,
+                           "--backends", "onnxruntime", "--batch", "2", "--batch-length", "256", "--batch-steps", "2",
                            "--bounded-steps", "1500", "--csv", str(csv_path)]) == 0
     out = capsys.readouterr().out
     assert "fill_synthetic" in out and "constant" in out and "VARYING" not in out
     rows = csv_path.read_text().splitlines()
-    assert rows[0].startswith("backend,policy,batch,context") and len(rows) == 1 + 3 + 3
+    assert rows[0].startswith("backend,policy,batch,context") and len(rows) == 1 + 3 + radt + 3  # RA-DT: batch 1 only
     assert any(r.startswith("onnxruntime,hcam,1,512,") for r in rows)
+    assert not radt or any(r.startswith("onnxruntime,radt,1,512,500,") for r in rows)  # 5 stored 100-step episodes
     assert (tmp_path / "b_bounded.csv").is_file()

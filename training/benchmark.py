@@ -18,9 +18,14 @@ ReLIC memories, one whole Memo segment (l_seg steps, one summarisation included)
 
 Memory policies: ``full`` (every step), ``window`` (sink + 4096-step ring), ``memo``
 (every summary set), ``memo_stream`` (newest 32 sets = 1024 summary tokens), ``hcam``
-(16-step local window + every chunk of the context; ReLIC-style timed steps).
+(16-step local window + every chunk of the context; ReLIC-style timed steps), ``radt``
+(RA-DT at its Darkroom size: C = 20 window, top-1 of 40 steps, 3 layers, hidden 64, keys
+128; every episode of the context stored, 100-step episodes, so N / 20 index entries;
+a step = window + faiss top-50 query + re-ranking + gather + the policy graph, episode
+ends add to the index; "query ms" is the faiss query + re-ranking + gather alone).
 Bytes are the memory's allocated static buffers (K, V, validity, episode index; HCAM:
-window + chunk store); "live" counts only the slots holding data.
+window + chunk store; RA-DT: episode ring + index at capacity); "live" counts only the
+slots holding data.
 
 Also: batch 20 at 8k (actions/s beside ReLIC's 732 actions/s on an A40), Memo / full
 ratios at 32k, and a bounded run: 100,000 real steps with each streaming policy on a small
@@ -49,11 +54,13 @@ import numpy as np
 import torch
 
 from icrl_ros.models import ModelArgs, build_policy
+from icrl_ros.models.radt import RADTArgs, RADTPolicy
 from icrl_ros.runtime import PolicyRunner, available_backends, build_memory, load_bundle, make_engine
+from icrl_ros.runtime.radt_runner import RADTRunner
 from training._cli import fail
 from training.export import export_bundle
 
-POLICIES = ("full", "window", "memo", "memo_stream", "hcam")
+POLICIES = ("full", "window", "memo", "memo_stream", "hcam", "radt")
 WINDOW = 4096
 STREAM_SETS = 32
 EPISODE_LEN = 500  # ExtObjNav episodes: episode index = step // 500 in the synthetic fill
@@ -67,7 +74,13 @@ def extobjnav_args(kind: str, obs: str) -> ModelArgs:
 
 def kind_of(policy: str) -> str:
     """The model kind a benchmarked memory policy runs on."""
-    return "memo" if policy.startswith("memo") else "hcam" if policy == "hcam" else "relic"
+    return "memo" if policy.startswith("memo") else policy if policy in ("hcam", "radt") else "relic"
+
+
+def radt_policy() -> RADTPolicy:
+    """RA-DT at the size of the trained Darkroom model (config/train/darkroom_radt.yaml)."""
+    return RADTPolicy(RADTArgs(n_obs=100, n_actions=5, max_episode_steps=100, grid_size=10, context=20, top_k=1,
+                               d_model=64, n_layers=3, n_heads=4, d_mlp=256, dropout=0.0, key_dim=128)).eval()
 
 
 def small_args(kind: str) -> ModelArgs:
@@ -77,6 +90,8 @@ def small_args(kind: str) -> ModelArgs:
 
 def memory_for(bundle, policy: str, n: int, extra_steps: int, batch: int):
     a = bundle.args
+    if policy == "radt":  # every episode of the context (+ the timed ones): no eviction
+        return build_memory(bundle, "retrieval", max_episodes=math.ceil((n + extra_steps) / a.max_episode_steps) + 1)
     if policy == "full":
         return build_memory(bundle, "full", batch=batch, capacity=n + extra_steps, on_full="error")
     if policy == "window":
@@ -108,8 +123,37 @@ def random_inputs(runner: PolicyRunner, g: torch.Generator) -> dict[str, torch.T
     return out
 
 
+def time_radt_steps(bundle, engine, n: int, steps: int, warmup: int, seed: int = 0) -> tuple:
+    """RA-DT: store ``n`` steps of whole random episodes, then time real steps from an
+    episode start (window, faiss query, graph; episode ends add to the index)."""
+    g = torch.Generator().manual_seed(seed)
+    mem = memory_for(bundle, "radt", n, steps + warmup, 1)
+    runner = RADTRunner(bundle, engine, mem)
+    t0 = time.perf_counter()
+    mem.fill_synthetic(n, g)
+    fill_s = time.perf_counter() - t0
+    rng = np.random.default_rng(seed)
+    H, a = bundle.args.max_episode_steps, bundle.args
+    lat, query = [], []
+    for i in range(warmup + steps):
+        if i % H == 0:
+            runner.begin_episode()
+        t1 = time.perf_counter()
+        runner.step(int(rng.integers(0, a.n_obs)), float(rng.random() < 0.1), int(rng.integers(0, a.n_actions)))
+        dt = (time.perf_counter() - t1) * 1e3
+        t2 = time.perf_counter()
+        mem.query(runner.retrieve_l, a.top_k)  # the same query again, alone
+        if i >= warmup:
+            lat.append(dt)
+            query.append((time.perf_counter() - t2) * 1e3)
+    return mem, np.array(lat), fill_s, float(np.percentile(query, 50))
+
+
 def time_steps(bundle, engine, policy: str, n: int, steps: int, warmup: int, batch: int, seed: int = 0) -> dict:
     """Fill a fresh memory to ``n`` steps, then time ``steps`` real steps (after ``warmup``)."""
+    if policy == "radt":
+        mem, lat, fill_s, query_ms = time_radt_steps(bundle, engine, n, steps, warmup, seed)
+        return row_of(mem, lat, [], 1, n, fill_s, query_ms)
     g = torch.Generator().manual_seed(seed)
     mem = memory_for(bundle, policy, n, steps + warmup, batch)
     runner = PolicyRunner(bundle, engine, mem)  # (starts a trial: fill after this)
@@ -129,14 +173,18 @@ def time_steps(bundle, engine, policy: str, n: int, steps: int, warmup: int, bat
             lat.append(dt)
             if getattr(mem, "n_generated", 0) != before:
                 summ.append(dt)
-    lat = np.array(lat)
-    row = {"batch": batch, "context": n, "tokens": mem.tokens, "slots": mem.slots, "bytes": mem.nbytes,
-           "live_bytes": mem.live_bytes, "p50_ms": float(np.percentile(lat, 50)),
-           "p99_ms": float(np.percentile(lat, 99)), "mean_ms": float(lat.mean()), "max_ms": float(lat.max()),
-           "summarize_ms": float(max(summ)) if summ else float("nan"), "timed_steps": len(lat),
-           "actions_per_s": batch * 1e3 / float(lat.mean()), "fill_s": fill_s}
+    row = row_of(mem, np.array(lat), summ, batch, n, fill_s)
     del runner, mem
     return row
+
+
+def row_of(mem, lat: np.ndarray, summ: list[float], batch: int, n: int, fill_s: float,
+           query_ms: float = float("nan")) -> dict:
+    return {"batch": batch, "context": n, "tokens": mem.tokens, "slots": mem.slots, "bytes": mem.nbytes,
+            "live_bytes": mem.live_bytes, "p50_ms": float(np.percentile(lat, 50)),
+            "p99_ms": float(np.percentile(lat, 99)), "mean_ms": float(lat.mean()), "max_ms": float(lat.max()),
+            "summarize_ms": float(max(summ)) if summ else float("nan"), "query_ms": query_ms, "timed_steps": len(lat),
+            "actions_per_s": batch * 1e3 / float(lat.mean()), "fill_s": fill_s}
 
 
 def bounded_run(bundle, engine, policy: str, steps: int, record_every: int = 1000, seed: int = 0) -> dict:
@@ -170,15 +218,16 @@ def fmt_bytes(b: float) -> str:
 
 def print_header() -> None:
     print(f"{'backend':<12}{'policy':<12}{'batch':>5}{'context':>8}{'tokens':>8}{'cache bytes':>14}{'live bytes':>14}"
-          f"{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'summ ms':>9}{'act/s':>9}")
+          f"{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'summ ms':>9}{'query ms':>9}{'act/s':>9}")
 
 
 def print_table(rows: list[dict]) -> None:
     for r in rows:
         summ = "" if math.isnan(r["summarize_ms"]) else f"{r['summarize_ms']:.1f}"
+        query = "" if math.isnan(r["query_ms"]) else f"{r['query_ms']:.3f}"
         print(f"{r['backend']:<12}{r['policy']:<12}{r['batch']:>5}{r['context']:>8}{r['tokens']:>8}"
               f"{fmt_bytes(r['bytes']):>14}{fmt_bytes(r['live_bytes']):>14}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
-              f"{r['mean_ms']:>9.2f}{summ:>9}{r['actions_per_s']:>9.0f}", flush=True)
+              f"{r['mean_ms']:>9.2f}{summ:>9}{query:>9}{r['actions_per_s']:>9.0f}", flush=True)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -232,16 +281,19 @@ def main(argv=None) -> int:
           f"{args.steps} steps; Memo: one {256}-step segment incl. its summarisation)")
     print(f"# policies: full = every step; window = sink + {WINDOW}-step ring; memo = every summary set; "
           f"memo_stream = newest {STREAM_SETS} sets ({STREAM_SETS * 32} summary tokens); hcam = 16-step window + "
-          "every 16-step chunk")
+          "every 16-step chunk; radt = RA-DT at its Darkroom size (C 20, top-1 of 40 steps, 3 layers, hidden 64, "
+          "fp32) with every 100-step episode of the context stored (N/20 index entries), step incl. the faiss "
+          "top-50 query (query ms: the query + re-ranking + gather alone)")
     rows: list[dict] = []
     print_header()
     with tempfile.TemporaryDirectory() as tmp:
         bundles = {}
-        for kind in ("relic", "memo", "hcam"):
+        for kind in ("relic", "memo", "hcam", "radt"):
             if kind not in {kind_of(p) for p in policies}:
                 continue
-            policy = build_policy(extobjnav_args(kind, args.obs)).eval()
-            bundles[kind] = load_bundle(export_bundle(policy, Path(tmp) / kind, precision=args.precision))
+            policy = radt_policy() if kind == "radt" else build_policy(extobjnav_args(kind, args.obs)).eval()
+            precision = "fp32" if kind == "radt" else args.precision  # RA-DT bundles are fp32 only
+            bundles[kind] = load_bundle(export_bundle(policy, Path(tmp) / kind, precision=precision))
         for backend in backends:
             engines = {k: make_engine(b, backend, args.device, threads=args.threads) for k, b in bundles.items()
                        if backend != "tensorrt"} if backend != "tensorrt" else {}
@@ -249,14 +301,14 @@ def main(argv=None) -> int:
                 for pol in policies:
                     kind = kind_of(pol)
                     b = bundles[kind]
-                    eng = engines.get(kind) or make_engine(b, backend, args.device, profile=(1, memory_for(
+                    eng = engines.get(kind) or make_engine(b, backend, args.device, profile=(1, 1 if kind == "radt" else memory_for(
                         b, pol, n, args.steps + args.warmup, 1).slots))
                     steps = b.args.l_seg if kind == "memo" else args.steps
                     row = {"backend": backend, "policy": pol, **time_steps(b, eng, pol, n, steps, args.warmup, 1)}
                     rows.append(row)
                     print_table([row])
             if args.batch:
-                for pol in policies:
+                for pol in [p for p in policies if p != "radt"]:  # RA-DT's runner is batch 1
                     kind = kind_of(pol)
                     b = bundles[kind]
                     eng = engines.get(kind) or make_engine(b, backend, args.device)
