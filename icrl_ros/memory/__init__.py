@@ -2,20 +2,21 @@
 
 One class per memory policy (see :mod:`icrl_ros.memory.base` for the shared contract):
 
-===========  ====================  ==========================================================
-name         class                 what it keeps
-===========  ====================  ==========================================================
-``full``     FullContextMemory     every step up to a capacity; then on_full (error /
-                                   evict_oldest / reset)
-``window``   SinkWindowMemory      sink (weights or pinned token) + the newest W steps, a ring
-``memo``     MemoMemory            accumulating Memo summary sets up to max_sets; then on_full
-                                   (evict_oldest = streaming Memo)
-``hcam``     HCAMMemory            local window of C steps + a ring of max_chunks HCAM chunks
-                                   (oldest evicted)
-``retrieval`` SubTrajectoryMemory  RA-DT: the current episode's window + up to max_episodes
-                                   stored episodes in a faiss ``RetrievalIndex``; then on_full
-                                   (evict_oldest: whole episodes)
-===========  ====================  ==========================================================
+=============  ====================  ==========================================================
+name           class                 what it keeps
+=============  ====================  ==========================================================
+``full``       FullContextMemory     every step up to a capacity; then on_full (error /
+                                     evict_oldest / reset)
+``window``     SinkWindowMemory      sink (weights or pinned token) + the newest W steps, a ring
+``memo``       MemoMemory            accumulating Memo summary sets up to max_sets; then on_full
+                                     (evict_oldest = streaming Memo)
+``hcam``       HCAMMemory            local window of C steps + a ring of max_chunks HCAM chunks
+                                     (oldest evicted)
+``retrieval``  SubTrajectoryMemory   RA-DT: the current episode's window + up to max_episodes
+                                     stored episodes in a faiss ``RetrievalIndex``; then on_full
+                                     (evict_oldest: whole episodes). Not a KV cache: numpy +
+                                     faiss on the CPU, faiss imported when one is built
+=============  ====================  ==========================================================
 """
 
 from __future__ import annotations
