@@ -219,6 +219,8 @@ def sample_length(policy: ICLPolicy) -> tuple[int, int]:
     a = policy.args
     ep = max(2, min(a.max_episode_steps, 10))
     if isinstance(policy, RADTPolicy):  # episodes of H/2 .. H steps: several episode ends, so retrieval has entries
+        if a.obs_type == "image":  # images: episodes of C/2 .. C steps (record_radt_images), a small sample
+            return 4 * min(a.context, a.max_episode_steps), a.context
         return 5 * a.max_episode_steps, a.max_episode_steps
     if isinstance(policy, MemoPolicy):
         return a.l_seg + max(8, a.l_seg // 4), max(2, min(a.max_episode_steps, a.l_seg // 2 + 1))
@@ -260,7 +262,13 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
             np.savez(tmp / B.SINK_CACHE, k=k.to(dt).numpy(), v=v.to(dt).numpy())
         if radt:
             np.savez(tmp / B.KEY_PROJECTION, key_proj=policy.key_proj.numpy())
-            np.savez(tmp / B.SAMPLE, **radt_rollout(policy, steps, manifest["retrieval"], seed=0))
+            if policy.args.obs_type == "image":  # the torch runner of the bundle being written records it
+                from icrl_ros.runtime.selfcheck import record_radt_images
+
+                rec = record_radt_images(B.Bundle(tmp, manifest, policy.args, specs, _policy=policy), steps)
+            else:
+                rec = radt_rollout(policy, steps, manifest["retrieval"], seed=0)
+            np.savez(tmp / B.SAMPLE, **rec)
         else:
             inp = record_rollout(policy, steps, ep_len, seed=0)
             logits, values = reference_outputs(policy, inp)
@@ -328,9 +336,12 @@ def verify_radt(bundle, policy: RADTPolicy, steps: int, backends: tuple[str, ...
     rollout recorded through the evaluation loop, against its logits."""
     from icrl_ros.runtime import make_engine
     from icrl_ros.runtime.radt_runner import RADTRunner
-    from icrl_ros.runtime.selfcheck import compare, exact_memory, replay_radt
+    from icrl_ros.runtime.selfcheck import compare, exact_memory, record_radt_images, replay_radt
 
-    rec = radt_rollout(policy, steps, bundle.manifest["retrieval"], seed)
+    if bundle.args.obs_type == "image":  # no evaluation loop for images: the torch runner's recording
+        rec = record_radt_images(bundle, min(steps, 4 * bundle.args.context), seed)
+    else:
+        rec = radt_rollout(policy, steps, bundle.manifest["retrieval"], seed)
     episodes = int(rec["episode_index"].max()) + 1
     out = {}
     for backend in backends:

@@ -57,7 +57,7 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
     ``cfg``: ``capacity`` and ``on_full`` (full), ``window`` (window), ``max_sets`` and
     ``on_full`` (memo), ``max_chunks`` (hcam; its model gives ``n_mem_layers``, ``chunk``
     and ``top_k``), ``max_episodes`` and ``on_full`` (retrieval; its model gives
-    ``key_proj``, ``context``, ``horizon``, ``n_actions`` and the re-ranking weights
+    ``key_proj``, ``context``, ``horizon``, ``n_actions``, ``obs_features`` (image models) and the re-ranking weights
     ``relevance_weight`` / ``utility_weight``; the KV dims are ignored). A size field left
     out (None) is derived from ``budget_bytes`` (the largest memory that fits); a given
     size must fit the budget.
@@ -77,7 +77,8 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
         return SinkWindowMemory(**dims, window=size("window"), n_prefix=n_prefix, **common)
     if name == "retrieval":
         return SubTrajectoryMemory.from_projection(
-            cfg["key_proj"], cfg["context"], cfg["horizon"], cfg["n_actions"], max_episodes=size("max_episodes"),
+            cfg["key_proj"], cfg["context"], cfg["horizon"], cfg["n_actions"], obs_features=cfg.get("obs_features", 0),
+            max_episodes=size("max_episodes"),
             relevance_weight=cfg.get("relevance_weight", 1.0), utility_weight=cfg.get("utility_weight", 1.0),
             on_full=cfg.get("on_full", "evict_oldest"), budget_bytes=budget_bytes)
     if name == "hcam":

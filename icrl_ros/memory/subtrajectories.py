@@ -7,7 +7,12 @@ The index stores only (episode slot, start) pointers as values; :meth:`gather` t
 into token arrays, so training over millions of steps does not copy sub-trajectories.
 
 Each entry carries the episode's task and return for the re-ranking (task match in
-training, return at inference).
+training, return at inference; :meth:`end_episode` takes the return from outside for a
+robot that gets no reward).
+
+A step's ``obs`` is a grid cell (int64) or, for image models, a feature vector of
+``obs_shape`` (F,) float32 (:class:`~icrl_ros.models.radt.ObsFeatures`: the step's learnt
+embedding + its fixed key inputs), so an image step costs 4F bytes, never its pixels.
 
 Bounded: ``max_episodes`` episode slots (or as many as ``budget_bytes`` holds), every
 buffer preallocated (episode arrays, the index's metadata; the faiss index holds at most
@@ -55,13 +60,25 @@ def returns_to_go(reward: np.ndarray) -> np.ndarray:
     return np.flip(np.cumsum(np.flip(reward, -1), -1), -1).astype(np.float32)
 
 
+def _masked_mean(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Mean over T of x (N, T, d) at the valid steps (N, T) -> (N, d) float32 (zeros if none)."""
+    w = np.asarray(valid, dtype=np.float32)
+    s = np.einsum("nt,ntd->nd", w, x)
+    return (s / np.maximum(w.sum(1, keepdims=True), 1.0)).astype(np.float32)
+
+
+def feature_keys(proj: np.ndarray, offset: int, obs: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Keys (N, key_dim) float32 of image sub-trajectories: features obs (N, T, F) whose
+    values from ``offset`` on are the steps' fixed key inputs; the mean of the valid steps'
+    key inputs times ``proj`` (key inputs, key_dim) (= the mean of the projected steps)."""
+    return _masked_mean(np.asarray(obs, dtype=np.float32)[..., offset:], valid) @ proj
+
+
 def projected_keys(proj: np.ndarray, obs: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """Keys (N, key_dim) float32 of sub-trajectories obs (N, T) with validity (N, T) under a
     fixed projection ``proj`` (n_obs, key_dim) of one-hot states: the mean of the valid
     steps' projected states (zeros if none). RA-DT's ``trajectory_keys``."""
-    w = np.asarray(valid, dtype=np.float32)
-    s = np.einsum("nt,ntd->nd", w, proj[np.asarray(obs, dtype=np.int64)])
-    return (s / np.maximum(w.sum(1, keepdims=True), 1.0)).astype(np.float32)
+    return _masked_mean(proj[np.asarray(obs, dtype=np.int64)], valid)
 
 
 class SubTrajectoryMemory(Memory):
@@ -69,24 +86,30 @@ class SubTrajectoryMemory(Memory):
 
     def __init__(self, embed: Embed, key_dim: int, context: int, horizon: int, max_episodes: int | None = None,
                  relevance_weight: float = 1.0, utility_weight: float = 1.0, *, on_full: str = "error",
-                 budget_bytes: int | None = None, n_obs: int = 0, n_actions: int = 0) -> None:
+                 budget_bytes: int | None = None, n_obs: int = 0, n_actions: int = 0,
+                 obs_shape: tuple[int, ...] = (), obs_dtype=np.int64) -> None:
         """``context`` C steps per key; episodes of ``horizon`` steps (shorter ones padded);
         ``max_episodes`` stored episodes (None: as many as ``budget_bytes`` holds).
         ``n_obs`` / ``n_actions`` are needed by the deploy API only (synthetic fill; the
-        window's "no previous action" index)."""
+        window's "no previous action" index). ``obs_shape`` / ``obs_dtype``: one step's obs
+        (grid: a cell, () int64; image: features, (F,) float32)."""
         if context <= 0 or horizon <= 0:
             raise ValueError(f"context / horizon: must be > 0, got {context}, {horizon}")
         self.embed, self.C, self.H = embed, context, horizon
         self.on_full = check_on_full(on_full)
         self.n_obs, self.n_actions, self.batch, self.budget_bytes = n_obs, n_actions, 1, budget_bytes
+        self.obs_shape, self.obs_dtype = tuple(obs_shape), np.dtype(obs_dtype)
+        obs_bytes = self.obs_dtype.itemsize * math.prod(self.obs_shape)
         self.key_ends = np.arange(context, horizon + context - 1, context).clip(max=horizon)  # t of each key
         self.keys_per_episode = len(self.key_ends)
         self.W = horizon + 2 * context  # padded width: any value window [start, start + 2C) fits
         entry = RetrievalIndex.entry_size(key_dim, (2,), np.int64)
-        self.episode_bytes = self.W * (8 + 8 + 4 + 4) + 8 + 8 + 8 * self.keys_per_episode + self.keys_per_episode * entry
-        """Bytes one stored episode costs: obs / action (int64), reward / rtg (float32) of
+        self.episode_bytes = (self.W * (obs_bytes + 8 + 4 + 4) + 8 + 8 + 8 * self.keys_per_episode
+                              + self.keys_per_episode * entry)
+        """Bytes one stored episode costs: obs, action (int64), reward / rtg (float32) of
         W steps, length, task, entry ids, and its index entries."""
-        fixed = horizon * (8 + 8 + 4) + context * sum(np.dtype(d).itemsize for _, d in WINDOW_FIELDS)
+        fixed = (horizon * (obs_bytes + 8 + 4)
+                 + context * (obs_bytes + sum(np.dtype(d).itemsize for n, d in WINDOW_FIELDS if n != "obs")))
         if max_episodes is None:
             if budget_bytes is None:
                 raise ValueError("max_episodes: give max_episodes or memory_budget_bytes")
@@ -103,7 +126,7 @@ class SubTrajectoryMemory(Memory):
                                     f"{budget_bytes:,}; raise the budget or lower max_episodes")
         self.max_episodes = max_episodes
         E, W = max_episodes, self.W
-        self.obs = np.zeros((E, W), dtype=np.int64)
+        self.obs = np.zeros((E, W, *self.obs_shape), dtype=self.obs_dtype)
         self.action = np.zeros((E, W), dtype=np.int64)
         self.reward = np.zeros((E, W), dtype=np.float32)
         self.rtg = np.zeros((E, W), dtype=np.float32)
@@ -113,19 +136,26 @@ class SubTrajectoryMemory(Memory):
         self.index = RetrievalIndex(key_dim, capacity=E * self.keys_per_episode, value_shape=(2,),
                                     relevance_weight=relevance_weight, utility_weight=utility_weight)
         # the current episode (deploy API)
-        self.cur_obs = np.zeros(horizon, dtype=np.int64)
+        self.cur_obs = np.zeros((horizon, *self.obs_shape), dtype=self.obs_dtype)
         self.cur_action = np.zeros(horizon, dtype=np.int64)
         self.cur_reward = np.zeros(horizon, dtype=np.float32)
-        self.window = {n: np.zeros((1, context), dtype=d) for n, d in WINDOW_FIELDS}
+        self.window = {n: np.zeros((1, context, *self.obs_shape) if n == "obs" else (1, context),
+                                   dtype=self.obs_dtype if n == "obs" else d) for n, d in WINDOW_FIELDS}
         self.episodes = 0  # stored episodes
         self.added = 0  # episodes stored since the trial start (slot of episode n: n % max_episodes)
         self._clear_episode()
 
     @classmethod
     def from_projection(cls, key_proj: np.ndarray, context: int, horizon: int, n_actions: int,
-                        **kwargs) -> SubTrajectoryMemory:
-        """A memory whose keys are :func:`projected_keys` under ``key_proj`` (n_obs, key_dim)."""
+                        obs_features: int = 0, **kwargs) -> SubTrajectoryMemory:
+        """A memory whose keys are :func:`projected_keys` under ``key_proj`` (n_obs, key_dim),
+        or with ``obs_features`` F > 0 (image models) :func:`feature_keys` of (F,) float32
+        features whose last ``key_proj.shape[0]`` values are the key inputs."""
         proj = np.ascontiguousarray(key_proj, dtype=np.float32)
+        if obs_features:
+            embed = partial(feature_keys, proj, obs_features - proj.shape[0])
+            return cls(embed, proj.shape[1], context, horizon, n_actions=n_actions, obs_shape=(obs_features,),
+                       obs_dtype=np.float32, **kwargs)
         return cls(partial(projected_keys, proj), proj.shape[1], context, horizon, n_obs=proj.shape[0],
                    n_actions=n_actions, **kwargs)
 
@@ -165,12 +195,15 @@ class SubTrajectoryMemory(Memory):
         self.episodes -= n
 
     def add_episodes(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, task=0,
-                     length: np.ndarray | None = None, keep: Callable | None = None) -> np.ndarray:
+                     length: np.ndarray | None = None, keep: Callable | None = None,
+                     returns: np.ndarray | None = None) -> np.ndarray:
         """Store E episodes (E, T <= H) and index their sub-trajectories; returns their slots.
         ``length`` (E,) valid steps (default T); ``keep(keys, slots, ends) -> bool mask`` may
-        drop entries before indexing (deduplication). Past ``max_episodes``: ``on_full``."""
-        obs, action, reward = np.atleast_2d(obs), np.atleast_2d(action), np.atleast_2d(reward)
-        E, T = obs.shape
+        drop entries before indexing (deduplication); ``returns`` (E,): the re-ranking utility
+        (default: the sum of ``reward``). Past ``max_episodes``: ``on_full``."""
+        action, reward = np.atleast_2d(action), np.atleast_2d(reward)
+        obs = np.asarray(obs).reshape(*action.shape, *self.obs_shape)
+        E, T = action.shape
         if T > self.H:
             raise ValueError(f"episodes: {T} steps exceed the memory's horizon {self.H}")
         over = self.episodes + E - self.max_episodes
@@ -185,7 +218,7 @@ class SubTrajectoryMemory(Memory):
         live = steps[None] < length[:, None]
         for arr in (self.obs, self.action, self.reward, self.rtg):
             arr[slots] = 0
-        self.obs[slots, :T] = np.where(live, obs, 0)
+        self.obs[slots, :T] = np.where(live.reshape(live.shape + (1,) * len(self.obs_shape)), obs, 0)
         self.action[slots, :T] = np.where(live, action, 0)
         self.reward[slots, :T] = np.where(live, reward, 0)
         self.rtg[slots, :T] = returns_to_go(self.reward[slots, :T])
@@ -196,15 +229,17 @@ class SubTrajectoryMemory(Memory):
         ends = np.broadcast_to(self.key_ends, (E, self.keys_per_episode))
         idx = (ends[..., None] - self.C + np.arange(self.C)).clip(min=0)  # (E, n, C)
         win_valid = (idx < length[:, None, None]) & (ends[..., None] - self.C + np.arange(self.C) >= 0)
-        keys = self.embed(self.obs[slots[:, None, None], idx].reshape(-1, self.C), win_valid.reshape(-1, self.C))
+        keys = self.embed(self.obs[slots[:, None, None], idx].reshape(-1, self.C, *self.obs_shape),
+                          win_valid.reshape(-1, self.C))
         ok = (ends - self.C < length[:, None]).reshape(-1)  # the key window starts inside the episode
         ep_slot = np.repeat(slots, self.keys_per_episode)
         starts = (ends - self.C).reshape(-1)
         if keep is not None:
             ok &= keep(keys, ep_slot, ends.reshape(-1))
         values = np.stack([ep_slot, starts], 1)[ok]
+        utility = self.rtg[slots, 0] if returns is None else np.broadcast_to(np.asarray(returns, np.float32), (E,))
         ids = self.index.add(keys[ok], values, task=self.task[ep_slot][ok],
-                             episode_return=self.rtg[ep_slot, 0][ok])
+                             episode_return=np.repeat(utility, self.keys_per_episode)[ok])
         flat_ids = np.full(E * self.keys_per_episode, -1, dtype=np.int64)
         flat_ids[ok] = ids
         self.entry_ids[slots] = flat_ids.reshape(E, -1)
@@ -216,7 +251,7 @@ class SubTrajectoryMemory(Memory):
         t = start[..., None] + np.arange(2 * self.C)  # (Q, k, 2C)
         s = slot[..., None]
         ok = valid[..., None] & (t < self.length[s])
-        return {"obs": np.where(ok, self.obs[s, t], 0), "action": np.where(ok, self.action[s, t], 0),
+        return {"obs": np.where(ok.reshape(ok.shape + (1,) * len(self.obs_shape)), self.obs[s, t], 0), "action": np.where(ok, self.action[s, t], 0),
                 "reward": np.where(ok, self.reward[s, t], 0), "rtg": np.where(ok, self.rtg[s, t], 0),
                 "episode_step": np.where(ok, t, 0), "valid": ok}
 
@@ -238,8 +273,8 @@ class SubTrajectoryMemory(Memory):
         for n, a in self.window.items():  # the padding of episode_windows
             a[:] = self.n_actions if n == "prev_action" else 0
 
-    def observe(self, obs: int, rtg: float) -> dict[str, np.ndarray]:
-        """Push the current step's token (its cell, the previous action and reward, the
+    def observe(self, obs: int | np.ndarray, rtg: float) -> dict[str, np.ndarray]:
+        """Push the current step's token (its cell or features, the previous action and reward, the
         return-to-go, the step) into the window; returns the window (WINDOW_KEYS, (1, C))."""
         t = self.cur_len
         if t < self.H:
@@ -274,14 +309,26 @@ class SubTrajectoryMemory(Memory):
         self.last_reward = float(reward)
         self.episode_return += float(reward)
 
-    def end_episode(self) -> None:
+    def end_episode(self, return_: float | None = None) -> None:
         """An episode boundary: store the current episode (its first H steps, with its
-        return) if it has steps, and start an empty one."""
+        return, or ``return_`` when given: the utility told from outside) if it has steps,
+        and start an empty one."""
         n = min(self.cur_len, self.H)
         if n:
-            self.add_episodes(self.cur_obs[:n][None], self.cur_action[:n][None], self.cur_reward[:n][None])
+            self.add_episodes(self.cur_obs[:n][None], self.cur_action[:n][None], self.cur_reward[:n][None],
+                              returns=None if return_ is None else [return_])
         self.cur_obs[:], self.cur_action[:], self.cur_reward[:] = 0, 0, 0
         self._clear_episode()
+
+    def set_last_return(self, return_: float) -> bool:
+        """Set the re-ranking utility of the newest stored episode (a return told after the
+        episode was stored); False when no episode is stored."""
+        if not self.episodes:
+            return False
+        ids = self.entry_ids[(self.added - 1) % self.max_episodes]
+        rows = np.flatnonzero(np.isin(self.index.ids[:len(self.index)], ids[ids >= 0]))
+        self.index.returns[rows] = return_
+        return True
 
     def reset(self) -> None:
         """A new trial: every stored episode, the index and the current episode are forgotten."""
@@ -300,7 +347,9 @@ class SubTrajectoryMemory(Memory):
         H = episode_len or self.H
         for start in range(0, steps // H, 64):
             E = min(64, steps // H - start)
-            self.add_episodes(rng.integers(0, max(1, self.n_obs), (E, H)), rng.integers(0, max(1, self.n_actions), (E, H)),
+            obs = (rng.standard_normal((E, H, *self.obs_shape)).astype(self.obs_dtype) if self.obs_shape
+                   else rng.integers(0, max(1, self.n_obs), (E, H)))
+            self.add_episodes(obs, rng.integers(0, max(1, self.n_actions), (E, H)),
                               (rng.random((E, H)) < 0.1).astype(np.float32))
 
     # -- snapshot contract ----------------------------------------------------------------

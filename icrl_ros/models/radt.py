@@ -1,4 +1,4 @@
-"""Retrieval-Augmented Decision Transformer (RA-DT, Schmied et al. 2024) for grid worlds.
+"""Retrieval-Augmented Decision Transformer (RA-DT, Schmied et al. 2024) for grid worlds and images.
 
 A Decision Transformer over the recent context of the *current episode* only (C steps),
 with a cross-attention layer after every self-attention layer that reads k retrieved
@@ -24,6 +24,22 @@ histograms). It needs no pretraining, never changes while
 the DT trains (so the index built before training stays valid; keys from the DT's own
 encoder would go stale and need re-indexing), and is deterministic (P is saved as a
 buffer in every checkpoint).
+
+**Image observations** (``obs_type: image``, the house task: rgb + odometry + goal): a step's
+observation is first turned into a *feature vector* by :class:`ObsFeatures` (the ReLIC
+:class:`~icrl_ros.models.encoders.ImageEncoder` CNN + odometry + goal embedding, D values,
+followed by the step's raw key inputs), and the DT's ``obs`` inputs are those vectors
+((B, C, F) and (B, k, 2C, F), F = D + key inputs). One CNN serves the window and the
+retrieved steps, so a deployed memory stores each step's features once (the weights never
+change at inference) instead of its image, and the policy graph never re-encodes a
+retrieved image. The key inputs are fixed, not learnt: the image average-pooled to
+``key_pool`` x ``key_pool`` x 3 and centred (pixel / 255 - 0.5), beside (x, y) / ``key_odom_scale``,
+cos(yaw), sin(yaw) of the odometry from the episode start. The key of a sub-trajectory is the
+mean of its steps' key inputs times the fixed random projection P (key inputs, key_dim),
+saved like the grid one: "where was I and what did it look like", with no pretrained weights.
+``use_reward: false`` (robots get no reward) drops the reward and return-to-go embeddings;
+the re-ranking's utility then comes from the episode returns a runner is told
+(:meth:`~icrl_ros.runtime.radt_runner.RADTRunner.end_episode`), else relevance alone ranks.
 """
 
 from __future__ import annotations
@@ -35,16 +51,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icrl_ros.memory.subtrajectories import projected_keys
+from icrl_ros.memory.subtrajectories import feature_keys, projected_keys
 from icrl_ros.models.attention import MASK_NEG, RMSNorm
 from icrl_ros.models.config import check_positive, from_known_fields
+from icrl_ros.models.encoders import ImageEncoder
 
 KIND = "radt"
 WINDOW_KEYS = ("obs", "prev_action", "prev_reward", "rtg", "episode_step", "valid")
-"""Current-window inputs, each (B, C): the step's cell, previous action (``n_actions`` = none)
-and reward, return-to-go, within-episode step, and validity (False = left padding)."""
+"""Current-window inputs, each (B, C): the step's cell (image models: its features, (B, C, F)),
+previous action (``n_actions`` = none) and reward, return-to-go, within-episode step, and
+validity (False = left padding)."""
 RETRIEVED_KEYS = ("obs", "action", "reward", "rtg", "episode_step", "valid")
-"""Retrieved inputs, each (B, k, 2C)."""
+"""Retrieved inputs, each (B, k, 2C) (image ``obs``: (B, k, 2C, F))."""
+REWARD_KEYS = ("prev_reward", "reward", "rtg")
+"""Inputs a ``use_reward: false`` model does not read."""
+OBS_TYPES = ("grid", "image")
 
 
 @dataclass
@@ -52,12 +73,24 @@ class RADTArgs:
     """Shape and options of an RA-DT policy (saved in its checkpoints)."""
 
     n_obs: int
-    """Number of discrete observations (grid cells)."""
+    """Number of discrete observations (grid cells; unused by image models)."""
     n_actions: int
     max_episode_steps: int
     """Size of the within-episode step table."""
     grid_size: int = 0
     """Side of the square grid: adds (x, y) features to the cell embedding (0 = none)."""
+    obs_type: str = "grid"
+    """``grid`` (a cell index) or ``image`` (rgb + odometry + goal, the house task)."""
+    image_size: int = 64
+    """Image models: side of the square uint8 RGB input."""
+    n_goals: int = 0
+    """Image models: goal categories (an embedding added to every step's features)."""
+    use_reward: bool = True
+    """Embed rewards and returns-to-go (False: the robot gets no reward; RTG conditioning off)."""
+    key_pool: int = 4
+    """Image models: the retrieval key reads the image average-pooled to key_pool x key_pool."""
+    key_odom_scale: float = 5.0
+    """Image models: metres that count as 1 in the key's odometry (x, y)."""
     kind: str = KIND
     """Always ``radt`` (lets one checkpoint loader tell model families apart)."""
     context: int = 20
@@ -86,6 +119,16 @@ class RADTArgs:
                      "n_heads", "d_mlp", "key_dim", "return_scale"):
             check_positive(f"model.{name}", getattr(self, name))
         check_positive("model.grid_size", self.grid_size, allow_zero=True)
+        check_positive("model.n_goals", self.n_goals, allow_zero=True)
+        if self.obs_type not in OBS_TYPES:
+            raise ValueError(f"model.obs_type: {self.obs_type!r} is not one of {list(OBS_TYPES)}")
+        if self.obs_type == "image":
+            for name in ("image_size", "key_pool", "key_odom_scale"):
+                check_positive(f"model.{name}", getattr(self, name))
+            if self.image_size % self.key_pool:
+                raise ValueError(f"model.key_pool: {self.key_pool} does not divide image_size={self.image_size}")
+        elif self.n_goals:
+            raise ValueError(f"model.n_goals: grid RA-DT models take no goal, got {self.n_goals}")
         if self.d_model % self.n_heads:
             raise ValueError(f"model.d_model: {self.d_model} does not split into n_heads={self.n_heads} heads")
         if not 0.0 <= self.dropout < 1.0:
@@ -96,9 +139,14 @@ class RADTArgs:
         return self.d_model // self.n_heads
 
     @property
-    def n_goals(self) -> int:
-        """RA-DT grid models take no goal input (the runner's goal bookkeeping reads this)."""
-        return 0
+    def key_inputs(self) -> int:
+        """Rows of the key projection: grid cells, or an image step's fixed key inputs."""
+        return 3 * self.key_pool ** 2 + 4 if self.obs_type == "image" else self.n_obs
+
+    @property
+    def obs_features(self) -> int:
+        """F: length of an image step's feature vector (D + key inputs); 0 for grid models."""
+        return self.d_model + self.key_inputs if self.obs_type == "image" else 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -106,6 +154,15 @@ class RADTArgs:
     @classmethod
     def from_dict(cls, d: dict) -> RADTArgs:
         return from_known_fields(cls, d, "model")
+
+
+def input_spec(a: RADTArgs) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """What a deployed runner reads from each observation: the cell index, or rgb + odom +
+    goal (the window, rewards and returns-to-go are tracked by the runner and its memory)."""
+    if a.obs_type == "image":
+        return {"rgb": ((a.image_size, a.image_size, 3), torch.uint8), "odom": ((3,), torch.float32),
+                "goal": ((), torch.int64)}
+    return {"obs": ((), torch.int64)}
 
 
 def key_projection(n_obs: int, key_dim: int, seed: int) -> Tensor:
@@ -123,6 +180,33 @@ def key_projection(n_obs: int, key_dim: int, seed: int) -> Tensor:
         return p / key_dim ** 0.5
     q, _ = torch.linalg.qr(p)  # (key_dim, key_dim) orthogonal
     return q[:n_obs].contiguous()
+
+
+class ObsFeatures(nn.Module):
+    """Image models: rgb (..., S, S, 3) uint8, odom (..., 3) float, goal (...) int -> features
+    (..., D + key inputs) float32: the learnt embedding (CNN + odometry + goal), then the
+    step's fixed key inputs (pooled centred pixels, scaled x / y, cos / sin yaw)."""
+
+    def __init__(self, a: RADTArgs) -> None:
+        super().__init__()
+        self.args = a
+        self.image = ImageEncoder(a.d_model, a.image_size)
+        self.odom = nn.Linear(4, a.d_model)  # x, y, cos(yaw), sin(yaw), as the ReLIC StepEncoder
+        self.goal = nn.Embedding(a.n_goals, a.d_model) if a.n_goals else None
+
+    def forward(self, rgb: Tensor, odom: Tensor, goal: Tensor) -> Tensor:
+        a = self.args
+        odom = odom.float()
+        yaw = odom[..., 2:3]
+        pose = torch.cat([odom[..., :2], yaw.cos(), yaw.sin()], -1)  # (..., 4)
+        x = self.image(rgb) + self.odom(pose)
+        if self.goal is not None:
+            x = x + self.goal(goal)
+        lead = rgb.shape[:-3]
+        img = rgb.reshape(-1, *rgb.shape[-3:]).permute(0, 3, 1, 2).float() / 255.0 - 0.5  # (N, 3, S, S)
+        pooled = F.avg_pool2d(img, a.image_size // a.key_pool).reshape(*lead, -1)  # (..., 3 * key_pool^2)
+        key_pose = torch.cat([pose[..., :2] / a.key_odom_scale, pose[..., 2:]], -1)
+        return torch.cat([x, pooled, key_pose], -1)
 
 
 class Attention(nn.Module):
@@ -168,21 +252,24 @@ class TokenEmbedding(nn.Module):
     def __init__(self, a: RADTArgs, action_slots: int) -> None:
         super().__init__()
         self.args = a
-        self.obs = nn.Embedding(a.n_obs, a.d_model)
-        self.coords = nn.Linear(2, a.d_model) if a.grid_size else None
+        self.image = a.obs_type == "image"  # obs = ObsFeatures vectors: their first D values
+        self.obs = None if self.image else nn.Embedding(a.n_obs, a.d_model)
+        self.coords = nn.Linear(2, a.d_model) if a.grid_size and not self.image else None
         self.action = nn.Embedding(action_slots, a.d_model)
-        self.reward = nn.Linear(1, a.d_model)
-        self.rtg = nn.Linear(1, a.d_model)
+        self.reward = nn.Linear(1, a.d_model) if a.use_reward else None
+        self.rtg = nn.Linear(1, a.d_model) if a.use_reward else None
         self.step = nn.Embedding(a.max_episode_steps, a.d_model)
 
-    def forward(self, obs: Tensor, action: Tensor, reward: Tensor, rtg: Tensor, step: Tensor) -> Tensor:
+    def forward(self, obs: Tensor, action: Tensor, reward: Tensor | None, rtg: Tensor | None, step: Tensor) -> Tensor:
         a = self.args
-        x = self.obs(obs)
+        x = obs[..., :a.d_model].float() if self.image else self.obs(obs)
         if self.coords is not None:
             g = a.grid_size
             x = x + self.coords(torch.stack([obs // g, obs % g], -1).float() / max(g - 1, 1))
-        x = x + self.action(action) + self.reward(reward.unsqueeze(-1).float())
-        x = x + self.rtg(rtg.unsqueeze(-1).float() / a.return_scale)
+        x = x + self.action(action)
+        if self.reward is not None:
+            x = x + self.reward(reward.unsqueeze(-1).float())
+            x = x + self.rtg(rtg.unsqueeze(-1).float() / a.return_scale)
         return x + self.step(step.clamp(0, a.max_episode_steps - 1))
 
 
@@ -190,13 +277,14 @@ class RADTPolicy(nn.Module):
     def __init__(self, args: RADTArgs) -> None:
         super().__init__()
         self.args = args
+        self.features = ObsFeatures(args) if args.obs_type == "image" else None
         self.embed = TokenEmbedding(args, args.n_actions + 1)
         self.embed_retrieved = TokenEmbedding(args, args.n_actions)
         self.null = nn.Parameter(torch.randn(args.d_model) * 0.02)
         self.blocks = nn.ModuleList(RADTBlock(args) for _ in range(args.n_layers))
         self.norm = RMSNorm(args.d_model)
         self.actor = nn.Linear(args.d_model, args.n_actions)
-        self.register_buffer("key_proj", key_projection(args.n_obs, args.key_dim, args.key_seed))
+        self.register_buffer("key_proj", key_projection(args.key_inputs, args.key_dim, args.key_seed))
         self.apply(self._init)
 
     @staticmethod
@@ -207,25 +295,33 @@ class RADTPolicy(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def input_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        """What a deployed runner reads from each observation: the cell index (the window,
-        rewards and returns-to-go are tracked by the runner and its memory)."""
-        return {"obs": ((), torch.int64)}
+        return input_spec(self.args)
+
+    def step_features(self, rgb: Tensor, odom: Tensor, goal: Tensor) -> Tensor:
+        """Image models: the ``obs`` the DT reads for these steps, (..., F) float32."""
+        return self.features(rgb, odom, goal)
 
     # -- retrieval keys ---------------------------------------------------------------
     def trajectory_keys(self, obs: np.ndarray, valid: np.ndarray) -> np.ndarray:
-        """Keys / queries (N, key_dim) float32 of sub-trajectories obs (N, T) with validity
-        (N, T): the mean of the valid steps' projected one-hot states (zeros if none)."""
-        return projected_keys(self.key_proj.cpu().numpy(), obs, valid)
+        """Keys / queries (N, key_dim) float32 of sub-trajectories obs (N, T) (image: features
+        (N, T, F)) with validity (N, T): the mean of the valid steps' projected one-hot states
+        (image: projected key inputs), zeros if none."""
+        proj = self.key_proj.cpu().numpy()
+        if self.args.obs_type == "image":
+            return feature_keys(proj, self.args.d_model, obs, valid)
+        return projected_keys(proj, obs, valid)
 
     # -- forward ------------------------------------------------------------------
     def forward(self, window: dict[str, Tensor], retrieved: dict[str, Tensor]) -> Tensor:
         """Action logits (B, C, A) for every window position. ``window``: WINDOW_KEYS each
         (B, C); ``retrieved``: RETRIEVED_KEYS each (B, k, 2C) (k may be 0)."""
         w, r = window, retrieved
-        x = self.embed(w["obs"], w["prev_action"], w["prev_reward"], w["rtg"], w["episode_step"])  # (B, C, D)
+        x = self.embed(w["obs"], w["prev_action"], w.get("prev_reward"), w.get("rtg"), w["episode_step"])  # (B, C, D)
         B, C, D = x.shape
-        flat = {n: t.reshape(B, -1) for n, t in r.items()}  # (B, k * 2C)
-        mem = self.embed_retrieved(flat["obs"], flat["action"], flat["reward"], flat["rtg"], flat["episode_step"])
+        k2c = r["valid"].shape[1] * r["valid"].shape[2]
+        flat = {n: t.reshape(B, k2c, *t.shape[3:]) for n, t in r.items()}  # (B, k * 2C[, F])
+        mem = self.embed_retrieved(flat["obs"], flat["action"], flat.get("reward"), flat.get("rtg"),
+                                   flat["episode_step"])
         mem = torch.cat([self.null.view(1, 1, D).expand(B, 1, D), mem], 1)  # (B, 1 + k * 2C, D)
         mem_valid = F.pad(flat["valid"], (1, 0), value=True)
         pos = torch.arange(C, device=x.device)  # (comparisons, not bool tril / eye: ONNX Runtime has no bool EyeLike)
@@ -248,7 +344,8 @@ def episode_windows(obs: np.ndarray, action: np.ndarray, reward: np.ndarray, rtg
     valid = j >= 0
     jj, prev = j.clip(min=0), (j - 1).clip(min=0)
     has_prev = j >= 1
-    return {"obs": np.where(valid, obs[b, jj], 0), "prev_action": np.where(has_prev, action[b, prev], n_actions),
+    step_obs = obs[b, jj]  # (B, C[, F])
+    return {"obs": np.where(valid.reshape(valid.shape + (1,) * (step_obs.ndim - 2)), step_obs, 0), "prev_action": np.where(has_prev, action[b, prev], n_actions),
             "prev_reward": np.where(has_prev, reward[b, prev], 0.0), "rtg": np.where(valid, rtg[b, jj], 0.0),
             "episode_step": jj, "valid": valid}
 
@@ -256,7 +353,8 @@ def episode_windows(obs: np.ndarray, action: np.ndarray, reward: np.ndarray, rtg
 def as_tensors(arrays: dict[str, np.ndarray], device=None) -> dict[str, Tensor]:
     """numpy inputs -> tensors: validity bool, rewards / returns float32, the rest int64."""
     def conv(name: str, x: np.ndarray) -> Tensor:
-        dtype = torch.bool if name == "valid" else torch.float32 if name in ("prev_reward", "reward", "rtg") else torch.long
+        floating = name in REWARD_KEYS or np.issubdtype(np.asarray(x).dtype, np.floating)  # image obs: features
+        dtype = torch.bool if name == "valid" else torch.float32 if floating else torch.long
         return torch.as_tensor(np.asarray(x), device=device).to(dtype)
 
     return {n: conv(n, x) for n, x in arrays.items() if n in WINDOW_KEYS or n in RETRIEVED_KEYS}

@@ -39,7 +39,8 @@ SAMPLE = "sample.npz"
 KEY_PROJECTION = "key_projection.npz"
 """RA-DT: the fixed random projection of one-hot states that makes the retrieval keys."""
 RADT_SAMPLE_KEYS = ("obs", "prev_reward", "episode_index", "action", "logits")
-"""RA-DT sample: a recorded rollout (T,) with its actions and the torch logits (T, A)."""
+"""RA-DT sample: a recorded rollout (T,) with its actions and the torch logits (T, A)
+(image models: ``rgb``, ``odom``, ``goal`` (T, ...) in place of ``obs``)."""
 
 _ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 9: "bool", 2: "uint8", 6: "int32"}
 
@@ -137,7 +138,7 @@ class Bundle:
             return torch.from_numpy(z["k"].copy()), torch.from_numpy(z["v"].copy())
 
     def key_projection(self) -> np.ndarray:
-        """RA-DT: the retrieval keys' projection (n_obs, key_dim) float32."""
+        """RA-DT: the retrieval keys' projection (key inputs, key_dim) float32."""
         with np.load(self.file(KEY_PROJECTION), allow_pickle=False) as z:
             return z["key_proj"].copy()
 
@@ -214,7 +215,11 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
     if radt:
         from icrl_ros.runtime.graphs import radt_graph_specs
 
+        from icrl_ros.models.radt import input_spec
+
         specs, sample_keys = radt_graph_specs(args), RADT_SAMPLE_KEYS
+        if args.obs_type == "image":
+            sample_keys = (*input_spec(args), *sample_keys[1:])
     else:
         policy = _shape_only_policy(args)
         specs, sample_keys = graph_specs(policy, precision), ("logits", "values", "episode_index", *policy.input_spec())
@@ -234,7 +239,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         _check_onnx(path / fname, fname, spec, opset)
 
     if radt:
-        _check_npz(path / KEY_PROJECTION, KEY_PROJECTION, {"key_proj": (args.n_obs, args.key_dim)})
+        _check_npz(path / KEY_PROJECTION, KEY_PROJECTION, {"key_proj": (args.key_inputs, args.key_dim)})
     if sink_token:
         _check_npz(path / SINK_CACHE, SINK_CACHE, {"k": (args.n_layers, 1, args.n_heads, 1, args.head_dim),
                                                    "v": (args.n_layers, 1, args.n_heads, 1, args.head_dim)})

@@ -32,7 +32,8 @@ from torch import Tensor, nn
 from icrl_ros.models.hcam import HCAMPolicy
 from icrl_ros.models.memo import MemoPolicy
 from icrl_ros.models.policy import ICLPolicy
-from icrl_ros.models.radt import RETRIEVED_KEYS, WINDOW_KEYS, RADTArgs, RADTPolicy
+from icrl_ros.models.radt import REWARD_KEYS, RETRIEVED_KEYS, WINDOW_KEYS, RADTArgs, RADTPolicy
+from icrl_ros.models.radt import input_spec as radt_input_spec
 
 PRECISIONS = ("fp32", "fp16")
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "bool": torch.bool,
@@ -104,14 +105,32 @@ RETRIEVED_PREFIX = "retrieved_"
 
 
 def radt_graph_specs(a: RADTArgs) -> dict[str, dict[str, list[dict]]]:
-    """RA-DT's one graph, static but for the batch: the window (WINDOW_KEYS, each
+    """RA-DT's graphs, static but for the batch. ``policy``: the window (WINDOW_KEYS, each
     (batch, C)), the retrieved sub-trajectories (``retrieved_`` + RETRIEVED_KEYS, each
     (batch, k, 2C); the learnt null slot is inside the graph) -> the last position's
-    logits (batch, A). Every precision: inputs and logits are float32 / int64 / bool."""
-    C, k = a.context, a.top_k
-    window = [_io(n, RADT_DTYPES[n], ["batch", C]) for n in WINDOW_KEYS]
-    retrieved = [_io(RETRIEVED_PREFIX + n, RADT_DTYPES[n], ["batch", k, 2 * C]) for n in RETRIEVED_KEYS]
-    return {"policy": {"inputs": window + retrieved, "outputs": [_io("logits", "float32", ["batch", a.n_actions])]}}
+    logits (batch, A). Every precision: inputs and logits are float32 / int64 / bool.
+
+    Image models: ``obs`` inputs are step features (..., F) float32, and an ``encoder``
+    graph (rgb, odom, goal, each (batch, ...)) -> x (batch, F) makes them; ``use_reward:
+    false`` drops the reward and return-to-go inputs."""
+    C, k, F = a.context, a.top_k, a.obs_features
+
+    def io(name: str, lead: list) -> dict:
+        if name == "obs" and F:
+            return _io(name, "float32", lead + [F])
+        return _io(name, RADT_DTYPES[name], lead)
+
+    keep = lambda names: [n for n in names if a.use_reward or n not in REWARD_KEYS]  # noqa: E731
+    window = [io(n, ["batch", C]) for n in keep(WINDOW_KEYS)]
+    retrieved = [io(n, ["batch", k, 2 * C]) for n in keep(RETRIEVED_KEYS)]
+    for r in retrieved:
+        r["name"] = RETRIEVED_PREFIX + r["name"]
+    specs = {"policy": {"inputs": window + retrieved, "outputs": [_io("logits", "float32", ["batch", a.n_actions])]}}
+    if F:
+        enc = radt_input_spec(a)
+        specs = {"encoder": {"inputs": [_io(n, dtype_name(dt), ["batch", *shape]) for n, (shape, dt) in enc.items()],
+                             "outputs": [_io("x", "float32", ["batch", F])]}, **specs}
+    return specs
 
 
 class RADTGraph(nn.Module):
@@ -121,12 +140,24 @@ class RADTGraph(nn.Module):
     def __init__(self, policy: RADTPolicy) -> None:
         super().__init__()
         self.policy = policy
+        self.names = [io["name"] for io in radt_graph_specs(policy.args)["policy"]["inputs"]]
 
     def forward(self, *inputs: Tensor) -> Tensor:
-        n = len(WINDOW_KEYS)
-        window = dict(zip(WINDOW_KEYS, inputs[:n]))
-        retrieved = dict(zip(RETRIEVED_KEYS, inputs[n:]))
+        named = dict(zip(self.names, inputs))
+        window = {n: named[n] for n in WINDOW_KEYS if n in named}
+        retrieved = {n: named[RETRIEVED_PREFIX + n] for n in RETRIEVED_KEYS if RETRIEVED_PREFIX + n in named}
         return self.policy(window, retrieved)[:, -1].float()
+
+
+class RADTEncoderGraph(nn.Module):
+    """Image RA-DT: rgb (B, S, S, 3), odom (B, 3), goal (B,) -> step features x (B, F) float32."""
+
+    def __init__(self, policy: RADTPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, rgb: Tensor, odom: Tensor, goal: Tensor) -> Tensor:
+        return self.policy.step_features(rgb, odom, goal).float()
 
 
 class EncoderGraph(nn.Module):
@@ -228,7 +259,10 @@ def build_graphs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, nn.Mod
     if isinstance(policy, RADTPolicy):
         if precision != "fp32":
             raise ValueError(f"precision: RA-DT bundles are fp32 only, got {precision!r}")
-        return {"policy": RADTGraph(policy).eval()}
+        graphs = {"policy": RADTGraph(policy).eval()}
+        if policy.args.obs_type == "image":
+            graphs = {"encoder": RADTEncoderGraph(policy).eval(), **graphs}
+        return graphs
     core = HCAMCoreGraph(policy) if isinstance(policy, HCAMPolicy) else CoreGraph(policy)
     graphs: dict[str, nn.Module] = {"encoder": EncoderGraph(policy), "core": core, "heads": HeadsGraph(policy)}
     if isinstance(policy, MemoPolicy):

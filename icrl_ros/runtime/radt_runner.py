@@ -5,6 +5,7 @@ the last C steps of the current episode and k retrieved sub-trajectories. Per st
 
     reward of the previous action -> memory.record_reward (after begin_episode: the
                                      finished episode is stored now, with its return)
+    (image models) rgb, odom, goal-> engine.encode        step features (1, F)
     obs, return-to-go             -> memory.observe       window (WINDOW_KEYS, (1, C))
     window key (fixed projection) -> memory.query         faiss top-l by cosine, re-ranked
                                                           by episode return, top-k (1, k, 2C)
@@ -13,8 +14,10 @@ the last C steps of the current episode and k retrieved sub-trajectories. Per st
 
 The return-to-go is ``target_return`` (the manifest's, RA-DT's conditioning) minus the
 episode's rewards so far. Rewards come in ``obs["reward"]`` (the reward of the previous
-action, as for every runner); without them every stored return is 0 and the re-ranking
-falls back to relevance alone. The memory is numpy + faiss on the CPU for every backend
+action, as for every runner). A robot gets none: :meth:`RADTRunner.end_episode` takes the
+episode's return (or success) from outside (the agent node forwards the sim bridge's
+``episode_end`` events), and that becomes the stored episode's re-ranking utility; told
+nothing, every stored return is 0 and the re-ranking falls back to relevance alone. The memory is numpy + faiss on the CPU for every backend
 (only the graph inputs move to the engine's device). Bookkeeping, actions and snapshots:
 :class:`~icrl_ros.runtime.runner_base.RunnerBase`; the snapshot adds ``episode_end_pending``.
 """
@@ -27,10 +30,9 @@ from torch import Tensor
 
 from icrl_ros.memory.snapshot import SnapshotError
 from icrl_ros.memory.subtrajectories import SubTrajectoryMemory
-from icrl_ros.models.radt import RETRIEVED_KEYS, WINDOW_KEYS
 from icrl_ros.runtime.bundle import Bundle
 from icrl_ros.runtime.engine import Engine, make_engine
-from icrl_ros.runtime.graphs import TORCH_DTYPES
+from icrl_ros.runtime.graphs import RETRIEVED_PREFIX, TORCH_DTYPES
 from icrl_ros.runtime.runner_base import RunnerBase
 
 
@@ -41,12 +43,17 @@ class RADTRunner(RunnerBase):
         self.retrieve_l, self.target_return = int(r["l"]), float(r["target_return"])
         self.batch = 1
         # static graph inputs (ORT / TensorRT bind them by address), in radt_graph_specs order
-        spec = bundle.specs["policy"]["inputs"]
-        self._inputs = [torch.zeros([1, *io["shape"][1:]], dtype=TORCH_DTYPES[io["dtype"]], device=engine.device)
-                        for io in spec]
+        buffers = lambda graph: {io["name"]: torch.zeros([1, *io["shape"][1:]], dtype=TORCH_DTYPES[io["dtype"]],  # noqa: E731
+                                                         device=engine.device) for io in bundle.specs[graph]["inputs"]}
+        self._inputs = buffers("policy")
+        self.spec = {io["name"]: io for io in bundle.specs["encoder"]["inputs"]} if "encoder" in bundle.specs else {}
+        """Image models: the encoder's observation inputs (rgb, odom, goal)."""
+        self._obs_inputs = buffers("encoder") if self.spec else {}
         self.episode_end_pending = False
         """begin_episode was called after steps: the finished episode is stored at the next
         step, when its last reward arrives."""
+        self.pending_return: float | None = None
+        """The return :meth:`end_episode` was told for the episode stored next (None: its rewards')."""
         self.reset_trial()
 
     @classmethod
@@ -63,54 +70,105 @@ class RADTRunner(RunnerBase):
         with self._lock:
             super().reset_trial()
             self.episode_end_pending = False
+            self.pending_return = None
 
     def begin_episode(self, goal: str | None = None) -> None:
         with self._lock:
             super().begin_episode(goal)
             self.episode_end_pending = self.episode_end_pending or self.memory.cur_len > 0
 
+    def end_episode(self, return_: float | None = None, episode: int | None = None) -> bool:
+        """The episode ``episode`` (default: the current one) is over and its return (or
+        success, any utility where higher is better) was ``return_``: the re-ranking uses it
+        in place of the sum of the rewards the runner saw. The current episode is stored with
+        it at the next step (as after :meth:`begin_episode`); the previous, already stored
+        one (the news came after the next episode began) gets its utility updated. False
+        when there was nothing to tell (no steps, an older episode)."""
+        with self._lock:
+            episode = self.episode if episode is None else episode
+            if episode == self.episode and self.memory.cur_len and not self.episode_end_pending:
+                self.episode_end_pending, self.pending_return = True, return_
+                return True
+            if episode == self.episode and self.episode_end_pending:  # told between begin_episode and a step
+                self.pending_return = return_
+                return True
+            if episode == self.episode - 1 and not self.episode_end_pending and return_ is not None:
+                return self.memory.set_last_return(return_)
+            return False
+
     # -- stepping --------------------------------------------------------------------------
-    def step(self, obs: int, reward: float = 0.0, action: int | None = None) -> Tensor:
+    def step(self, obs: int | dict, reward: float = 0.0, action: int | None = None) -> Tensor:
         """Low level: one step of the current episode given the previous action's
-        ``reward``; returns the logits (A,) (a copy). With ``action`` the memory records
+        ``reward``; ``obs`` a cell index, or (image models) the encoder's inputs ``{rgb, odom,
+        goal}`` as arrays. Returns the logits (A,) (a copy). With ``action`` the memory records
         that action (replays); None leaves recording to the caller (:meth:`act`). Does not
         touch the runner's trial / episode / previous-action bookkeeping."""
         with self._lock:
             mem = self.memory
             mem.record_reward(reward)
             if self.episode_end_pending:
-                mem.end_episode()
-                self.episode_end_pending = False
+                mem.end_episode() if self.pending_return is None else mem.end_episode(self.pending_return)
+                self.episode_end_pending, self.pending_return = False, None
+            if self.spec:
+                for name, buf in self._obs_inputs.items():
+                    buf.copy_(torch.as_tensor(np.asarray(obs[name])).reshape(buf.shape))
+                obs = self.engine.encode(self._obs_inputs)[0].cpu().numpy()  # (F,) step features
             window = mem.observe(obs, rtg=self.target_return - mem.episode_return)
             retrieved = mem.query(self.retrieve_l, self.args.top_k)
-            arrays = [window[n] for n in WINDOW_KEYS] + [retrieved[n] for n in RETRIEVED_KEYS]
-            for buf, arr in zip(self._inputs, arrays):
-                buf.copy_(torch.from_numpy(arr))
-            logits = self.engine.policy(*self._inputs)[0].clone()
+            arrays = {**window, **{RETRIEVED_PREFIX + n: a for n, a in retrieved.items()}}
+            for name, buf in self._inputs.items():
+                buf.copy_(torch.from_numpy(arrays[name]))
+            logits = self.engine.policy(*self._inputs.values())[0].clone()
             if action is not None:
                 mem.record_action(action)
             return logits
 
     def _act_logits(self, obs: dict) -> tuple[Tensor, dict]:
+        info = {"retrieved_entries": len(self.memory), "stored_episodes": self.memory.episodes}
+        if self.spec:
+            return self.step(self._image_obs(obs), self.prev_reward)[None], info
         if "obs" not in obs:
             raise ValueError("obs: missing key 'obs'; this model reads ['obs'] (a grid cell index)")
         cell = np.asarray(obs["obs"])
         if cell.shape != () or not np.issubdtype(cell.dtype, np.integer) or not 0 <= int(cell) < self.args.n_obs:
             raise ValueError(f"obs['obs']: expected a cell index in [0, {self.args.n_obs}), got {obs['obs']!r}")
-        logits = self.step(int(cell), self.prev_reward)
-        return logits[None], {"retrieved_entries": len(self.memory), "stored_episodes": self.memory.episodes}
+        return self.step(int(cell), self.prev_reward)[None], info
+
+    def _image_obs(self, obs: dict) -> dict[str, np.ndarray]:
+        """The encoder's inputs from an observation (goal: begin_episode's, else obs['goal']),
+        shapes checked."""
+        out = {}
+        for name, io in self.spec.items():
+            if name == "goal":
+                val = self.goal if self.goal is not None else obs.get("goal")
+                if val is None:
+                    raise ValueError("goal: this model needs a goal; call begin_episode(goal=...) or pass obs['goal']")
+                out[name] = np.asarray(self.goal_index(val))
+                continue
+            if name not in obs:
+                raise ValueError(f"obs: missing key {name!r}; this model reads {[n for n in self.spec if n != 'goal']}")
+            val = np.asarray(obs[name])
+            if val.shape != tuple(io["shape"][1:]):
+                raise ValueError(f"obs[{name!r}]: shape {val.shape}, expected {tuple(io['shape'][1:])} ({io['dtype']})")
+            out[name] = val.astype(np.dtype(io["dtype"]), copy=False)
+        return out
 
     def _took(self, action: int) -> None:
         self.memory.record_action(action)
 
     # -- persistence -----------------------------------------------------------------------
     def _runner_state(self) -> dict:
-        return {**super()._runner_state(), "episode_end_pending": self.episode_end_pending}
+        return {**super()._runner_state(), "episode_end_pending": self.episode_end_pending,
+                "pending_return": self.pending_return}
 
     def _check_runner_state(self, r: dict, path) -> None:
         if not isinstance(r.get("episode_end_pending"), bool):
             raise SnapshotError(f"snapshot {path}: field 'runner.episode_end_pending' is "
                                 f"{r.get('episode_end_pending')!r}, expected true or false")
+        ret = r.get("pending_return")  # optional: snapshots written before it existed have none
+        if ret is not None and (not isinstance(ret, (int, float)) or isinstance(ret, bool) or not np.isfinite(ret)):
+            raise SnapshotError(f"snapshot {path}: field 'runner.pending_return' is {ret!r}, expected a number or null")
 
     def _load_runner_state(self, r: dict) -> None:
         self.episode_end_pending = r["episode_end_pending"]
+        self.pending_return = None if r.get("pending_return") is None else float(r["pending_return"])

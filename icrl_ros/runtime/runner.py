@@ -54,7 +54,7 @@ def build_memory(bundle: Bundle, name: str | None = None, budget_bytes: int | No
         r = bundle.manifest["retrieval"]
         return create_memory(name, kind="radt", n_layers=a.n_layers, n_heads=a.n_heads, head_dim=a.head_dim,
                              budget_bytes=budget, key_proj=bundle.key_projection(), context=a.context,
-                             horizon=a.max_episode_steps, n_actions=a.n_actions,
+                             horizon=a.max_episode_steps, n_actions=a.n_actions, obs_features=a.obs_features,
                              relevance_weight=r["relevance_weight"], utility_weight=r["utility_weight"], **cfg)
     dtype = torch.float16 if bundle.precision == "fp16" else torch.float32
     mem = create_memory(name, kind=a.kind, n_layers=a.n_layers, n_heads=a.n_heads, head_dim=a.head_dim, batch=batch,
