@@ -345,7 +345,23 @@ class AgentNode(LifecycleNode):
             self._bridge_trial = trial
             self._reset_memory(f"trial_start event (trial {trial})")
         elif kind == "episode_end":
+            self._tell_return(event)
             self._close_episode()  # the bridge ended it: its figures are final now
+
+    def _tell_return(self, event: dict[str, Any]) -> None:
+        """Hand the bridge's episode return to a runner that ranks memories by it (RA-DT: a robot
+        gets no reward, so the stored episode's utility comes from here). The event names the
+        bridge's episode, not the runner's: it is the episode of the last action when the step
+        counts agree (the usual order, event before the next goal), else the one before it."""
+        end = getattr(self.runner, "end_episode", None)
+        info = self._last_info
+        if end is None or "episode" not in info or not isinstance(event.get("return"), (int, float)):
+            return
+        same = int(info.get("step", -1)) + 1 == int(event.get("steps", -1))
+        try:
+            end(float(event["return"]), episode=int(info["episode"]) - (0 if same else 1))
+        except Exception as e:  # noqa: BLE001 - the node must outlive a runner error
+            self._count("runner_errors", f"runner.end_episode failed: {type(e).__name__}: {e}", "error")
 
     def _on_goal(self, msg: String) -> None:
         goal = msg.data.strip()
@@ -613,6 +629,7 @@ class AgentNode(LifecycleNode):
             "act_p99_ms": _percentile(self.act_ms, 99),
             "memory_tokens": info.get("memory_tokens", 0),
             "memory_bytes": info.get("memory_bytes", 0),
+            "memory_entries": info.get("retrieved_entries", 0),  # RA-DT: sub-trajectories in the index
             "episode": info.get("episode", -1),
             "trial": info.get("trial", -1),
             "step": info.get("step", -1),
