@@ -25,8 +25,9 @@ CHECKPOINT = REPO_ROOT / "checkpoints" / "darkroom_relic.pt"
 
 def main() -> int:
     if not CHECKPOINT.is_file():
-        fail(f"{CHECKPOINT} is missing (it is not shipped yet): run `make train-darkroom` and copy "
-             "runs/darkroom/checkpoints/final.pt there, or run the ROS demo with `make demo`")
+        fail(f"{CHECKPOINT} is missing (it ships with the repository: restore it with `git checkout -- "
+             "checkpoints/`), or train one with `make train-darkroom` and ship it with "
+             "`training/ship_checkpoint.py runs/darkroom/checkpoints/final.pt checkpoints/darkroom_relic.pt`")
     print(f"== in-context learning of {CHECKPOINT.name} on 20 held-out Darkroom goals, 40 episodes each ==", flush=True)
     evaluate.main([str(CHECKPOINT), "--label", "relic", "--trials", "100", "--out", "demo_out"])
     print("\n== a short PPO run (partial updates, cached-KV rollouts) ==", flush=True)
