@@ -80,6 +80,21 @@ def call(ex, client, request, timeout: float = 5.0):
     return future.result()
 
 
+def call_after_restart(ex, client, request, deadline_s: float = 60.0, per_try_s: float = 5.0):
+    """``call`` for a node that replaced a killed one: DDS still lists the dead node's services
+    until its lease expires, so a request may reach only the dead server before this client has
+    matched the new one. Ask again until someone answers (each try waits ``per_try_s``, far
+    longer than the node takes, so a slow answer is not asked for twice)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        assert time.monotonic() < deadline, f"the restarted node never answered {client.srv_name}"
+        client.wait_for_service(timeout_sec=1)
+        future = client.call_async(request)
+        if spin_until(ex, future.done, per_try_s):
+            return future.result()
+        client.remove_pending_request(future)
+
+
 def change(ex, client, transition_id: int, timeout: float = 5.0) -> bool:
     return call(ex, client, ChangeState.Request(transition=Transition(id=transition_id)), timeout).success
 
@@ -349,19 +364,11 @@ def test_memory_saved_process_killed_restarted_loaded_same_next_action(ros_conte
         second = agent_process(tmp_path, ns, "second")
         change_client = probe.create_client(ChangeState, f"{ns}/icrl_agent/change_state")
         get_client = probe.create_client(GetState, f"{ns}/icrl_agent/get_state")
-        # DDS still lists the killed node's services until its lease expires: a request may go
-        # to the dead one before the new one has matched this client. Ask until someone answers.
-        deadline = time.monotonic() + 60
-        while True:
-            assert time.monotonic() < deadline, "the restarted node never answered get_state"
-            get_client.wait_for_service(timeout_sec=1)
-            future = get_client.call_async(GetState.Request())
-            if spin_until(ex, future.done, 2):
-                break
-            get_client.remove_pending_request(future)
-        assert future.result().current_state.id == State.PRIMARY_STATE_UNCONFIGURED
+        state = call_after_restart(ex, get_client, GetState.Request(), per_try_s=2).current_state.id
+        assert state == State.PRIMARY_STATE_UNCONFIGURED
         assert change(ex, change_client, Transition.TRANSITION_CONFIGURE, timeout=60)  # loads the bundle
-        assert call(ex, load, Trigger.Request(), timeout=10).success
+        # `load` was made for the first node: it may not have matched the second one yet
+        assert call_after_restart(ex, load, Trigger.Request()).success
         assert change(ex, change_client, Transition.TRANSITION_ACTIVATE)
         spin_for(ex, 0.5)  # the latched goal arrives: no new episode
         assert step(70) == expected
