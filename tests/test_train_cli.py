@@ -59,3 +59,27 @@ def test_torchrun_two_processes_gloo(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "2 process(es)" in r.stdout
     assert torch.load(tmp_path / "d" / "checkpoints" / "final.pt", weights_only=False)["env_steps"] == 1024
+
+
+def test_evaluate_merge_combines_stored_results_and_refuses_bad_files(tmp_path):
+    def result(means):
+        return {"env": "icrl_ros/Darkroom-v0", "split": "test", "trials": 4, "memory_bytes": 1024,
+                "memory_tokens_at_end": 8, "episodes": [{"episode": i + 1, "mean": m, "ci95": 1.0, "n": 4}
+                                                        for i, m in enumerate(means)],
+                "trial_return": {"mean": 1.0, "ci95": 0.1, "oracle_normalised": 0.5, "oracle_normalised_ci95": 0.1}}
+
+    (tmp_path / "a.json").write_text(json.dumps({"relic": result([30.0, 80.0])}))
+    (tmp_path / "b.json").write_text(json.dumps({"memo": result([25.0, 70.0, 75.0])}))
+    r = run(["training/evaluate.py", "--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+             "--out", str(tmp_path / "all")])
+    assert r.returncode == 0, r.stderr
+    merged = json.loads((tmp_path / "all" / "eval.json").read_text())
+    assert list(merged) == ["relic", "memo"] and merged["memo"]["episodes"][2]["mean"] == 75.0
+    assert (tmp_path / "all" / "icl_curve.png").stat().st_size > 0
+    assert "80.00" in r.stdout and "75.00" in r.stdout
+    r = run(["training/evaluate.py", "--merge", str(tmp_path / "a.json"), str(tmp_path / "a.json"),
+             "--out", str(tmp_path / "dup")])
+    assert r.returncode != 0 and "labels repeat" in r.stderr
+    (tmp_path / "bad.json").write_text(json.dumps({"x": 1}))
+    r = run(["training/evaluate.py", "--merge", str(tmp_path / "bad.json")])
+    assert r.returncode != 0 and "not an eval.json" in r.stderr

@@ -3,6 +3,7 @@
     python training/evaluate.py runs/darkroom/checkpoints/final.pt
     python training/evaluate.py ckpt_a.pt ckpt_b.pt --label relic --label no-iea --out eval/darkroom
     python training/evaluate.py runs/radt/checkpoints/final.pt --label ra-dt   # RA-DT: retrieval memory
+    python training/evaluate.py --merge eval/a/eval.json eval/b/eval.json --out eval/all   # one table + plot
 
 For each checkpoint: trials on held-out tasks (``--split test``), each ``--steps`` long
 (default: the env's evaluation trial, 40 episodes for Darkroom, 500 steps for
@@ -175,7 +176,10 @@ def plot(results: list[dict], labels: list[str], path: Path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoints", nargs="+")
+    p.add_argument("checkpoints", nargs="+", help="checkpoints to evaluate, or eval.json files with --merge")
+    p.add_argument("--merge", action="store_true",
+                   help="the arguments are eval.json files written earlier: one table, plot and eval.json of all "
+                        "their results (labels as stored), nothing re-run")
     p.add_argument("--label", action="append", default=[], help="one per checkpoint")
     p.add_argument("--split", default="test", choices=["train", "test", "all"])
     p.add_argument("--trials", type=int, default=100)
@@ -192,6 +196,20 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="eval", help="output directory for eval.json and icl_curve.png")
     args = p.parse_args(argv)
+    if args.merge:
+        labels, results = [], []
+        for path in args.checkpoints:
+            try:
+                stored = json.loads(Path(path).read_text())
+            except (OSError, ValueError) as e:
+                fail(f"--merge {path}: not a readable eval.json ({e})")
+            if not isinstance(stored, dict) or not all(isinstance(r, dict) and "episodes" in r for r in stored.values()):
+                fail(f"--merge {path}: not an eval.json written by training/evaluate.py (label -> result with 'episodes')")
+            labels += list(stored)
+            results += list(stored.values())
+        if len(set(labels)) != len(labels):
+            fail(f"--merge: labels repeat across files {labels}; re-run evaluate.py with distinct --label values")
+        return write_results(results, labels, Path(args.out))
     labels = args.label or [Path(c).parent.parent.name or Path(c).stem for c in args.checkpoints]
     if len(labels) != len(args.checkpoints):
         fail(f"--label given {len(labels)} times for {len(args.checkpoints)} checkpoints; give one per checkpoint")
@@ -204,8 +222,12 @@ def main(argv=None) -> int:
                                     args.seed, args.memory, args.max_sets, args.max_chunks))
         except (FileNotFoundError, ValueError, KeyError) as e:
             fail(f"{c}: {e}")
+    return write_results(results, labels, Path(args.out))
+
+
+def write_results(results: list[dict], labels: list[str], out: Path) -> int:
+    """Print the table and write ``eval.json`` and ``icl_curve.png`` to ``out``."""
     print_table(results, labels)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(dict(zip(labels, results)), indent=1))
     plot(results, labels, out / "icl_curve.png")
