@@ -168,7 +168,11 @@ def plot(results: list[dict], labels: list[str], path: Path) -> None:
     ax.set_ylabel("episode return")
     ax.set_title(f"{results[0]['env']} ({results[0]['split']} tasks, mean ± 95% CI)")
     ax.grid(alpha=0.3)
-    ax.legend()
+    if len(labels) > 3:  # beside the axes: the curves fill the plot
+        fig.set_size_inches(7.5, 4)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    else:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
