@@ -26,6 +26,16 @@ def save_checkpoint(path: str | Path, policy: ICLPolicy, config: dict | None = N
     os.replace(tmp, path)
 
 
+def model_args_from_dict(d: dict, kind: str | None = None):
+    """The stored model arguments of a checkpoint or bundle: ``RADTArgs`` for ``kind`` (default:
+    ``d["kind"]``) ``radt`` (a DT with a retrieval memory), else ``ModelArgs``."""
+    if (kind or d.get("kind")) == "radt":
+        from icrl_ros.models.radt import RADTArgs
+
+        return RADTArgs.from_dict(d)
+    return ModelArgs.from_dict(d)
+
+
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[ICLPolicy, dict]:
     """Rebuild the policy (ReLIC / Memo / HCAM, or RA-DT for ``kind: radt``) from a checkpoint;
     returns (policy in eval mode, the whole blob)."""
@@ -35,13 +45,8 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[ICLPol
     blob = torch.load(path, map_location=map_location, weights_only=False)
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise ValueError(f"checkpoint {path}: field 'format' is not {FORMAT!r}")
-    if blob["model_args"].get("kind") == "radt":  # RA-DT: a DT with a retrieval memory, not a cached-step policy
-        from icrl_ros.models.radt import RADTArgs, RADTPolicy
+    from icrl_ros.models.stepping import build_policy
 
-        policy = RADTPolicy(RADTArgs.from_dict(blob["model_args"]))
-    else:
-        from icrl_ros.models.stepping import build_policy
-
-        policy = build_policy(ModelArgs.from_dict(blob["model_args"]))
+    policy = build_policy(model_args_from_dict(blob["model_args"]))
     policy.load_state_dict(blob["state_dict"])
     return policy.eval(), blob

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import yaml
 
+from icrl_ros.models.checkpoint import model_args_from_dict
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.policy import ICLPolicy
 from icrl_ros.models.radt import RADTArgs
@@ -166,13 +167,13 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         raise BundleError(f"{MANIFEST}: field 'format' is {fmt!r}, expected {FORMAT!r}")
     if _get(manifest, "version", int) > VERSION:
         raise BundleError(f"{MANIFEST}: field 'version' is {manifest['version']}, this runtime reads <= {VERSION}")
-    radt = _get(manifest, "model.kind", str) == "radt"
     try:
-        args = (RADTArgs if radt else ModelArgs).from_dict(dict(_get(manifest, "model.args", dict)))
+        args = model_args_from_dict(dict(_get(manifest, "model.args", dict)), _get(manifest, "model.kind", str))
     except (TypeError, ValueError) as e:
         raise BundleError(f"{MANIFEST}: field 'model.args' is invalid ({e})") from e
     if _get(manifest, "model.kind", str) != args.kind:
         raise BundleError(f"{MANIFEST}: field 'model.kind' is {manifest['model']['kind']!r}, model.args says {args.kind!r}")
+    radt = args.kind == "radt"
     _get(manifest, "model.hash", str)
     dims = {"n_layers": args.n_layers, "n_heads": args.n_heads, "head_dim": args.head_dim, "d_model": args.d_model,
             "n_actions": args.n_actions}
