@@ -28,9 +28,9 @@ import torch
 
 from icrl_ros.models import ICLPolicy, act, load_checkpoint, make_memory
 from icrl_ros.sim import VecTrialEnv, make_vec
-from training._cli import fail
 from icrl_ros.models.radt import RADTPolicy
-from training.ppo import next_step_inputs, trial_start_inputs
+from training._cli import fail
+from training.ppo import episode_returns_matrix, next_step_inputs, trial_start_inputs
 from training.radt_eval import run_radt_trials
 
 
@@ -64,10 +64,7 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
             episodes[i].append(ep_ret[i])
         ep_ret[done] = 0
         cur = next_step_inputs(env, obs, action, reward, done, cur, "cpu")
-    E = max(len(e) for e in episodes)
-    returns = np.full((B, E), np.nan)
-    for i, e in enumerate(episodes):
-        returns[i, :len(e)] = e
+    returns = episode_returns_matrix(episodes)
     return {"returns": returns, "trial_return": trial_ret, "memory_bytes": int(mem.nbytes),
             "memory_tokens": int(mem.valid[0].sum())}
 

@@ -59,6 +59,14 @@ def next_step_inputs(env, obs, action: Tensor, reward, done, cur: dict[str, Tens
             "episode_index": cur["episode_index"] + torch.as_tensor(done, device=device).long()}
 
 
+def episode_returns_matrix(episodes: list[list[float]]) -> np.ndarray:
+    """Per-env lists of finished episodes' returns -> (N, E), NaN where an env finished fewer."""
+    returns = np.full((len(episodes), max(map(len, episodes), default=0)), np.nan)
+    for i, e in enumerate(episodes):
+        returns[i, :len(e)] = e
+    return returns
+
+
 @dataclass
 class RolloutStats:
     episode_returns: list[tuple[int, float]] = field(default_factory=list)  # (episode index in trial, return)

@@ -24,6 +24,7 @@ import torch
 from icrl_ros.memory.subtrajectories import SubTrajectoryMemory
 from icrl_ros.models.radt import RADTPolicy, as_tensors, episode_windows
 from icrl_ros.sim import VecTrialEnv
+from training.ppo import episode_returns_matrix
 
 
 def empty_retrieved(batch: int, k: int, context: int) -> dict[str, np.ndarray]:
@@ -86,10 +87,7 @@ def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bo
                 arr[i] = 0
             target[i] = rng.normal(target_return, target_return_std)
         ep_ret[done], t[done] = 0, 0
-    E = max(len(e) for e in episodes)
-    returns = np.full((B, E), np.nan)
-    for i, e in enumerate(episodes):
-        returns[i, :len(e)] = e
+    returns = episode_returns_matrix(episodes)
     out = {"returns": returns, "trial_return": trial_ret, "memory_bytes": int(sum(m.nbytes for m in mems)),
            "memory_tokens": int(len(mems[0])), "memories": mems}
     if record:
