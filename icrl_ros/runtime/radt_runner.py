@@ -137,21 +137,8 @@ class RADTRunner(RunnerBase):
     def _image_obs(self, obs: dict) -> dict[str, np.ndarray]:
         """The encoder's inputs from an observation (goal: begin_episode's, else obs['goal']),
         shapes checked."""
-        out = {}
-        for name, io in self.spec.items():
-            if name == "goal":
-                val = self.goal if self.goal is not None else obs.get("goal")
-                if val is None:
-                    raise ValueError("goal: this model needs a goal; call begin_episode(goal=...) or pass obs['goal']")
-                out[name] = np.asarray(self.goal_index(val))
-                continue
-            if name not in obs:
-                raise ValueError(f"obs: missing key {name!r}; this model reads {[n for n in self.spec if n != 'goal']}")
-            val = np.asarray(obs[name])
-            if val.shape != tuple(io["shape"][1:]):
-                raise ValueError(f"obs[{name!r}]: shape {val.shape}, expected {tuple(io['shape'][1:])} ({io['dtype']})")
-            out[name] = val.astype(np.dtype(io["dtype"]), copy=False)
-        return out
+        reads = [n for n in self.spec if n != "goal"]
+        return {name: self._observed(name, io, obs, reads) for name, io in self.spec.items()}
 
     def _took(self, action: int) -> None:
         self.memory.record_action(action)

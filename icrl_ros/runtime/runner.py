@@ -125,20 +125,8 @@ class PolicyRunner(RunnerBase):
             return self.prev_reward
         if name == "episode_step":
             return self.step_in_episode
-        if name == "goal":
-            if self.goal is not None:
-                return self.goal
-            if "goal" not in obs:
-                raise ValueError("goal: this model needs a goal; call begin_episode(goal=...) or pass obs['goal']")
-            return self.goal_index(obs["goal"])
-        if name not in obs:
-            raise ValueError(f"obs: missing key {name!r}; this model reads {[n for n in self.spec if n not in TRACKED_INPUTS]}")
-        io = self.spec[name]
-        val = np.asarray(obs[name])
-        want = tuple(io["shape"][1:])
-        if val.shape != want:
-            raise ValueError(f"obs[{name!r}]: shape {val.shape}, expected {want} ({io['dtype']})")
-        return torch.from_numpy(val.astype(np.dtype(io["dtype"]), copy=False))
+        reads = [n for n in self.spec if n not in TRACKED_INPUTS]
+        return torch.from_numpy(self._observed(name, self.spec[name], obs, reads))
 
     def step(self, inputs: dict[str, Tensor], episode_index: Tensor) -> tuple[Tensor, Tensor]:
         """Low level: explicit encoder inputs (each (B,)) and episode indices (B,) for one

@@ -82,6 +82,24 @@ class RunnerBase:
             self.step_in_episode = 0
             self.goal = idx
 
+    def _observed(self, name: str, io: dict, obs: dict, reads: list[str]) -> np.ndarray:
+        """An encoder input taken from the observation: ``goal`` (begin_episode's, else
+        obs['goal'], as an index), or ``obs[name]`` checked against its graph spec ``io`` and
+        cast to its dtype; ``reads`` names the observation keys the model reads (for errors)."""
+        if name == "goal":
+            if self.goal is not None:
+                return np.asarray(self.goal)
+            if "goal" not in obs:
+                raise ValueError("goal: this model needs a goal; call begin_episode(goal=...) or pass obs['goal']")
+            return np.asarray(self.goal_index(obs["goal"]))
+        if name not in obs:
+            raise ValueError(f"obs: missing key {name!r}; this model reads {reads}")
+        val = np.asarray(obs[name])
+        want = tuple(io["shape"][1:])
+        if val.shape != want:
+            raise ValueError(f"obs[{name!r}]: shape {val.shape}, expected {want} ({io['dtype']})")
+        return val.astype(np.dtype(io["dtype"]), copy=False)
+
     # -- stepping --------------------------------------------------------------------------
     def act(self, obs: dict) -> tuple[int, dict]:
         """One control step. ``obs``: the model's observation inputs (grid worlds:
