@@ -19,6 +19,8 @@ def random_trial(args, batch: int, steps: int, episode_len: int, seed: int = 0) 
         "episode_step": (t % episode_len).expand(batch, steps).clone(),
         "episode_index": (t // episode_len).expand(batch, steps).clone(),
     }
+    if getattr(args, "last_obs", False):
+        inp["last_obs"] = torch.randint(0, args.n_obs, (batch, steps), generator=g)
     if args.n_goals:
         inp["goal"] = torch.randint(0, args.n_goals, (batch, steps), generator=g)
     drop = ("obs",) if args.obs_type == "image" else ("rgb", "odom")

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from icrl_ros.models import SINKS, ICLPolicy, ModelArgs, load_checkpoint, save_checkpoint
+from icrl_ros.models import SINKS, ICLPolicy, MemoPolicy, ModelArgs, load_checkpoint, save_checkpoint
 from tests.helpers import cached_rollout, random_trial
 
 
@@ -113,3 +113,19 @@ def test_xy_grid_encoding_has_no_per_cell_table_and_steps_exactly():
     assert (logits - cached_rollout(policy, inp)[0]).abs().max() <= 1e-5
     with pytest.raises(ValueError, match="model.grid_encoding"):
         small_args(grid_encoding="onehot")
+
+
+@pytest.mark.parametrize("kind", ["relic", "memo"])
+def test_last_obs_input_is_embedded_and_steps_exactly(kind):
+    torch.manual_seed(0)
+    args = small_args(n_obs=25, grid_encoding="xy", last_obs=True, kind=kind, l_seg=8, l_sum=2)
+    policy = (MemoPolicy if kind == "memo" else ICLPolicy)(args).eval()
+    assert "last_obs" in policy.input_spec()
+    inp = random_trial(args, batch=2, steps=20, episode_len=6)
+    with torch.no_grad():
+        logits = policy.forward_sequence(inp)[0]
+        other = policy.forward_sequence({**inp, "last_obs": (inp["last_obs"] + 1) % 25})[0]
+    assert (logits - other).abs().max() > 1e-4  # the input is used
+    assert (logits - cached_rollout(policy, inp)[0]).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="model.last_obs"):
+        small_args(last_obs=True, obs_type="image")

@@ -63,6 +63,7 @@ def test_key_to_door_rewards_and_oracle():
         rewards.append(r[0])
     assert rewards == [0, 1, 0, 1] and done[0] and info["terminated"][0]
     assert env.pos[0].tolist() == [0, 0] and not env.has_key[0]  # reset to the trial's start
+    assert info["final_obs"][0] == 2 * 9 + 2 and env.observe()[0] == 0  # the door, seen only there
     # the oracle collects 2 per 4-step episode: 500 // 4 = 125 episodes
     assert env.oracle_trial_return(500)[0] == 250
     assert env.oracle_trial_return(6)[0] == 2 + 1

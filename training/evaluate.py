@@ -57,13 +57,13 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     for _ in range(steps):
         logits, _ = act(policy, cur, mem)
         action = logits.argmax(-1) if greedy else torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]
-        obs, reward, done, _ = env.step(action.numpy())
+        obs, reward, done, info = env.step(action.numpy())
         ep_ret += reward
         trial_ret += reward
         for i in np.flatnonzero(done):
             episodes[i].append(ep_ret[i])
         ep_ret[done] = 0
-        cur = next_step_inputs(env, obs, action, reward, done, cur, "cpu")
+        cur = next_step_inputs(env, obs, action, reward, done, cur, "cpu", info)
     returns = episode_returns_matrix(episodes)
     return {"returns": returns, "trial_return": trial_ret, "memory_bytes": int(mem.nbytes),
             "memory_tokens": int(mem.valid[0].sum())}

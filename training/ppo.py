@@ -33,13 +33,15 @@ _EXTRA = {"episode_index": torch.long, "action": torch.long, "reward": torch.flo
           "logprob": torch.float32, "value": torch.float32, "chunk": torch.long}
 
 
-def env_inputs(obs, device) -> dict[str, Tensor]:
-    """Observation of a batched env -> policy inputs: a cell index array, or a dict with
-    ``rgb``, ``odom`` and ``goal`` (the env's own ``prev_action`` is not used: the trainer
-    tracks it)."""
+def env_inputs(obs, device, final_obs=None) -> dict[str, Tensor]:
+    """Observation of a batched env -> policy inputs: a cell index array (with ``last_obs``,
+    the cell the last step arrived in: ``final_obs`` where given, else ``obs``), or a dict
+    with ``rgb``, ``odom`` and ``goal`` (the env's own ``prev_action`` is not used: the
+    trainer tracks it)."""
     if isinstance(obs, dict):
         return {k: torch.as_tensor(np.asarray(obs[k]), device=device) for k in ("rgb", "odom", "goal") if k in obs}
-    return {"obs": torch.as_tensor(obs, device=device)}
+    return {"obs": torch.as_tensor(obs, device=device),
+            "last_obs": torch.as_tensor(obs if final_obs is None else final_obs, device=device)}
 
 
 def trial_start_inputs(env, obs, n_actions: int, device) -> dict[str, Tensor]:
@@ -50,11 +52,13 @@ def trial_start_inputs(env, obs, n_actions: int, device) -> dict[str, Tensor]:
             "episode_index": torch.zeros(B, dtype=torch.long, device=device)}
 
 
-def next_step_inputs(env, obs, action: Tensor, reward, done, cur: dict[str, Tensor], device) -> dict[str, Tensor]:
-    """Policy inputs after an env step. The previous action and reward carry across an episode
-    boundary (the new episode's first token sees how the last one ended); ``done`` advances
-    the episode index."""
-    return {**env_inputs(obs, device), "prev_action": action, "prev_reward": torch.as_tensor(reward, device=device),
+def next_step_inputs(env, obs, action: Tensor, reward, done, cur: dict[str, Tensor], device,
+                     info: dict | None = None) -> dict[str, Tensor]:
+    """Policy inputs after an env step. The previous action and reward (and ``last_obs``,
+    from ``info["final_obs"]``) carry across an episode boundary (the new episode's first
+    token sees how the last one ended); ``done`` advances the episode index."""
+    final = (info or {}).get("final_obs")
+    return {**env_inputs(obs, device, final), "prev_action": action, "prev_reward": torch.as_tensor(reward, device=device),
             "episode_step": torch.as_tensor(env.episode_step, device=device),
             "episode_index": cur["episode_index"] + torch.as_tensor(done, device=device).long()}
 
@@ -129,7 +133,7 @@ class PPOTrainer:
                     buf[key][:, t] = cur[key]
                 buf["action"][:, t], buf["logprob"][:, t] = action, dist_.log_prob(action)
                 buf["value"][:, t], buf["chunk"][:, t] = value, c
-                obs, reward, done, _ = env.step(action.cpu().numpy())
+                obs, reward, done, info = env.step(action.cpu().numpy())
                 buf["reward"][:, t] = torch.as_tensor(reward, device=dev)
                 buf["done"][:, t] = torch.as_tensor(done, dtype=torch.float32, device=dev)
                 ep_return += reward
@@ -137,7 +141,7 @@ class PPOTrainer:
                 for i in np.flatnonzero(done):
                     stats.episode_returns.append((int(ep_idx[i]), float(ep_return[i])))
                 ep_return[done] = 0.0
-                cur = next_step_inputs(env, obs, action, reward, done, cur, dev)
+                cur = next_step_inputs(env, obs, action, reward, done, cur, dev, info)
             last = c == len(chunks) - 1
             if last and hasattr(env, "oracle_trial_return"):
                 oracle = env.oracle_trial_return(T)

@@ -55,6 +55,12 @@ class ModelArgs:
     ``xy`` (learnt row + column embeddings, plus the coordinate features; no per-cell table,
     so a cell never rewarded in training still reads as its row and column). Without a
     ``grid_size`` (not a square grid) both mean the per-cell table."""
+    last_obs: bool = False
+    """Grid worlds: also embed ``last_obs``, the cell the previous step arrived in before any
+    episode reset (the env's final observation). It differs from ``obs`` only on the first
+    token after an episode ends; without it a goal that ends the episode on arrival (the
+    Dark-Key-To-Door door) is never observed, only inferable from the token before plus the
+    action taken."""
     obs_type: str = "discrete"
     """``discrete`` (a cell index ``obs``) or ``image`` (``rgb`` uint8 HxWx3 + ``odom`` x, y, yaw)."""
     image_size: int = 64
@@ -117,6 +123,8 @@ class ModelArgs:
         check_choice("model.visual_encoder", self.visual_encoder, VISUAL_ENCODERS)
         check_choice("model.grid_encoding", self.grid_encoding, GRID_ENCODINGS)
         check_positive("model.image_size", self.image_size)
+        if self.last_obs and self.obs_type != "discrete":
+            raise ValueError("model.last_obs: only for discrete (grid-world) observations")
         if self.obs_type == "image" and self.image_size < 16:
             raise ValueError(f"model.image_size: must be >= 16 for the CNN, got {self.image_size}")
         check_positive("model.l_seg", self.l_seg)

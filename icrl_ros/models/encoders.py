@@ -52,8 +52,40 @@ def load_frozen(module: nn.Module, path: str) -> None:
         q.requires_grad_(False)
 
 
+class CellEncoder(nn.Module):
+    """A grid cell index -> embedding: a per-cell table, or row + column tables
+    (``grid_encoding: xy``), plus normalised (row, col) coordinate features on a square grid."""
+
+    def __init__(self, a: ModelArgs) -> None:
+        super().__init__()
+        self.args = a
+        self.build(self, a)
+
+    @staticmethod
+    def build(m: nn.Module, a: ModelArgs) -> None:
+        m.xy = a.grid_encoding == "xy" and a.grid_size > 0
+        if m.xy:  # row + column tables: nothing specific to one cell
+            m.rows = nn.Embedding(a.grid_size, a.d_model)
+            m.cols = nn.Embedding(a.grid_size, a.d_model)
+        else:
+            m.obs = nn.Embedding(a.n_obs, a.d_model)
+        m.coords = nn.Linear(2, a.d_model) if a.grid_size else None
+
+    @staticmethod
+    def encode(m: nn.Module, a: ModelArgs, cell: Tensor) -> Tensor:
+        if m.coords is None:
+            return m.obs(cell)
+        g = a.grid_size
+        row, col = cell // g, cell % g
+        x = m.coords(torch.stack([row, col], dim=-1).float() / max(g - 1, 1))
+        return x + (m.rows(row) + m.cols(col) if m.xy else m.obs(cell))
+
+    def forward(self, cell: Tensor) -> Tensor:
+        return self.encode(self, self.args, cell)
+
+
 class StepEncoder(nn.Module):
-    """(obs | rgb + odom) + previous action + previous reward + goal + within-episode step -> token.
+    """(obs [+ last_obs] | rgb + odom) + previous action + previous reward + goal + within-episode step -> token.
 
     ``prev_action == n_actions`` means "no previous action" (start of a trial). The
     within-episode step is a learnable position; the episode index goes to RoPE instead.
@@ -66,13 +98,10 @@ class StepEncoder(nn.Module):
             self.image = ImageEncoder(a.d_model, a.image_size)
             self.odom = nn.Linear(4, a.d_model)  # x, y, cos(yaw), sin(yaw)
         else:
-            self.xy = a.grid_encoding == "xy" and a.grid_size > 0
-            if self.xy:  # row + column tables: nothing specific to one cell
-                self.rows = nn.Embedding(a.grid_size, a.d_model)
-                self.cols = nn.Embedding(a.grid_size, a.d_model)
-            else:
-                self.obs = nn.Embedding(a.n_obs, a.d_model)
-            self.coords = nn.Linear(2, a.d_model) if a.grid_size else None
+            # The cell tables sit on the step encoder itself (checkpoint names predate
+            # CellEncoder); last_obs gets its own CellEncoder.
+            CellEncoder.build(self, a)
+            self.last = CellEncoder(a) if a.last_obs else None
         self.prev_action = nn.Embedding(a.n_actions + 1, a.d_model)
         self.prev_reward = nn.Linear(1, a.d_model) if a.use_reward else None
         self.step = nn.Embedding(a.max_episode_steps, a.d_model)
@@ -91,14 +120,9 @@ class StepEncoder(nn.Module):
             yaw = odom[..., 2:3]
             x = self.image(inp["rgb"]) + self.odom(torch.cat([odom[..., :2], yaw.cos(), yaw.sin()], -1))
         else:
-            cell = inp["obs"]
-            if self.coords is not None:
-                g = a.grid_size
-                row, col = cell // g, cell % g
-                x = self.coords(torch.stack([row, col], dim=-1).float() / max(g - 1, 1))
-                x = x + (self.rows(row) + self.cols(col) if self.xy else self.obs(cell))
-            else:
-                x = self.obs(cell)
+            x = CellEncoder.encode(self, a, inp["obs"])
+            if self.last is not None:
+                x = x + self.last(inp["last_obs"])
         x = x + self.prev_action(inp["prev_action"])
         if self.prev_reward is not None:
             x = x + self.prev_reward(inp["prev_reward"].unsqueeze(-1).float())

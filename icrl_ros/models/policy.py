@@ -60,6 +60,8 @@ class ICLPolicy(nn.Module):
             spec = {"rgb": ((a.image_size, a.image_size, 3), torch.uint8), "odom": ((3,), torch.float32)}
         else:
             spec = {"obs": ((), torch.long)}
+            if a.last_obs:
+                spec["last_obs"] = ((), torch.long)
         spec["prev_action"] = ((), torch.long)
         if a.use_reward:
             spec["prev_reward"] = ((), torch.float32)

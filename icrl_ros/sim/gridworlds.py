@@ -9,7 +9,9 @@ Both come in two forms:
 A *trial* fixes the task (goal; key, door and start) across episodes. ``reset_trial``
 draws a new task; an episode end (``done``) auto-resets to the next episode of the same
 trial and returns the new episode's first observation. Observations are discrete cell
-indices ``x * size + y``.
+indices ``x * size + y``. ``info["final_obs"]`` is the cell each env's step arrived in,
+before any episode reset (Gymnasium's final observation): on a terminated Dark-Key-To-Door
+episode it is the door, which the reset observation no longer shows.
 """
 
 from __future__ import annotations
@@ -134,9 +136,11 @@ class DarkroomVecEnv(VecTrialEnv):
         reward = (self.pos == self.goal).all(axis=1).astype(np.float32)
         self.episode_step += 1
         done = self.episode_step >= self.max_episode_steps
+        final = self.observe()
         self.pos[done] = 0
         self.episode_step[done] = 0
-        return self.observe(), reward, done, {"terminated": np.zeros_like(done), "truncated": done.copy()}
+        return self.observe(), reward, done, {"terminated": np.zeros_like(done), "truncated": done.copy(),
+                                              "final_obs": final}
 
     def oracle_episode_return(self) -> np.ndarray:
         d = np.abs(self.goal).sum(axis=1)  # shortest path from (0, 0)
@@ -226,10 +230,11 @@ class DarkKeyToDoorVecEnv(VecTrialEnv):
         self.episode_step += 1
         truncated = (self.episode_step >= self.max_episode_steps) & ~at_door
         done = at_door | truncated
+        final = self.observe()
         self.pos[done] = self.start[done]
         self.has_key[done] = False
         self.episode_step[done] = 0
-        return self.observe(), reward, done, {"terminated": at_door, "truncated": truncated}
+        return self.observe(), reward, done, {"terminated": at_door, "truncated": truncated, "final_obs": final}
 
     def oracle_trial_return(self, trial_steps: int) -> np.ndarray:
         d_key = np.abs(self.key - self.start).sum(axis=1)
