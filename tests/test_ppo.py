@@ -39,8 +39,9 @@ def test_shuffle_keeps_episodes_whole_and_in_progress_last():
     assert not all(buf["obs"][b, :16].tolist() == list(range(16)) for b in range(B))
 
 
-def test_gae_matches_reference_loop():
-    tr = _trainer()
+@pytest.mark.parametrize("trial_returns", [False, True])
+def test_gae_matches_reference_loop(trial_returns):
+    tr = _trainer(trial_returns=trial_returns)
     g, lam = tr.cfg.gamma, tr.cfg.gae_lambda
     rng = np.random.default_rng(0)
     B, T = 2, 10
@@ -54,7 +55,7 @@ def test_gae_matches_reference_loop():
             total, disc = 0.0, 1.0
             for s in range(t, T):
                 nv = boot[b] if s == T - 1 else buf["value"][b, s + 1]
-                nt = 1 - buf["done"][b, s]
+                nt = 1.0 if trial_returns else 1 - buf["done"][b, s]  # trial returns: no terminal inside
                 delta = buf["reward"][b, s] + g * nv * nt - buf["value"][b, s]
                 total += disc * delta
                 disc *= g * lam * nt

@@ -45,6 +45,11 @@ class PPOConfig:
     update_epochs: int = 1
     gamma: float = 0.99
     gae_lambda: float = 0.95
+    trial_returns: bool = False
+    """True: returns and advantages run across episode boundaries to the end of the trial
+    (the meta-RL objective of RL^2 / AMAGO: finishing an episode sooner earns the next
+    episode's reward sooner, and exploring pays off in later episodes); the rollout's end is
+    the trial's end. False: each episode is its own return (a terminal at every ``done``)."""
     clip_coef: float = 0.2
     ent_coef: float = 0.1
     vf_coef: float = 0.5

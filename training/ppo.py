@@ -148,6 +148,8 @@ class PPOTrainer:
                 stats.trial_return_normalised = float((buf["reward"].sum(1).cpu().numpy() / oracle).mean())
             loss_mask = torch.ones(B, t1, dtype=torch.bool, device=dev) if last else buf["chunk"][:, :t1] == c
             boot = act(policy, cur, cache, commit=False)[1]
+            if last and cfg.trial_returns:  # the trial ends with the rollout: nothing follows
+                boot = torch.zeros_like(boot)
             self.update(buf, t1, loss_mask, boot, stats)
             if not last:
                 if cfg.shuffle_episodes:
@@ -180,6 +182,10 @@ class PPOTrainer:
         buf["value"][:, :t1] = refresh(self.policy, cache, {k: buf[k][:, :t1] for k in self.keys}, self.schedule)
 
     # -- PPO update -------------------------------------------------------------------
+    @property
+    def _episode_terminal(self) -> float:
+        return 0.0 if self.cfg.trial_returns else 1.0
+
     def gae(self, buf: dict[str, Tensor], t1: int, boot: Tensor) -> tuple[Tensor, Tensor]:
         g, lam = self.cfg.gamma, self.cfg.gae_lambda
         r, v, d = buf["reward"][:, :t1] * self.cfg.reward_scale, buf["value"][:, :t1], buf["done"][:, :t1]
@@ -187,7 +193,7 @@ class PPOTrainer:
         last = torch.zeros_like(boot)
         for t in reversed(range(t1)):
             next_v = boot if t == t1 - 1 else v[:, t + 1]
-            nonterm = 1.0 - d[:, t]
+            nonterm = 1.0 - d[:, t] * self._episode_terminal
             delta = r[:, t] + g * next_v * nonterm - v[:, t]
             last = delta + g * lam * nonterm * last
             adv[:, t] = last
