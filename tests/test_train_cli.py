@@ -83,3 +83,20 @@ def test_evaluate_merge_combines_stored_results_and_refuses_bad_files(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps({"x": 1}))
     r = run(["training/evaluate.py", "--merge", str(tmp_path / "bad.json")])
     assert r.returncode != 0 and "not an eval.json" in r.stderr
+
+
+def test_seed_groups_summarise_seeds_and_the_difference():
+    from training.evaluate import seed_groups
+
+    def res(x):
+        return {"trial_return": {"oracle_normalised": x}}
+
+    labels = ["relic/s0", "relic/s1", "relic/s2", "memo/s0", "memo/s1", "memo/s2", "single"]
+    vals = [0.5, 0.6, 0.7, 0.6, 0.7, 0.8, 0.1]
+    g = seed_groups([res(v) for v in vals], labels)
+    assert list(g) == ["relic", "memo"]  # "single" names no seed
+    assert abs(g["relic"]["mean"] - 0.6) < 1e-9 and abs(g["relic"]["std"] - 0.1) < 1e-9
+    assert abs(g["relic"]["ci95"] - 4.303 * 0.1 / 3 ** 0.5) < 1e-6  # t(2 df)
+    v = g["memo"]["vs"]
+    assert v["baseline"] == "relic" and abs(v["diff"] - 0.1) < 1e-9
+    assert abs(v["welch_df"] - 4.0) < 1e-9 and abs(v["ci95"] - 2.776 * (0.02 / 3) ** 0.5) < 1e-6

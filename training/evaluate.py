@@ -4,6 +4,8 @@
     python training/evaluate.py ckpt_a.pt ckpt_b.pt --label relic --label no-iea --out eval/darkroom
     python training/evaluate.py runs/radt/checkpoints/final.pt --label ra-dt   # RA-DT: retrieval memory
     python training/evaluate.py --merge eval/a/eval.json eval/b/eval.json --out eval/all   # one table + plot
+    python training/evaluate.py r0.pt r1.pt m0.pt m1.pt --label relic/s0 --label relic/s1 \
+        --label memo/s0 --label memo/s1      # name/seed labels: also a per-name summary over seeds
 
 For each checkpoint: trials on held-out tasks (``--split test``), each ``--steps`` long
 (default: the env's evaluation trial, 40 episodes for Darkroom, 500 steps for
@@ -147,6 +149,55 @@ def print_table(results: list[dict], labels: list[str], max_rows: int = 40) -> N
               f"per trial at the end")
 
 
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then ~normal).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def t975(df: float) -> float:
+    return _T975[min(max(int(df), 1), len(_T975)) - 1] if df < 31 else 1.96
+
+
+def seed_groups(results: list[dict], labels: list[str]) -> dict:
+    """Labels ``name/seed`` (e.g. ``relic/s0``) -> per group: each seed's oracle-normalised
+    trial return, their mean, sample std and 95% CI (t over seeds); and for each group
+    after the first, the difference to the first with its Welch 95% CI. Empty when no
+    label names a seed."""
+    groups: dict[str, list[float]] = {}
+    for lab, r in zip(labels, results):
+        if "/" in lab:
+            groups.setdefault(lab.split("/", 1)[0], []).append(r["trial_return"]["oracle_normalised"])
+    out = {}
+    for name, v in groups.items():
+        x = np.array(v)
+        sd = float(x.std(ddof=1)) if len(x) > 1 else float("nan")
+        out[name] = {"seeds": v, "mean": float(x.mean()), "std": sd,
+                     "ci95": t975(len(x) - 1) * sd / np.sqrt(len(x)) if len(x) > 1 else float("nan")}
+    names = list(out)
+    for name in names[1:]:
+        a, b = np.array(out[names[0]]["seeds"]), np.array(out[name]["seeds"])
+        if len(a) < 2 or len(b) < 2:
+            continue
+        va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+        se = float(np.sqrt(va + vb))
+        df = (va + vb) ** 2 / max(va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1), 1e-300)
+        out[name]["vs"] = {"baseline": names[0], "diff": float(b.mean() - a.mean()), "ci95": t975(df) * se,
+                           "welch_df": float(df)}
+    return out
+
+
+def print_seed_groups(groups: dict) -> None:
+    for name, g in groups.items():
+        seeds = ", ".join(f"{x:.3f}" for x in g["seeds"])
+        line = (f"{name}: oracle-normalised trial return over {len(g['seeds'])} seeds {g['mean']:.3f} "
+                f"± {g['ci95']:.3f} (95% CI; std {g['std']:.3f}; seeds {seeds})")
+        if "vs" in g:
+            v = g["vs"]
+            line += f"; minus {v['baseline']}: {v['diff']:+.3f} ± {v['ci95']:.3f} (Welch 95% CI)"
+        print(line)
+
+
 def plot(results: list[dict], labels: list[str], path: Path) -> None:
     import matplotlib
 
@@ -229,8 +280,12 @@ def main(argv=None) -> int:
 def write_results(results: list[dict], labels: list[str], out: Path) -> int:
     """Print the table and write ``eval.json`` and ``icl_curve.png`` to ``out``."""
     print_table(results, labels)
+    groups = seed_groups(results, labels)
+    print_seed_groups(groups)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(dict(zip(labels, results)), indent=1))
+    if groups:
+        (out / "seeds.json").write_text(json.dumps(groups, indent=1))
     plot(results, labels, out / "icl_curve.png")
     print(f"wrote {out / 'eval.json'} and {out / 'icl_curve.png'}")
     return 0
