@@ -3,6 +3,7 @@
     python training/train.py --config config/train/darkroom.yaml
     python training/train.py --config config/train/darkroom.yaml --set ppo.lr=1e-3 --set model.iea=false
     python training/train.py --config ... --resume runs/darkroom/checkpoints/latest.pt
+    python training/train.py --config ... --init runs/imitated/checkpoints/final.pt   # fine-tune its weights
     torchrun --nproc_per_node 2 training/train.py --config ...     # gloo on CPU, nccl on GPU
 
 Writes TensorBoard scalars (``charts/*``, ``losses/*``), ``checkpoints/latest.pt`` every
@@ -39,6 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--config", help="YAML file in config/train/")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.add_argument("--resume", help="checkpoint to resume from (weights, optimiser, progress)")
+    p.add_argument("--init", help="start from this checkpoint's weights (a fresh optimiser and schedule; the "
+                   "model arguments must match the config's), e.g. one from training/imitate.py")
     p.add_argument("--run-dir", help="output directory (overrides run_dir)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
@@ -92,6 +95,20 @@ def main(argv=None) -> int:
     total_rollouts = math.ceil(cfg.total_steps / steps_per_rollout)
     trainer = PPOTrainer(policy, env, cfg.ppo, total_rollouts, device, world)
     start = 0
+    if args.init and args.resume:
+        fail("--init and --resume: give one (--resume continues a run, --init starts one from given weights)")
+    if args.init:
+        try:
+            blob = torch.load(args.init, map_location=device, weights_only=False)
+        except (OSError, RuntimeError) as e:
+            fail(f"--init {args.init}: not a readable checkpoint ({e})")
+        if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+            fail(f"--init {args.init}: not an icrl_ros checkpoint (format {FORMAT!r})")
+        if blob["model_args"] != model_args.to_dict():
+            diff = sorted(k for k in blob["model_args"] if blob["model_args"][k] != model_args.to_dict().get(k))
+            fail(f"--init {args.init}: its model arguments differ from the config's in {diff}; use the config it "
+                 "was trained with (its config.yaml)")
+        policy.load_state_dict(blob["state_dict"])
     if args.resume:
         blob = torch.load(args.resume, map_location=device, weights_only=False)
         if blob.get("format") != FORMAT or "optimizer" not in blob:
