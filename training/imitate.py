@@ -51,6 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--run-dir", help="output directory (overrides run_dir)")
     p.add_argument("--mix-fraction", type=float, default=0.3,
                    help="fraction of the run over which the teacher's share of executed actions goes 1 -> 0")
+    p.add_argument("--teacher", help="scripted teacher (training/teachers.py; default: the env's first)")
     p.add_argument("--vf-coef", type=float, default=0.5, help="weight of the value regression")
     return p.parse_args(argv)
 
@@ -68,9 +69,10 @@ def discounted(reward: torch.Tensor, done: torch.Tensor, gamma: float, trial_ret
 
 
 class Imitator:
-    def __init__(self, policy, env, cfg: TrainConfig, iterations: int, mix_fraction: float, vf_coef: float) -> None:
+    def __init__(self, policy, env, cfg: TrainConfig, iterations: int, mix_fraction: float, vf_coef: float,
+                 teacher: str | None = None) -> None:
         self.policy, self.env, self.cfg = policy, env, cfg
-        self.teacher = make_teacher(env)
+        self.teacher = make_teacher(env, teacher)
         self.iterations, self.mix_fraction, self.vf_coef = iterations, mix_fraction, vf_coef
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg.ppo.lr, eps=1e-5)
         self.keys = [*policy.input_spec(), "episode_index"]
@@ -106,7 +108,7 @@ class Imitator:
                 buf[k].append(cur[k])
             buf["label"].append(torch.as_tensor(label))
             obs, reward, done, info = env.step(action)
-            self.teacher.observe(info["final_obs"], reward, done)
+            self.teacher.observe(info["final_obs"], reward, done, action)
             buf["reward"].append(torch.as_tensor(reward, dtype=torch.float32))
             buf["done"].append(torch.as_tensor(done, dtype=torch.float32))
             cur = next_step_inputs(env, obs, torch.as_tensor(action), reward, done, cur, "cpu", info)
@@ -163,13 +165,13 @@ def main(argv=None) -> int:
     steps_per_it = cfg.env.num_envs * cfg.ppo.rollout_length
     iterations = math.ceil(cfg.total_steps / steps_per_it)
     try:
-        imitator = Imitator(policy, env, cfg, iterations, args.mix_fraction, args.vf_coef)
+        imitator = Imitator(policy, env, cfg, iterations, args.mix_fraction, args.vf_coef, args.teacher)
     except ValueError as e:
         fail(str(e))
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(__import__("yaml").safe_dump(cfg.to_dict(), sort_keys=False))
-    print(f"imitating the {env.name} teacher: {iterations} iterations of {steps_per_it:,} steps, run dir {run_dir}",
+    print(f"imitating {type(imitator.teacher).__name__} on {env.name}: {iterations} iterations of {steps_per_it:,} steps, run dir {run_dir}",
           flush=True)
     g = np.random.default_rng(cfg.seed)
 

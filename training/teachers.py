@@ -6,6 +6,9 @@ the trial, so imitating it is itself in-context learning (as Algorithm Distillat
 DPT distil algorithms into a transformer). Its actions are a function of the history
 alone, so it can label any history, including the student's own (DAgger).
 
+:class:`CycleExplorer` (the default) searches along a fixed tour of the grid and remembers
+three cells; see its docstring.
+
 :class:`KeyDoorExplorer` (Dark-Key-To-Door): until the key is found, walk to the nearest
 cell not yet visited without the key; once it is known, walk straight to it. With the key,
 the same for the door over the cells visited while holding the key. On held-out tasks it
@@ -66,8 +69,10 @@ class KeyDoorExplorer:
         # move along x first, then y (no move is never chosen: the goal differs from the cell)
         return np.where(d[:, 0] > 0, _RIGHT, np.where(d[:, 0] < 0, _LEFT, np.where(d[:, 1] > 0, _UP, _DOWN)))
 
-    def observe(self, final_cells: np.ndarray, reward: np.ndarray, done: np.ndarray) -> None:
-        """After a step: ``final_cells`` is where each env arrived (before an episode reset)."""
+    def observe(self, final_cells: np.ndarray, reward: np.ndarray, done: np.ndarray,
+                actions: np.ndarray | None = None) -> None:
+        """After a step: ``final_cells`` is where each env arrived (before an episode reset);
+        ``actions`` (the executed ones) is unused here."""
         ar = np.arange(self.n)
         self.visit(final_cells)
         got = reward > 0
@@ -77,34 +82,127 @@ class KeyDoorExplorer:
         self.has_key[done] = False
 
 
-TEACHERS = {"dark_key_to_door": KeyDoorExplorer}
+def grid_cycle(n: int) -> list[int]:
+    """A closed tour of the odd n x n grid through every cell but the corner (n-1, n-1), as
+    cell indices ``x * n + y``: a snake over columns 1.. of rows 0..n-3, a two-row zig-zag back
+    along rows n-2 and n-1, and column 0 home. (An odd grid has no tour through all cells.)"""
+    if n < 3 or n % 2 == 0:
+        raise ValueError(f"grid_cycle: needs an odd side >= 3, got {n}")
+    tour = []
+    for x in range(n - 2):
+        tour += [(x, y) for y in (range(1, n) if x % 2 == 0 else range(n - 1, 0, -1))]
+    tour.append((n - 2, n - 1))
+    for y in range(n - 2, 0, -1):
+        pair = [(n - 2, y), (n - 1, y)]
+        tour += pair if (n - 2 - y) % 2 == 0 else pair[::-1]
+    tour += [(x, 0) for x in range(n - 1, -1, -1)]
+    return [x * n + y for x, y in tour]
 
 
-def make_teacher(env: VecTrialEnv):
-    if env.name not in TEACHERS:
-        raise ValueError(f"env {env.name!r} has no scripted teacher; teachers exist for {sorted(TEACHERS)}")
-    return TEACHERS[env.name](env.num_envs, env.size)
+class CycleExplorer:
+    """Batched Dark-Key-To-Door teacher that searches along a fixed tour of the grid.
+
+    Searching, it follows :func:`grid_cycle` (the skipped corner is a detour: from its
+    neighbour on the tour it steps in and back, told apart by the previous action), so the
+    next move depends only on the cell and the previous action. What it remembers is three
+    cells per trial: the key, the door, and per phase the *frontier*, the last cell it reached
+    searching; a new episode walks straight to the frontier and searches on from there.
+    Scores ~0.85 of the oracle on held-out tasks, close to :class:`KeyDoorExplorer` (~0.86),
+    and is far easier to imitate: the search is a fixed map, the rest is recall.
+    """
+
+    def __init__(self, num_envs: int, size: int) -> None:
+        self.n, self.size = num_envs, size
+        cells = np.arange(size * size)
+        self.cell_xy = np.stack([cells // size, cells % size], axis=1)
+        tour = grid_cycle(size)
+        nxt = np.full(size * size, -1, dtype=np.int64)
+        nxt[tour] = np.roll(tour, -1)
+        corner, before = size * size - 1, (size - 2) * size + size - 1  # (n-1, n-1) and (n-2, n-1)
+        nxt[corner] = before
+        self.tour_next, self.corner, self.before = nxt, corner, before
+        self.reset()
+
+    def reset(self, idx: np.ndarray | None = None) -> None:
+        """Forget everything (a new trial) for the given envs (all by default)."""
+        if idx is None:
+            self.target = np.full((self.n, 2), -1, dtype=np.int64)  # key, door
+            self.frontier = np.full((self.n, 2), -1, dtype=np.int64)  # per phase
+            self.has_key = np.zeros(self.n, dtype=bool)
+            self.searching = np.zeros(self.n, dtype=bool)  # reached the frontier this episode
+            self.prev_action = np.full(self.n, -1, dtype=np.int64)
+        else:
+            self.target[idx] = -1
+            self.frontier[idx] = -1
+            self.has_key[idx] = False
+            self.searching[idx] = False
+            self.prev_action[idx] = -1
+
+    def _toward(self, cells: np.ndarray, goal: np.ndarray) -> np.ndarray:
+        d = self.cell_xy[goal] - self.cell_xy[cells]
+        return np.where(d[:, 0] > 0, _RIGHT, np.where(d[:, 0] < 0, _LEFT, np.where(d[:, 1] > 0, _UP, _DOWN)))
+
+    def act(self, cells: np.ndarray) -> np.ndarray:
+        ar = np.arange(self.n)
+        phase = self.has_key.astype(np.int64)
+        known, front = self.target[ar, phase], self.frontier[ar, phase]
+        self.searching |= (known < 0) & ((front < 0) | (front == cells))
+        step = self.tour_next[cells]
+        # on the tour's cell before the corner: into the corner, unless just back from it (moved -x)
+        step = np.where((cells == self.before) & (self.prev_action != _LEFT), self.corner, step)
+        goal = np.where(known >= 0, known, np.where(self.searching, step, front))
+        return self._toward(cells, goal)
+
+    def observe(self, final_cells: np.ndarray, reward: np.ndarray, done: np.ndarray,
+                actions: np.ndarray | None = None) -> None:
+        ar = np.arange(self.n)
+        phase = self.has_key.astype(np.int64)
+        search = self.searching & (self.target[ar, phase] < 0)
+        self.frontier[ar[search], phase[search]] = final_cells[search]
+        got = reward > 0
+        self.target[ar[got], phase[got]] = final_cells[got]
+        self.searching[got & ~self.has_key] = False  # picked the key: the door search starts
+        self.has_key |= got
+        self.has_key[done] = False
+        self.searching[done] = False
+        self.prev_action = np.full(self.n, -1, dtype=np.int64) if actions is None else np.asarray(actions)
 
 
-def teacher_trials(env: VecTrialEnv, steps: int) -> np.ndarray:
+TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer}
+ENV_TEACHERS = {"dark_key_to_door": ("cycle", "explorer")}  # the first is the default
+
+
+def make_teacher(env: VecTrialEnv, name: str | None = None):
+    if env.name not in ENV_TEACHERS:
+        raise ValueError(f"env {env.name!r} has no scripted teacher; teachers exist for {sorted(ENV_TEACHERS)}")
+    names = ENV_TEACHERS[env.name]
+    name = name or names[0]
+    if name not in names:
+        raise ValueError(f"teacher {name!r} does not play {env.name}; choose one of {list(names)}")
+    return TEACHERS[name](env.num_envs, env.size)
+
+
+def teacher_trials(env: VecTrialEnv, steps: int, name: str | None = None) -> np.ndarray:
     """The teacher's return over ``steps`` steps from each env's current task."""
-    teacher = make_teacher(env)
+    teacher = make_teacher(env, name)
     obs = env.observe()
     total = np.zeros(env.num_envs)
     for _ in range(steps):
-        obs, reward, done, info = env.step(teacher.act(obs))
-        teacher.observe(info["final_obs"], reward, done)
+        action = teacher.act(obs)
+        obs, reward, done, info = env.step(action)
+        teacher.observe(info["final_obs"], reward, done, action)
         total += reward
     return total
 
 
 def main() -> int:
-    env = DarkKeyToDoorVecEnv(1000, "test", seed=0)
-    env.reset_trial()
-    oracle = env.oracle_trial_return(env.trial_steps)
-    ret = teacher_trials(env, env.trial_steps)
-    print(f"KeyDoorExplorer on 1000 held-out Dark-Key-To-Door trials: return {ret.mean():.2f} "
-          f"(oracle {oracle.mean():.2f}), oracle-normalised {(ret / oracle).mean():.3f}")
+    for name in ENV_TEACHERS["dark_key_to_door"]:
+        env = DarkKeyToDoorVecEnv(1000, "test", seed=0)
+        env.reset_trial()
+        oracle = env.oracle_trial_return(env.trial_steps)
+        ret = teacher_trials(env, env.trial_steps, name)
+        print(f"{TEACHERS[name].__name__} ({name}) on 1000 held-out Dark-Key-To-Door trials: return "
+              f"{ret.mean():.2f} (oracle {oracle.mean():.2f}), oracle-normalised {(ret / oracle).mean():.3f}")
     return 0
 
 
