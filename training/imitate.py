@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "ppo.lr / num_minibatches / update_epochs / gamma / trial_returns are used)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.add_argument("--run-dir", help="output directory (overrides run_dir)")
-    p.add_argument("--mix-fraction", type=float, default=0.3,
+    p.add_argument("--mix-fraction", type=float, default=0.6,
                    help="fraction of the run over which the teacher's share of executed actions goes 1 -> 0")
     p.add_argument("--teacher", help="scripted teacher (training/teachers.py; default: the env's first)")
     p.add_argument("--vf-coef", type=float, default=0.5, help="weight of the value regression")
