@@ -158,3 +158,16 @@ def read_config(path: str | Path | None = None, overrides: list[str] | None = No
             node = node.setdefault(p, {})
         node[parts[-1]] = yaml.safe_load(raw)
     return d
+
+
+def config_from_cli(path: str | None, overrides: list[str], run_dir: str | None = None) -> TrainConfig:
+    """A script's ``--config`` / ``--set`` / ``--run-dir`` -> TrainConfig, or exit with the error."""
+    from training._cli import fail
+
+    try:
+        cfg = TrainConfig.load(path, overrides)
+    except (ValueError, FileNotFoundError) as e:
+        fail(str(e))
+    if run_dir:
+        cfg.run_dir = run_dir
+    return cfg

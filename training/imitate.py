@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from icrl_ros.models import MemoPolicy, act, build_policy, make_memory, save_checkpoint, segment_schedule
 from icrl_ros.sim import make_vec
 from training._cli import fail
-from training.config import TrainConfig
+from training.config import TrainConfig, config_from_cli
 from training.ppo import next_step_inputs, trial_start_inputs
 from training.teachers import make_teacher
 
@@ -149,12 +149,7 @@ class Imitator:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        cfg = TrainConfig.load(args.config, args.set)
-    except (ValueError, FileNotFoundError) as e:
-        fail(str(e))
-    if args.run_dir:
-        cfg.run_dir = args.run_dir
+    cfg = config_from_cli(args.config, args.set, args.run_dir)
     if not 0.0 <= args.mix_fraction <= 1.0:
         fail(f"--mix-fraction must be in [0, 1], got {args.mix_fraction}")
     if cfg.threads:

@@ -31,7 +31,7 @@ from icrl_ros.models import build_policy, save_checkpoint
 from icrl_ros.models.checkpoint import FORMAT
 from icrl_ros.sim import make_vec
 from training._cli import fail
-from training.config import TrainConfig
+from training.config import config_from_cli
 from training.ppo import PPOTrainer
 
 
@@ -72,12 +72,7 @@ def summarise(stats, n_ep_first: int = 1) -> dict[str, float]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        cfg = TrainConfig.load(args.config, args.set)
-    except (ValueError, FileNotFoundError) as e:
-        fail(str(e))
-    if args.run_dir:
-        cfg.run_dir = args.run_dir
+    cfg = config_from_cli(args.config, args.set, args.run_dir)
     rank, world = setup_distributed(cfg.device)
     device = cfg.device
     if device.startswith("cuda") and world > 1:
