@@ -295,3 +295,25 @@ def test_missing_egl_names_the_system_packages():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(root)})
     assert "apt-get install" in out.stdout and "libegl1" in out.stdout and "libgl1-mesa-dri" in out.stdout, out
+
+
+def test_ppo_rollout_and_update_on_the_house():
+    """One PPO rollout with partial updates on the batched house (image Memo): the trainer's
+    step inputs must accept the house's per-env info list."""
+    import torch
+
+    from icrl_ros.models import ModelArgs, build_policy
+    from icrl_ros.sim.house_vec import HouseVecEnv
+    from training.config import PPOConfig
+    from training.ppo import PPOTrainer
+
+    torch.manual_seed(0)
+    with HouseVecEnv(2, "train", seed=0, image_size=32, num_workers=1, max_episode_steps=8) as v:
+        args = ModelArgs.from_dict({**v.model_fields(), "kind": "memo", "d_model": 32, "n_layers": 1, "n_heads": 4,
+                                    "d_mlp": 64, "l_seg": 8, "l_sum": 2, "sink": "none"})
+        policy = build_policy(args)
+        before = [p.detach().clone() for p in policy.parameters()]
+        trainer = PPOTrainer(policy, v, PPOConfig(rollout_length=20, num_updates=2), total_rollouts=1)
+        stats = trainer.rollout_and_update()
+        assert stats.episode_returns and "policy_loss" in stats.losses
+        assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))

@@ -57,7 +57,7 @@ def next_step_inputs(env, obs, action: Tensor, reward, done, cur: dict[str, Tens
     """Policy inputs after an env step. The previous action and reward (and ``last_obs``,
     from ``info["final_obs"]``) carry across an episode boundary (the new episode's first
     token sees how the last one ended); ``done`` advances the episode index."""
-    final = (info or {}).get("final_obs")
+    final = info.get("final_obs") if isinstance(info, dict) else None  # grid worlds; the house's info is a list
     return {**env_inputs(obs, device, final), "prev_action": action, "prev_reward": torch.as_tensor(reward, device=device),
             "episode_step": torch.as_tensor(env.episode_step, device=device),
             "episode_index": cur["episode_index"] + torch.as_tensor(done, device=device).long()}
