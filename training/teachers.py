@@ -30,27 +30,40 @@ from icrl_ros.sim.gridworlds import DarkKeyToDoorVecEnv, VecTrialEnv
 _UP, _DOWN, _LEFT, _RIGHT = 0, 1, 2, 3
 
 
-class KeyDoorExplorer:
-    """Batched Dark-Key-To-Door teacher; one state per env of the batch."""
+class _GridTeacher:
+    """Shared by the teachers: a batch of ``num_envs`` per-env states, each field of
+    :meth:`_fields` (name -> (shape after the env axis, value at a trial start, dtype))."""
 
     def __init__(self, num_envs: int, size: int) -> None:
         self.n, self.size = num_envs, size
         cells = np.arange(size * size)
         self.cell_xy = np.stack([cells // size, cells % size], axis=1)  # (C, 2)
-        self.reset()
+        for name, (shape, fill, dtype) in self._fields().items():
+            setattr(self, name, np.full((num_envs, *shape), fill, dtype=dtype))
+
+    def _fields(self) -> dict[str, tuple[tuple[int, ...], object, type]]:
+        raise NotImplementedError
 
     def reset(self, idx: np.ndarray | None = None) -> None:
         """Forget everything (a new trial) for the given envs (all by default)."""
         i = slice(None) if idx is None else idx
-        if idx is None:
-            C = self.size * self.size
-            self.checked = np.zeros((self.n, 2, C), dtype=bool)  # [env, holding key?, cell]
-            self.target = np.full((self.n, 2), -1, dtype=np.int64)  # key cell, door cell (-1 unknown)
-            self.has_key = np.zeros(self.n, dtype=bool)
-        else:
-            self.checked[i] = False
-            self.target[i] = -1
-            self.has_key[i] = False
+        for name, (_, fill, _) in self._fields().items():
+            getattr(self, name)[i] = fill
+
+    def _toward(self, cells: np.ndarray, goal: np.ndarray) -> np.ndarray:
+        """One step from ``cells`` towards ``goal`` (both (N,)): along x first, then y (no
+        move is never chosen: callers pass goals that differ from the cell)."""
+        d = self.cell_xy[goal] - self.cell_xy[cells]
+        return np.where(d[:, 0] > 0, _RIGHT, np.where(d[:, 0] < 0, _LEFT, np.where(d[:, 1] > 0, _UP, _DOWN)))
+
+
+class KeyDoorExplorer(_GridTeacher):
+    """Batched Dark-Key-To-Door teacher; one state per env of the batch."""
+
+    def _fields(self):
+        return {"checked": ((2, self.size * self.size), False, bool),  # [env, holding key?, cell]
+                "target": ((2,), -1, np.int64),  # key cell, door cell (-1 unknown)
+                "has_key": ((), False, bool)}
 
     def visit(self, cells: np.ndarray) -> None:
         """The envs are in ``cells`` (one per env): mark them searched in the current phase."""
@@ -64,10 +77,7 @@ class KeyDoorExplorer:
         pos = self.cell_xy[cells]  # (N, 2)
         dist = np.abs(pos[:, None, :] - self.cell_xy[None]).sum(-1).astype(np.float64)  # (N, C)
         dist[self.checked[np.arange(self.n), phase]] = np.inf
-        goal = np.where(known >= 0, known, dist.argmin(1))
-        d = self.cell_xy[goal] - pos
-        # move along x first, then y (no move is never chosen: the goal differs from the cell)
-        return np.where(d[:, 0] > 0, _RIGHT, np.where(d[:, 0] < 0, _LEFT, np.where(d[:, 1] > 0, _UP, _DOWN)))
+        return self._toward(cells, np.where(known >= 0, known, dist.argmin(1)))
 
     def observe(self, final_cells: np.ndarray, reward: np.ndarray, done: np.ndarray,
                 actions: np.ndarray | None = None) -> None:
@@ -99,7 +109,7 @@ def grid_cycle(n: int) -> list[int]:
     return [x * n + y for x, y in tour]
 
 
-class CycleExplorer:
+class CycleExplorer(_GridTeacher):
     """Batched Dark-Key-To-Door teacher that searches along a fixed tour of the grid.
 
     Searching, it follows :func:`grid_cycle` (the skipped corner is a detour: from its
@@ -112,35 +122,20 @@ class CycleExplorer:
     """
 
     def __init__(self, num_envs: int, size: int) -> None:
-        self.n, self.size = num_envs, size
-        cells = np.arange(size * size)
-        self.cell_xy = np.stack([cells // size, cells % size], axis=1)
         tour = grid_cycle(size)
+        super().__init__(num_envs, size)
         nxt = np.full(size * size, -1, dtype=np.int64)
         nxt[tour] = np.roll(tour, -1)
         corner, before = size * size - 1, (size - 2) * size + size - 1  # (n-1, n-1) and (n-2, n-1)
         nxt[corner] = before
         self.tour_next, self.corner, self.before = nxt, corner, before
-        self.reset()
 
-    def reset(self, idx: np.ndarray | None = None) -> None:
-        """Forget everything (a new trial) for the given envs (all by default)."""
-        if idx is None:
-            self.target = np.full((self.n, 2), -1, dtype=np.int64)  # key, door
-            self.frontier = np.full((self.n, 2), -1, dtype=np.int64)  # per phase
-            self.has_key = np.zeros(self.n, dtype=bool)
-            self.searching = np.zeros(self.n, dtype=bool)  # reached the frontier this episode
-            self.prev_action = np.full(self.n, -1, dtype=np.int64)
-        else:
-            self.target[idx] = -1
-            self.frontier[idx] = -1
-            self.has_key[idx] = False
-            self.searching[idx] = False
-            self.prev_action[idx] = -1
-
-    def _toward(self, cells: np.ndarray, goal: np.ndarray) -> np.ndarray:
-        d = self.cell_xy[goal] - self.cell_xy[cells]
-        return np.where(d[:, 0] > 0, _RIGHT, np.where(d[:, 0] < 0, _LEFT, np.where(d[:, 1] > 0, _UP, _DOWN)))
+    def _fields(self):
+        return {"target": ((2,), -1, np.int64),  # key, door
+                "frontier": ((2,), -1, np.int64),  # per phase
+                "has_key": ((), False, bool),
+                "searching": ((), False, bool),  # reached the frontier this episode
+                "prev_action": ((), -1, np.int64)}
 
     def act(self, cells: np.ndarray) -> np.ndarray:
         ar = np.arange(self.n)
@@ -165,7 +160,7 @@ class CycleExplorer:
         self.has_key |= got
         self.has_key[done] = False
         self.searching[done] = False
-        self.prev_action = np.full(self.n, -1, dtype=np.int64) if actions is None else np.asarray(actions)
+        self.prev_action[:] = -1 if actions is None else actions
 
 
 TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer}
