@@ -38,7 +38,7 @@ from icrl_ros.models import MemoPolicy, act, build_policy, make_memory, save_che
 from icrl_ros.sim import make_vec
 from training._cli import fail
 from training.config import TrainConfig, config_from_cli
-from training.ppo import next_step_inputs, trial_start_inputs
+from training.ppo import cosine_lr, next_step_inputs, trial_start_inputs
 from training.teachers import make_teacher
 
 
@@ -83,9 +83,7 @@ class Imitator:
         return max(0.0, 1.0 - self.it / span)
 
     def lr(self) -> float:
-        frac = self.it / max(1, self.iterations - 1)
-        c = self.cfg.ppo
-        return c.lr * (c.min_lr_frac + (1 - c.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+        return cosine_lr(self.cfg.ppo, self.it / max(1, self.iterations - 1))
 
     @torch.no_grad()
     def collect(self, g: np.random.Generator) -> tuple[dict[str, torch.Tensor], dict[str, float]]:

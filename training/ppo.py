@@ -63,6 +63,11 @@ def next_step_inputs(env, obs, action: Tensor, reward, done, cur: dict[str, Tens
             "episode_index": cur["episode_index"] + torch.as_tensor(done, device=device).long()}
 
 
+def cosine_lr(cfg: PPOConfig, frac: float) -> float:
+    """``cfg.lr`` on a cosine from 1 to ``cfg.min_lr_frac`` of itself at ``frac`` in [0, 1]."""
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
 def episode_returns_matrix(episodes: list[list[float]]) -> np.ndarray:
     """Per-env lists of finished episodes' returns -> (N, E), NaN where an env finished fewer."""
     returns = np.full((len(episodes), max(map(len, episodes), default=0)), np.nan)
@@ -100,7 +105,7 @@ class PPOTrainer:
         if step < c.warmup_steps:
             return c.lr * (step + 1) / c.warmup_steps
         frac = min(1.0, (step - c.warmup_steps) / max(1, self.total_opt_steps - c.warmup_steps))
-        return c.lr * (c.min_lr_frac + (1 - c.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+        return cosine_lr(c, frac)
 
     # -- rollout ------------------------------------------------------------------
     def _chunks(self) -> list[tuple[int, int]]:
@@ -182,18 +187,16 @@ class PPOTrainer:
         buf["value"][:, :t1] = refresh(self.policy, cache, {k: buf[k][:, :t1] for k in self.keys}, self.schedule)
 
     # -- PPO update -------------------------------------------------------------------
-    @property
-    def _episode_terminal(self) -> float:
-        return 0.0 if self.cfg.trial_returns else 1.0
-
     def gae(self, buf: dict[str, Tensor], t1: int, boot: Tensor) -> tuple[Tensor, Tensor]:
         g, lam = self.cfg.gamma, self.cfg.gae_lambda
         r, v, d = buf["reward"][:, :t1] * self.cfg.reward_scale, buf["value"][:, :t1], buf["done"][:, :t1]
         adv = torch.zeros_like(v)
         last = torch.zeros_like(boot)
+        if self.cfg.trial_returns:  # no terminal inside a trial
+            d = torch.zeros_like(d)
         for t in reversed(range(t1)):
             next_v = boot if t == t1 - 1 else v[:, t + 1]
-            nonterm = 1.0 - d[:, t] * self._episode_terminal
+            nonterm = 1.0 - d[:, t]
             delta = r[:, t] + g * next_v * nonterm - v[:, t]
             last = delta + g * lam * nonterm * last
             adv[:, t] = last

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from icrl_ros.models import build_policy, save_checkpoint
+from icrl_ros.models import build_policy, load_checkpoint, save_checkpoint
 from icrl_ros.models.checkpoint import FORMAT
 from icrl_ros.sim import make_vec
 from training._cli import fail
@@ -94,16 +94,15 @@ def main(argv=None) -> int:
         fail("--init and --resume: give one (--resume continues a run, --init starts one from given weights)")
     if args.init:
         try:
-            blob = torch.load(args.init, map_location=device, weights_only=False)
-        except (OSError, RuntimeError) as e:
-            fail(f"--init {args.init}: not a readable checkpoint ({e})")
-        if not isinstance(blob, dict) or blob.get("format") != FORMAT:
-            fail(f"--init {args.init}: not an icrl_ros checkpoint (format {FORMAT!r})")
-        if blob["model_args"] != model_args.to_dict():
-            diff = sorted(k for k in blob["model_args"] if blob["model_args"][k] != model_args.to_dict().get(k))
+            init, _ = load_checkpoint(args.init, map_location=device)
+        except (OSError, RuntimeError, ValueError) as e:
+            fail(f"--init {args.init}: {e}")
+        have, want = init.args.to_dict(), model_args.to_dict()
+        if have != want:
+            diff = sorted(k for k in have.keys() | want.keys() if have.get(k) != want.get(k))
             fail(f"--init {args.init}: its model arguments differ from the config's in {diff}; use the config it "
                  "was trained with (its config.yaml)")
-        policy.load_state_dict(blob["state_dict"])
+        policy.load_state_dict(init.state_dict())
     if args.resume:
         blob = torch.load(args.resume, map_location=device, weights_only=False)
         if blob.get("format") != FORMAT or "optimizer" not in blob:
