@@ -66,17 +66,25 @@ class PPOConfig:
     """Shuffle the completed episodes of each context after every update."""
     fp16_storage: bool = False
     """Store the rollout key/value cache in float16."""
+    teacher: str = ""
+    """A scripted teacher (``training/teachers.py``; "" = none) that labels every rollout step
+    with its action on the policy's own history; with ``teacher_coef`` > 0 the loss adds
+    ``teacher_coef`` x the cross-entropy to those labels on the PPO loss's steps
+    (kickstarting, Schmitt et al. 2018, with DAgger labels)."""
+    teacher_coef: float = 0.0
 
     def validate(self) -> None:
         for name in ("rollout_length", "num_updates", "num_minibatches", "grad_accum", "update_epochs", "lr"):
             check_positive(f"ppo.{name}", getattr(self, name))
         check_positive("ppo.reward_scale", self.reward_scale)
-        for name in ("ent_coef", "vf_coef", "max_grad_norm", "warmup_steps", "clip_coef"):
+        for name in ("ent_coef", "vf_coef", "max_grad_norm", "warmup_steps", "clip_coef", "teacher_coef"):
             check_positive(f"ppo.{name}", getattr(self, name), allow_zero=True)
         for name in ("gamma", "gae_lambda", "min_lr_frac"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"ppo.{name}: must be in [0, 1], got {v}")
+        if self.teacher_coef > 0 and not self.teacher:
+            raise ValueError("ppo.teacher_coef: > 0 needs ppo.teacher (a scripted teacher's name, e.g. cycle)")
         if self.rollout_length < self.num_updates:
             raise ValueError(f"ppo.rollout_length: {self.rollout_length} is shorter than ppo.num_updates")
 

@@ -7,6 +7,11 @@ newest chunk only; then each env's completed episodes are shuffled in its contex
 the cached keys/values (and values) are recomputed with the new weights. The last update
 of a rollout is a full update (loss on all steps).
 
+With ``ppo.teacher`` a scripted teacher (:mod:`training.teachers`) labels each step with
+its action on the policy's own history, and ``ppo.teacher_coef`` x the cross-entropy to
+those labels joins the loss (kickstarting): the teacher's search keeps shaping the early,
+exploring episodes while PPO improves on it.
+
 HCAM adds its input-reconstruction loss (``model.hcam_recon_weight`` x the unweighted
 ``losses/recon_loss``) on the same steps as the PPO loss: no gradient reaches the encoder
 through the gradient-stopped chunk memory, so this is what trains it to keep what memory
@@ -98,6 +103,11 @@ class PPOTrainer:
         self.opt_step = 0
         self.schedule: list[int] | None = None
         self.keys = [*policy.input_spec(), "episode_index"]  # policy inputs stored per step
+        self.teacher = None
+        if cfg.teacher:
+            from training.teachers import make_teacher  # grid worlds only; raises for other envs
+
+            self.teacher = make_teacher(env, cfg.teacher)
 
     # -- schedule -----------------------------------------------------------------
     def lr_at(self, step: int) -> float:
@@ -121,6 +131,9 @@ class PPOTrainer:
         buf = {k: torch.zeros(B, T, *shape, dtype=dtype, device=dev) for k, (shape, dtype) in spec.items()}
         buf.update({k: torch.zeros(B, T, dtype=dtype, device=dev) for k, dtype in _EXTRA.items()})
         obs = env.reset_trial()
+        if self.teacher is not None:
+            buf["teacher_action"] = torch.zeros(B, T, dtype=torch.long, device=dev)
+            self.teacher.reset()
         cur = trial_start_inputs(env, obs, a.n_actions, dev)
         # Memo: one random segment schedule per rollout, shared by stepping and updates.
         self.schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if isinstance(policy, MemoPolicy) else None
@@ -138,7 +151,11 @@ class PPOTrainer:
                     buf[key][:, t] = cur[key]
                 buf["action"][:, t], buf["logprob"][:, t] = action, dist_.log_prob(action)
                 buf["value"][:, t], buf["chunk"][:, t] = value, c
+                if self.teacher is not None:
+                    buf["teacher_action"][:, t] = torch.as_tensor(self.teacher.act(np.asarray(obs)), device=dev)
                 obs, reward, done, info = env.step(action.cpu().numpy())
+                if self.teacher is not None:
+                    self.teacher.observe(info["final_obs"], reward, done, action.cpu().numpy())
                 buf["reward"][:, t] = torch.as_tensor(reward, device=dev)
                 buf["done"][:, t] = torch.as_tensor(done, dtype=torch.float32, device=dev)
                 ep_return += reward
@@ -207,6 +224,7 @@ class PPOTrainer:
         adv, ret = self.gae(buf, t1, boot)
         B = adv.shape[0]
         recon = isinstance(policy, HCAMPolicy)
+        teach = self.teacher is not None
         policy.train()
         for _ in range(cfg.update_epochs):
             for mb in torch.randperm(B, device=adv.device).chunk(cfg.num_minibatches):
@@ -220,6 +238,8 @@ class PPOTrainer:
                 logs = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
                 if recon:
                     logs["recon_loss"] = 0.0
+                if teach:
+                    logs["teacher_loss"] = logs["teacher_agreement"] = 0.0
                 for micro in torch.arange(len(mb), device=adv.device).chunk(cfg.grad_accum):
                     idx = mb[micro]
                     inp = {k: buf[k][idx, :t1] for k in self.keys}
@@ -236,6 +256,13 @@ class PPOTrainer:
                     vl = 0.5 * (values - ret[idx]).pow(2)
                     pg_l, v_l, ent = ((x * mm).sum() / n for x in (pg, vl, entropy))
                     loss = pg_l + cfg.vf_coef * v_l - cfg.ent_coef * ent
+                    if teach:
+                        label = buf["teacher_action"][idx, :t1, None]
+                        t_l = (-logp_all.gather(-1, label).squeeze(-1) * mm).sum() / n
+                        loss = loss + cfg.teacher_coef * t_l
+                        logs["teacher_loss"] += t_l.item()
+                        agree = (logits.argmax(-1, keepdim=True) == label).squeeze(-1).float()
+                        logs["teacher_agreement"] += (agree * mm).sum().item() / n.item()
                     if recon:  # masked mean over this micro-batch, weighted like pg_l to a minibatch mean
                         rec = policy.recon_loss(inp, out[4]["hidden"], m[micro]) * (mm.sum() / n)
                         loss = loss + policy.args.hcam_recon_weight * rec
