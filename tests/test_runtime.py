@@ -204,6 +204,19 @@ def test_runner_api_episodes_keep_memory_and_trials_clear_it(bundles):
         r.act({"rgb": 1})
 
 
+def test_runner_sampling_temperature(bundles):
+    """Sampled actions come from softmax(logits / temperature): near 0 it is the argmax,
+    at 1 (the default) the policy's own distribution."""
+    def actions(greedy, temperature, steps=40):
+        r = PolicyRunner.from_bundle(bundles["relic"], memory="full")
+        r.greedy, r.temperature = greedy, temperature
+        return [r.act({"obs": (7 * i) % 30})[0] for i in range(steps)]
+
+    greedy = actions(True, 1.0)
+    assert actions(False, 1e-3) == greedy
+    assert actions(False, 1.0) != greedy
+
+
 def test_runner_goal_names_and_image_observations(tmp_path):
     torch.manual_seed(0)
     args = small_args(obs_type="image", image_size=16, n_goals=3, n_actions=4)

@@ -31,11 +31,15 @@ def test_train_resume_and_evaluate(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "rollout 3/4" in r.stdout and "rollout 1/4" not in r.stdout
     out = tmp_path / "eval"
-    r = run(["training/evaluate.py", str(ckpt), "--trials", "4", "--steps", "250", "--out", str(out)])
+    r = run(["training/evaluate.py", str(ckpt), "--trials", "4", "--steps", "250", "--out", str(out),
+             "--temperature", "0.5"])
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "eval.json").read_text())
     (label, data), = res.items()
     assert [row["episode"] for row in data["episodes"]][:2] == [1, 2] and data["trials"] == 4
+    assert data["temperature"] == 0.5 and data["greedy"] is False
+    r = run(["training/evaluate.py", str(ckpt), "--temperature", "0", "--out", str(out)])
+    assert r.returncode != 0 and "--temperature must be positive" in r.stderr and "Traceback" not in r.stderr
     assert (out / "icl_curve.png").stat().st_size > 1000
 
 

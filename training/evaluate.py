@@ -39,14 +39,15 @@ from training.radt_eval import run_radt_trials
 @torch.no_grad()
 def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | None = None,
                greedy: bool = False, seed: int = 0, max_sets: int | None = None,
-               max_chunks: int | None = None) -> dict[str, np.ndarray]:
+               max_chunks: int | None = None, temperature: float = 1.0) -> dict[str, np.ndarray]:
     """Run ``env.num_envs`` trials of ``steps`` steps from the env's current tasks.
 
     Returns per-env episode returns ``returns`` (N, E) with NaN for episodes that did not
     finish, and ``trial_return`` (N,). ``window``: ReLIC keeps only the newest steps (sink +
     sliding window memory); None keeps the whole trial. ``max_sets``: Memo keeps only the
     newest summary sets (streaming Memo); None keeps every set. ``max_chunks``: HCAM keeps only
-    the newest chunks (a ring); None keeps every chunk of the trial.
+    the newest chunks (a ring); None keeps every chunk of the trial. ``temperature``: sampled
+    actions are drawn from softmax(logits / temperature).
     """
     g = torch.Generator().manual_seed(seed)
     a, B = policy.args, env.num_envs
@@ -58,7 +59,8 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     trial_ret = np.zeros(B)
     for _ in range(steps):
         logits, _ = act(policy, cur, mem)
-        action = logits.argmax(-1) if greedy else torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]
+        probs = (logits / temperature).softmax(-1)
+        action = logits.argmax(-1) if greedy else torch.multinomial(probs, 1, generator=g)[:, 0]
         obs, reward, done, info = env.step(action.numpy())
         ep_ret += reward
         trial_ret += reward
@@ -90,7 +92,8 @@ def held_out_tasks(env: VecTrialEnv, trials: int, seed: int) -> None:
 
 
 def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int | None, greedy: bool,
-             seed: int, memory: str, max_sets: int | None = None, max_chunks: int | None = None) -> dict:
+             seed: int, memory: str, max_sets: int | None = None, max_chunks: int | None = None,
+             temperature: float = 1.0) -> dict:
     policy, blob = load_checkpoint(ckpt)
     env_id = blob["config"]["env"]["id"]
     env = make_vec(env_id, trials, split=split, seed=seed)
@@ -101,7 +104,8 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
     if isinstance(policy, RADTPolicy):  # its memory is a retrieval index, empty at the trial start
         cfg = blob["config"]
         memory, window = "retrieval", None
-        out = run_radt_trials(policy, env, steps, greedy=greedy, seed=seed, target_return=cfg["target_return"],
+        out = run_radt_trials(policy, env, steps, greedy=greedy, seed=seed, temperature=temperature,
+                              target_return=cfg["target_return"],
                               target_return_std=cfg["target_return_std"], retrieve_l=cfg["retrieve_l"],
                               utility_weight=cfg["utility_weight"])
     else:
@@ -110,7 +114,7 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
         elif memory == "full":
             window = None
         out = run_trials(policy, env, steps, window=window, greedy=greedy, seed=seed, max_sets=max_sets,
-                         max_chunks=max_chunks)
+                         max_chunks=max_chunks, temperature=temperature)
     R = out["returns"]
     rows = []
     for e in range(R.shape[1]):
@@ -123,6 +127,7 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
     nm, nci, _ = mean_ci(out["trial_return"] / oracle_trial)
     return {"checkpoint": str(ckpt), "env": env_id, "split": split, "trials": trials, "steps": steps,
             "memory": memory, "window": window, "max_sets": max_sets, "max_chunks": max_chunks, "greedy": greedy,
+            "temperature": None if greedy else temperature,
             "model": blob["model_args"],
             "env_steps_trained": blob.get("env_steps"), "episodes": rows,
             "memory_bytes": out["memory_bytes"], "memory_tokens_at_end": out["memory_tokens"],
@@ -245,6 +250,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-chunks", type=int, help="HCAM: keep only the newest N chunks (default: every chunk of "
                    "the trial)")
     p.add_argument("--greedy", action="store_true", help="argmax actions instead of sampling")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="sampled actions: softmax(logits / T) (default 1: the policy's own distribution)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="eval", help="output directory for eval.json and icl_curve.png")
     args = p.parse_args(argv)
@@ -267,11 +274,13 @@ def main(argv=None) -> int:
         fail(f"--label given {len(labels)} times for {len(args.checkpoints)} checkpoints; give one per checkpoint")
     if args.trials <= 0:
         fail(f"--trials must be positive, got {args.trials}")
+    if not args.temperature > 0:
+        fail(f"--temperature must be positive, got {args.temperature}")
     results = []
     for c in args.checkpoints:
         try:
             results.append(evaluate(c, args.split, args.trials, args.steps, args.window, args.greedy,
-                                    args.seed, args.memory, args.max_sets, args.max_chunks))
+                                    args.seed, args.memory, args.max_sets, args.max_chunks, args.temperature))
         except (FileNotFoundError, ValueError, KeyError) as e:
             fail(f"{c}: {e}")
     return write_results(results, labels, Path(args.out))

@@ -37,7 +37,7 @@ def empty_retrieved(batch: int, k: int, context: int) -> dict[str, np.ndarray]:
 @torch.no_grad()
 def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bool = False, seed: int = 0,
                     target_return: float = 90.0, target_return_std: float = 5.0, retrieve_l: int = 50,
-                    utility_weight: float = 1.0, record: bool = False) -> dict:
+                    utility_weight: float = 1.0, record: bool = False, temperature: float = 1.0) -> dict:
     """Run ``env.num_envs`` trials of ``steps`` steps from the env's current tasks; returns
     ``returns`` (N, E) per finished episode (NaN-padded), ``trial_return`` (N,), the memory
     figures, and ``memories`` (one per trial, for inspection); ``record``: also every
@@ -70,7 +70,8 @@ def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bo
                 for n in ret:
                     ret[n][i] = got[n][0]
         logits = policy(as_tensors(win), as_tensors(ret))[:, -1]
-        action = logits.argmax(-1) if greedy else torch.multinomial(logits.softmax(-1), 1, generator=g)[:, 0]
+        probs = (logits / temperature).softmax(-1)
+        action = logits.argmax(-1) if greedy else torch.multinomial(probs, 1, generator=g)[:, 0]
         act = action.numpy()
         if record:
             rec_logits.append(logits.double().numpy())

@@ -226,6 +226,7 @@ class AgentNode(LifecycleNode):
 
         if hasattr(runner, "greedy"):  # PolicyRunner: argmax or seeded sampling
             runner.greedy = p.action_selection == "greedy"
+            runner.temperature = p.sample_temperature
             runner.generator.manual_seed(p.sample_seed)
         self._reset_state()
         self.runner = runner

@@ -110,6 +110,10 @@ class AgentParams(ParamsBase):
         choices=ACTION_SELECTIONS,
     )
     sample_seed: int = _param(0, "Seed of the action-sampling generator (set at configure).", min=0)
+    sample_temperature: float = _param(
+        1.0, "action_selection sample: draw from softmax(logits / this); 1 = the policy's own distribution, "
+        "lower is closer to greedy.", min=0.01, max=100.0,
+    )
     idle_after_stop: bool = _param(True, "After the stop action, wait for a new goal before acting again.")
     settle_s: float = _param(0.1, "Twist mode: ignore images received sooner than this after a step ends.", min=0.0)
     odom_sync_tolerance_s: float = _param(

@@ -43,6 +43,8 @@ class RunnerBase:
         self.action_names: list[str] = list(bundle.manifest["action"]["names"])
         self.greedy = True
         """Greedy (argmax) actions; False samples from the policy with :attr:`generator`."""
+        self.temperature = 1.0
+        """Sampling temperature: actions are drawn from softmax(logits / temperature)."""
         self.generator = torch.Generator().manual_seed(0)
         self._lock = threading.RLock()
         self.trial = -1
@@ -114,7 +116,8 @@ class RunnerBase:
             if self.greedy:
                 action = int(logits[0].argmax())
             else:
-                action = int(torch.multinomial(logits[0].float().softmax(-1).cpu(), 1, generator=self.generator))
+                probs = (logits[0].float() / self.temperature).softmax(-1).cpu()
+                action = int(torch.multinomial(probs, 1, generator=self.generator))
             self._took(action)
             self.prev_action = action
             self.step_in_episode += 1
