@@ -35,10 +35,12 @@ def test_dark_key_to_door_relic_learns_in_context_on_held_out_tasks():
     env = make_vec("icrl_ros/DarkKeyToDoor-v0", 64, split="test", seed=0)
     held_out_tasks(env, 64, seed=0)
     oracle = env.oracle_trial_return(500)
-    out = run_trials(policy, env, steps=500, seed=0)
+    # sampled at temperature 0.6, chosen on training tasks (BENCHMARKS.md)
+    out = run_trials(policy, env, steps=500, seed=0, temperature=0.6)
     R = out["returns"]
     first, tenth = np.nanmean(R[:, 0]), np.nanmean(R[:, 9])
     norm = float((out["trial_return"] / oracle).mean())
-    # BENCHMARKS.md (100 trials): 0.561 of the oracle, 0.57 -> 1.84 by episode 10; margins for 64 trials
+    # BENCHMARKS.md: 0.639 +- 0.026 of the oracle on 400 held-out trials, 0.77 -> 1.88 by episode
+    # 10; these 64 trials measured 0.610, 0.73 -> 1.89. Margins for 64 trials.
     assert tenth >= first + 0.7, (first, tenth)
-    assert norm >= 0.45, norm
+    assert norm >= 0.55, norm
