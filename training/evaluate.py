@@ -31,6 +31,7 @@ import torch
 from icrl_ros.models import ICLPolicy, act, load_checkpoint, make_memory
 from icrl_ros.sim import VecTrialEnv, make_vec
 from icrl_ros.models.radt import RADTPolicy
+from icrl_ros.runtime.runner_base import choose_actions
 from training._cli import fail
 from training.ppo import episode_returns_matrix, next_step_inputs, trial_start_inputs
 from training.radt_eval import run_radt_trials
@@ -59,8 +60,7 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     trial_ret = np.zeros(B)
     for _ in range(steps):
         logits, _ = act(policy, cur, mem)
-        probs = (logits / temperature).softmax(-1)
-        action = logits.argmax(-1) if greedy else torch.multinomial(probs, 1, generator=g)[:, 0]
+        action = choose_actions(logits, greedy, temperature, g)
         obs, reward, done, info = env.step(action.numpy())
         ep_ret += reward
         trial_ret += reward

@@ -23,6 +23,7 @@ import torch
 
 from icrl_ros.memory.subtrajectories import SubTrajectoryMemory
 from icrl_ros.models.radt import RADTPolicy, as_tensors, episode_windows
+from icrl_ros.runtime.runner_base import choose_actions
 from icrl_ros.sim import VecTrialEnv
 from training.ppo import episode_returns_matrix
 
@@ -70,8 +71,7 @@ def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bo
                 for n in ret:
                     ret[n][i] = got[n][0]
         logits = policy(as_tensors(win), as_tensors(ret))[:, -1]
-        probs = (logits / temperature).softmax(-1)
-        action = logits.argmax(-1) if greedy else torch.multinomial(probs, 1, generator=g)[:, 0]
+        action = choose_actions(logits, greedy, temperature, g)
         act = action.numpy()
         if record:
             rec_logits.append(logits.double().numpy())

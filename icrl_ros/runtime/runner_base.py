@@ -33,6 +33,16 @@ from icrl_ros.runtime.engine import Engine
 _RUNNER_FIELDS = ("trial", "trial_id", "episode", "step", "total_steps", "prev_action", "prev_reward", "goal")
 
 
+def choose_actions(logits: Tensor, greedy: bool = False, temperature: float = 1.0,
+                   generator: torch.Generator | None = None) -> Tensor:
+    """Actions from (A,) or (B, A) logits: the argmax, or one draw per row from
+    softmax(logits / temperature) with ``generator`` (a CPU generator; the draw runs on the CPU)."""
+    if greedy:
+        return logits.argmax(-1)
+    probs = (logits.float() / temperature).softmax(-1).cpu()
+    return torch.multinomial(probs, 1, generator=generator)[..., 0]
+
+
 class RunnerBase:
     def __init__(self, bundle: Bundle, engine: Engine, memory) -> None:
         self.bundle, self.engine, self.memory = bundle, engine, memory
@@ -113,11 +123,7 @@ class RunnerBase:
                 self.begin_episode()
             self.prev_reward = float(obs.get("reward", 0.0))
             logits, extra = self._act_logits(obs)
-            if self.greedy:
-                action = int(logits[0].argmax())
-            else:
-                probs = (logits[0].float() / self.temperature).softmax(-1).cpu()
-                action = int(torch.multinomial(probs, 1, generator=self.generator))
+            action = int(choose_actions(logits[0], self.greedy, self.temperature, self.generator))
             self._took(action)
             self.prev_action = action
             self.step_in_episode += 1
