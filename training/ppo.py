@@ -153,9 +153,10 @@ class PPOTrainer:
                 buf["value"][:, t], buf["chunk"][:, t] = value, c
                 if self.teacher is not None:
                     buf["teacher_action"][:, t] = torch.as_tensor(self.teacher.act(np.asarray(obs)), device=dev)
-                obs, reward, done, info = env.step(action.cpu().numpy())
+                action_np = action.cpu().numpy()
+                obs, reward, done, info = env.step(action_np)
                 if self.teacher is not None:
-                    self.teacher.observe(info["final_obs"], reward, done, action.cpu().numpy())
+                    self.teacher.observe(info["final_obs"], reward, done, action_np)
                 buf["reward"][:, t] = torch.as_tensor(reward, device=dev)
                 buf["done"][:, t] = torch.as_tensor(done, dtype=torch.float32, device=dev)
                 ep_return += reward
