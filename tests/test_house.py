@@ -52,7 +52,7 @@ def test_contract_and_gymnasium_checker():
     u = e.unwrapped
     assert u.action_space == gym.spaces.Discrete(4)
     assert u.action_names == ("stop", "forward", "turn_left", "turn_right")
-    assert len(u.goal_names) >= 12 and u.goal_names == GOAL_NAMES and u.max_episode_steps == 500
+    assert len(u.goal_names) >= 12 and u.goal_names == GOAL_NAMES and u.max_episode_steps == 200
     obs, info = e.reset(seed=0)
     assert obs["rgb"].shape == (64, 64, 3) and obs["rgb"].dtype == np.uint8
     assert obs["odom"].dtype == np.float32 and np.allclose(obs["odom"], 0)
@@ -226,7 +226,8 @@ def test_top_down_map(env):
 def test_vec_env_shapes_and_auto_reset():
     from icrl_ros.sim.house_vec import HouseVecEnv
 
-    with HouseVecEnv(3, "train", seed=0, image_size=32, num_workers=2, max_episode_steps=6) as v:
+    with HouseVecEnv(3, "train", seed=0, image_size=32, num_workers=2, max_episode_steps=6,
+                     pose_frame="episode") as v:
         assert v.num_workers == 2
         obs = v.reset_trial()
         assert obs["rgb"].shape == (3, 32, 32, 3) and obs["rgb"].dtype == np.uint8
@@ -317,3 +318,97 @@ def test_ppo_rollout_and_update_on_the_house():
         stats = trainer.rollout_and_update()
         assert stats.episode_returns and "policy_loss" in stats.losses
         assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+
+
+def test_pose_frames_house_is_fixed_for_the_trial_episode_restarts():
+    from icrl_ros.sim.house_nav import episode_odometry
+
+    house, episode = HouseEnv(pose_frame="house"), HouseEnv(pose_frame="episode")
+    try:
+        for e in (house, episode):
+            e.reset(seed=11)
+            for _ in range(3):
+                e.step(FORWARD)
+            e.reset()  # next episode, same house, new start pose
+        assert house.start_pose == episode.start_pose and house.house_origin != house.start_pose
+        assert np.allclose(episode.observe()["odom"], 0)
+        want = episode_odometry(house.house_origin, (house.x, house.z, house.yaw))
+        assert np.allclose(house.observe()["odom"], want) and not np.allclose(want, 0)
+        house.reset(options={"new_trial": True})  # a new trial: a new frame at its first start
+        assert house.house_origin == house.start_pose and np.allclose(house.observe()["odom"], 0)
+    finally:
+        house.close()
+        episode.close()
+    with pytest.raises(ValueError, match="pose_frame"):
+        HouseEnv(pose_frame="map")
+
+
+def test_task_defaults_single_instance_goals_started_away_from_their_room():
+    e = HouseEnv(split="test")
+    try:
+        e.reset(seed=2)
+        for _ in range(30):
+            count = sum(o.category == e.goal for o in e.layout.objects)
+            limit = max(1, min(sum(o.category == c for o in e.layout.objects) for c in e.layout.categories_present()))
+            assert count <= limit
+            assert e.geodesic_distance >= e.min_start_distance - 1e-6
+            start_room = [r for r in e.layout.rooms if r.min_x < e.x < r.max_x and r.min_z < e.z < r.max_z]
+            for r in start_room:
+                assert not any(o.category == e.goal and r.min_x <= o.x <= r.max_x and r.min_z <= o.z <= r.max_z
+                               for o in e.layout.objects)
+            e.reset(options={"new_trial": True})
+    finally:
+        e.close()
+
+
+def test_recognition_counts_pixels_the_render_shows():
+    """The ray-cast pixel counts agree with MiniWorld's picture: against the pixels that differ
+    from a render with every object removed, the cast's object pixels overlap them and the
+    estimated count (cast pixels x the category's fill) is of the same size."""
+    from icrl_ros.sim.house_layout import HouseLayout as Layout
+    from icrl_ros.sim.house_view import cast_view
+
+    e = HouseEnv(split="test")
+    try:
+        e.reset(seed=5)
+        empty = Layout(e.layout.seed, e.layout.rooms, e.layout.doors, (), e.layout.pictures)
+        bare = HouseRenderer(empty, 64)
+        iou, ratio = [], []
+        for _ in range(40):
+            e.reset()
+            v = cast_view(e.layout, e.nav.walls, e.x, e.z, e.yaw, 64, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
+            if (v.instance >= 0).sum() < 40:
+                continue
+            changed = (np.abs(e.observe()["rgb"].astype(int) - bare.render(e.x, e.z, e.yaw).astype(int)).sum(-1) > 30)
+            cast = (v.instance >= 0).reshape(64, 64)
+            iou.append((changed & cast).sum() / max((changed | cast).sum(), 1))
+            ratio.append(v.pixels.sum() / max(changed.sum(), 1))
+        bare.close()
+        assert len(iou) >= 10
+        assert np.median(iou) > 0.35 and 0.6 < np.median(ratio) < 1.6, (np.median(iou), np.median(ratio))
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("memory", [True, False])
+def test_in_context_teacher_finds_goals_and_memory_makes_it_faster(memory):
+    e = HouseEnv(split="test", teacher="memory" if memory else "wiped")
+    try:
+        steps, found = [], []
+        _, info = e.reset(seed=3)
+        for ep in range(6):
+            while True:
+                _, _, term, trunc, info = e.step(info["teacher_action"])
+                if term or trunc:
+                    break
+            steps.append(info["episode_step"])
+            found.append(info["success"])
+            _, info = e.reset()
+        known = e.teacher.known.sum()
+        assert sum(found) >= 4
+        if memory:
+            assert known >= 5 and np.mean(steps[3:]) < 80
+        else:
+            assert known <= len(e.layout.objects)
+    finally:
+        e.close()

@@ -2,8 +2,19 @@
 
 A *trial* is one procedurally generated house (``house_layout``); each *episode* starts
 at a random pose and names a target category present in the house. The agent sees a
-first-person RGB image, the goal index, odometry relative to the episode start and its
-previous action; it succeeds by taking ``stop`` within ``success_distance`` of a target
+first-person RGB image, the goal index, odometry and its previous action. Odometry is
+in the ``pose_frame``: ``house`` (default) is one frame for the whole trial, the pose of
+the trial's first start (what a robot's odometry since boot or its localisation's map
+frame gives); ``episode`` restarts at every episode start, as in the papers.
+
+The task defaults make memory matter (as ExtObjNav does): goals are categories with at
+most ``goal_instances`` instances in the house (1), and an episode starts at least
+``min_start_distance`` (geodesic, 3 m) from the goal region in a room that holds no
+instance of the goal (``start_away``). ``OLD_TASK`` gives the earlier defaults (any
+category present, starts 1 m from the goal region, anywhere), under which search without
+memory is already easy. With ``teacher`` (``"memory"`` or ``"wiped"``) the env runs the
+in-context teacher of :mod:`icrl_ros.sim.house_teacher` and reports its action for the
+current state as ``info["teacher_action"]``. The agent it succeeds by taking ``stop`` within ``success_distance`` of a target
 instance (agent centre to the edge of the object's footprint disc) that is visible in its
 image (a point of the object projects into the camera frustum with a sight line blocked
 by no wall and no taller object; ~97% agreement with the rendered pixels). Reward (as in
@@ -33,6 +44,10 @@ from icrl_ros.sim.house_topdown import draw_top_down
 
 STOP, FORWARD, TURN_LEFT, TURN_RIGHT = 0, 1, 2, 3
 NO_ACTION = 4
+POSE_FRAMES = ("episode", "house")
+TEACHERS = ("memory", "wiped")
+# The task before memory was made to matter (goals of any category, starts 1 m away, anywhere).
+OLD_TASK = {"goal_instances": 0, "start_away": False, "min_start_distance": 1.0}
 
 
 def observation_space(image_size: int, n_goals: int, odom_limit_m: float) -> gym.spaces.Dict:
@@ -57,19 +72,23 @@ class HouseEnv(gym.Env):
     camera_height_m = CAMERA_HEIGHT
     camera_pitch_deg = CAMERA_PITCH_DEG  # negative: looking down
     camera_fov_deg = FOV_Y_DEG  # vertical = horizontal (square images)
-    min_start_distance = 1.0  # geodesic metres between a start and the goal region
 
     def __init__(
         self,
         split: str = "train",
         image_size: int = 64,
-        max_episode_steps: int = 500,
+        max_episode_steps: int = 200,
         success_distance: float = 1.0,
         house_seed: int | None = None,
         slack_reward: float = 0.01,
         success_reward: float = 2.5,
         antialias: bool = False,
         render_mode: str | None = None,
+        pose_frame: str = "house",
+        goal_instances: int = 1,
+        start_away: bool = True,
+        min_start_distance: float = 3.0,
+        teacher: str | None = None,
     ) -> None:
         check_split(split)
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
@@ -82,6 +101,19 @@ class HouseEnv(gym.Env):
             raise ValueError(f"house_seed {house_seed} belongs to the {house_split(house_seed)!r} split, not {split!r}")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        if pose_frame not in POSE_FRAMES:
+            raise ValueError(f"pose_frame must be one of {POSE_FRAMES}, got {pose_frame!r}")
+        if not isinstance(goal_instances, (int, np.integer)) or goal_instances < 0:
+            raise ValueError(f"goal_instances must be an int >= 0 (0 = any category), got {goal_instances!r}")
+        if not min_start_distance >= 0:
+            raise ValueError(f"min_start_distance must be >= 0 metres, got {min_start_distance!r}")
+        if teacher not in (None, *TEACHERS):
+            raise ValueError(f"teacher must be None or one of {TEACHERS}, got {teacher!r}")
+        self.pose_frame = pose_frame
+        self.goal_instances, self.start_away = int(goal_instances), bool(start_away)
+        self.min_start_distance = float(min_start_distance)
+        self.teacher_mode = teacher
+        self.teacher = None
         self.split, self.image_size = split, int(image_size)
         self.max_episode_steps = int(max_episode_steps)
         self.success_distance = float(success_distance)
@@ -129,12 +161,22 @@ class HouseEnv(gym.Env):
                             for c in self.layout.categories_present()}
         self.episode_index = -1
         self.prev_action = NO_ACTION
+        self.house_origin: tuple[float, float, float] | None = None  # set by the first episode
         # Categories with a goal region in the main free space (all of them, for generated
-        # houses at the default success distance).
-        self.goal_categories = tuple(c for c, m in self._goal_masks.items() if m.any())
-        if not self.goal_categories:
+        # houses at the default success distance), then those with the fewest instances.
+        reachable = [c for c, m in self._goal_masks.items() if m.any()]
+        if not reachable:
             raise RuntimeError(f"house {house_seed}: no object is reachable "
                                f"at success_distance={self.success_distance}")
+        count = {c: sum(o.category == c for o in self.layout.objects) for c in reachable}
+        if self.goal_instances:
+            limit = max(self.goal_instances, min(count.values()))
+            reachable = [c for c in reachable if count[c] <= limit]
+        self.goal_categories = tuple(reachable)
+        if self.teacher_mode is not None:
+            from icrl_ros.sim.house_teacher import HouseTeacher
+
+            self.teacher = HouseTeacher(self, memory=self.teacher_mode == "memory")
 
     def _field(self, category: int) -> np.ndarray:
         if category not in self._fields:
@@ -144,9 +186,12 @@ class HouseEnv(gym.Env):
     def _new_episode(self) -> None:
         self.goal = int(self._rng.choice(self.goal_categories))
         D = self._field(self.goal)
-        ok = np.argwhere(np.isfinite(D) & (D >= self.min_start_distance))
+        finite = np.isfinite(D)
+        ok = np.argwhere(finite & (D >= self.min_start_distance) & self._start_rooms(self.goal))
         if len(ok) == 0:
-            ok = np.argwhere(np.isfinite(D))
+            ok = np.argwhere(finite & (D >= self.min_start_distance))
+        if len(ok) == 0:
+            ok = np.argwhere(finite)
         for _ in range(20):
             i, j = ok[int(self._rng.integers(len(ok)))]
             x = float(self.nav.xs[j] + self._rng.uniform(-0.5, 0.5) * self.nav.cell)
@@ -158,6 +203,8 @@ class HouseEnv(gym.Env):
         self.x, self.z = x, z
         self.yaw = wrap_angle(float(self._rng.uniform(-math.pi, math.pi)))
         self.start_pose = (self.x, self.z, self.yaw)
+        if self.house_origin is None:
+            self.house_origin = self.start_pose
         self.episode_index += 1
         self.episode_step = 0
         self.path_length = 0.0
@@ -166,6 +213,20 @@ class HouseEnv(gym.Env):
         self.shortest_path = self.geodesic_distance
         self.success, self.spl = False, 0.0
         self._episode_over = False
+        if self.teacher is not None:
+            self.teacher.episode_start()
+
+    def _start_rooms(self, category: int) -> np.ndarray:
+        """Grid cells where an episode for ``category`` may start: with ``start_away``, cells
+        of no room holding an instance of it (door passages count as outside every room)."""
+        if not self.start_away:
+            return np.ones(self.nav.free.shape, dtype=bool)
+        ok = np.ones(self.nav.free.shape, dtype=bool)
+        for r in self.layout.rooms:
+            if any(o.category == category and r.min_x <= o.x <= r.max_x and r.min_z <= o.z <= r.max_z
+                   for o in self.layout.objects):
+                ok &= ~((self.nav.X > r.min_x) & (self.nav.X < r.max_x) & (self.nav.Z > r.min_z) & (self.nav.Z < r.max_z))
+        return ok
 
     # -- acting ----------------------------------------------------------------------------
     def step(self, action):
@@ -193,6 +254,8 @@ class HouseEnv(gym.Env):
             self._episode_over = True
             if self.success:
                 self.spl = self.shortest_path / max(self.shortest_path, self.path_length, 1e-9)
+        elif self.teacher is not None:
+            self.teacher.observe()
         self.episode_return += reward
         return self.observe(), float(reward), terminated, truncated, self._info()
 
@@ -226,8 +289,10 @@ class HouseEnv(gym.Env):
 
     # -- observations -----------------------------------------------------------------------
     def odometry(self) -> np.ndarray:
-        """(x forward, y left, yaw CCW) relative to the episode's start pose."""
-        return episode_odometry(self.start_pose, (self.x, self.z, self.yaw))
+        """(x forward, y left, yaw CCW) relative to the episode's start pose (``pose_frame``
+        episode) or to the trial's first start pose (``house``)."""
+        origin = self.start_pose if self.pose_frame == "episode" else self.house_origin
+        return episode_odometry(origin, (self.x, self.z, self.yaw))
 
     def observe(self) -> dict[str, np.ndarray]:
         """Observation of the current state, without stepping."""
@@ -241,7 +306,10 @@ class HouseEnv(gym.Env):
         }
 
     def _info(self) -> dict:
-        return {
+        # The teacher's label for the state the agent now faces (none once the episode is over:
+        # the next episode's first state is labelled by reset()).
+        extra = {} if self.teacher is None or self._episode_over else {"teacher_action": self.teacher.act()}
+        return {**extra,
             "goal_name": GOAL_NAMES[self.goal],
             "success": bool(self.success),
             "spl": float(self.spl),

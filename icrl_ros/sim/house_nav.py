@@ -39,6 +39,29 @@ def episode_odometry(start: tuple[float, float, float], pose: tuple[float, float
     return np.array([c * dX + s * dY, -s * dX + c * dY, wrap_angle(yaw - yaw0)], np.float32)
 
 
+def grid_distances(D: np.ndarray, free: np.ndarray, cell: float) -> np.ndarray:
+    """Grid shortest-path distances from the zero cells of D over ``free`` cells (inf
+    elsewhere): 16-neighbour relaxation sweeps (updates apply in place, so one sweep carries
+    a value several cells) until nothing changes."""
+    H, W = D.shape
+    D = np.where(free, D, np.inf).astype(np.float32)
+    block = np.where(free, 0.0, np.inf).astype(np.float32)  # blocked destinations stay inf
+    plan = []
+    for di, dj in _MOVES:  # D[i, j] relaxed from D[i - di, j - dj]
+        dst = (slice(max(di, 0), H + min(di, 0)), slice(max(dj, 0), W + min(dj, 0)))
+        src = (slice(max(-di, 0), H + min(-di, 0)), slice(max(-dj, 0), W + min(-dj, 0)))
+        plan.append((dst, src, block[dst] + np.float32(math.hypot(di, dj) * cell)))
+    changed = True
+    while changed:
+        changed = False
+        for dst, src, cost in plan:
+            cand = D[src] + cost
+            if (cand < D[dst]).any():
+                np.minimum(D[dst], cand, out=D[dst])
+                changed = True
+    return D
+
+
 def segments_cross(p0: np.ndarray, p1: np.ndarray, walls: np.ndarray) -> np.ndarray:
     """Whether each segment p0[k]->p1[k] (K, 2) properly crosses any wall (S, 2, 2): (K,)."""
     if len(walls) == 0 or len(p0) == 0:
@@ -119,26 +142,7 @@ class NavGrid:
         return i, j
 
     def _relax(self, D: np.ndarray, free: np.ndarray) -> np.ndarray:
-        """Grid shortest-path distances from the zero cells of D over ``free`` cells:
-        16-neighbour relaxation sweeps (updates apply in place, so one sweep carries a
-        value several cells) until nothing changes."""
-        H, W = D.shape
-        D = np.where(free, D, np.inf).astype(np.float32)
-        block = np.where(free, 0.0, np.inf).astype(np.float32)  # blocked destinations stay inf
-        plan = []
-        for di, dj in _MOVES:  # D[i, j] relaxed from D[i - di, j - dj]
-            dst = (slice(max(di, 0), H + min(di, 0)), slice(max(dj, 0), W + min(dj, 0)))
-            src = (slice(max(-di, 0), H + min(-di, 0)), slice(max(-dj, 0), W + min(-dj, 0)))
-            plan.append((dst, src, block[dst] + np.float32(math.hypot(di, dj) * self.cell)))
-        changed = True
-        while changed:
-            changed = False
-            for dst, src, cost in plan:
-                cand = D[src] + cost
-                if (cand < D[dst]).any():
-                    np.minimum(D[dst], cand, out=D[dst])
-                    changed = True
-        return D
+        return grid_distances(D, free, self.cell)
 
     def _largest_component(self, free: np.ndarray) -> np.ndarray:
         remaining, best = free.copy(), np.zeros_like(free)

@@ -43,34 +43,47 @@ def _steer(env: HouseEnv, x: float, z: float) -> int:
     return TURN_LEFT if best_k <= 6 else TURN_RIGHT
 
 
+def approach(env: HouseEnv, o) -> int | None:
+    """Within ``success_distance`` of instance ``o`` with a clear line to it: turn to face it,
+    or close in while something hides it. None when ``o`` is out of reach or behind a wall."""
+    surf = math.hypot(o.x - env.x, o.z - env.z) - o.cat.radius
+    in_sight = not segments_cross(np.array([[env.x, env.z]]), np.array([[o.x, o.z]]), env.nav.sight_walls)[0]
+    if surf > env.success_distance or not in_sight:
+        return None
+    err = wrap_angle(math.atan2(-(o.z - env.z), o.x - env.x) - env.yaw)
+    if abs(err) > env.turn_step / 2:
+        return TURN_LEFT if err > 0 else TURN_RIGHT
+    return _steer(env, o.x, o.z)  # facing it but hidden (occluded): get closer
+
+
+def pursue(env: HouseEnv, points: list[tuple[float, float]]) -> int:
+    """Pure pursuit along a path of world (x, z) points: steer for the farthest point within
+    ``LOOKAHEAD`` that a straight free line reaches; if none is at least a step away, the
+    first point that is (steering avoids contact)."""
+    far = [p for p in points if math.hypot(p[0] - env.x, p[1] - env.z) >= 0.3] or [points[-1]]
+    target = far[0]
+    for p in far:
+        if math.hypot(p[0] - env.x, p[1] - env.z) > LOOKAHEAD:
+            break
+        if env.nav.segment_free(env.x, env.z, p[0], p[1]):
+            target = p
+    return _steer(env, *target)
+
+
 def oracle_action(env: HouseEnv) -> int:
     if env.target_visible_in_reach():
         return STOP
     nav, D = env.nav, env._field(env.goal)
     inst = env.target_instances()
     surf = [math.hypot(o.x - env.x, o.z - env.z) - o.cat.radius for o in inst]
-    k = int(np.argmin(surf))
-    o = inst[k]
-    in_sight = not segments_cross(np.array([[env.x, env.z]]), np.array([[o.x, o.z]]), nav.sight_walls)[0]
-    if surf[k] <= env.success_distance and in_sight:
-        err = wrap_angle(math.atan2(-(o.z - env.z), o.x - env.x) - env.yaw)
-        if abs(err) > env.turn_step / 2:
-            return TURN_LEFT if err > 0 else TURN_RIGHT
-        return _steer(env, o.x, o.z)  # facing it but hidden (occluded): get closer
+    o = inst[int(np.argmin(surf))]
+    near = approach(env, o)
+    if near is not None:
+        return near
     geo, cell = nav.nearest_on_path(D, env.x, env.z)
     if cell is None:
         return TURN_LEFT
-    if D[cell] == 0.0:  # in the goal region: head for the nearest visible-from-here instance
-        return _steer(env, o.x, o.z) if in_sight else _steer(env, nav.xs[cell[1]], nav.zs[cell[0]])
+    if D[cell] == 0.0:  # in the goal region, the nearest instance hidden from here
+        return _steer(env, nav.xs[cell[1]], nav.zs[cell[0]])
     path = nav.descend(D, cell, max_steps=int(LOOKAHEAD / nav.cell) + 4)
-    # The farthest path cell within the lookahead that a straight free line reaches; if
-    # none is at least a step away, the first path cell that is (steering avoids contact).
-    far = [c for c in path if math.hypot(nav.xs[c[1]] - env.x, nav.zs[c[0]] - env.z) >= 0.3] or [path[-1]]
-    target = far[0]
-    for c in far:
-        cx, cz = nav.xs[c[1]], nav.zs[c[0]]
-        if math.hypot(cx - env.x, cz - env.z) > LOOKAHEAD:
-            break
-        if nav.segment_free(env.x, env.z, cx, cz):
-            target = c
-    return _steer(env, nav.xs[target[1]], nav.zs[target[0]])
+    return pursue(env, [(float(nav.xs[j]), float(nav.zs[i])) for i, j in path])

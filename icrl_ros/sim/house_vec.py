@@ -42,23 +42,26 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
             cmd, arg = conn.recv()
             if cmd == "reset_trial":
                 idx, house_seeds = arg
-                obs = []
+                obs, teach = [], []
                 for k in idx:
                     opts = {"new_trial": True}
                     if house_seeds is not None and house_seeds[k] is not None:
                         opts["house_seed"] = int(house_seeds[k])
                     # The first trial seeds each env's own generator (reproducible streams).
-                    o, _ = envs[k].reset(seed=None if started else seeds[k], options=opts)
+                    o, info = envs[k].reset(seed=None if started else seeds[k], options=opts)
                     obs.append(o)
+                    teach.append(info.get("teacher_action", -1))
                 started = True
-                conn.send(("ok", _stack(obs)))
+                conn.send(("ok", (_stack(obs), np.array(teach, np.int64))))
             elif cmd == "step":
                 obs, rew, done, infos = [], [], [], []
                 for env, a in zip(envs, arg):
                     o, r, term, trunc, info = env.step(int(a))
                     info["terminated"], info["truncated"] = term, trunc
                     if term or trunc:
-                        o, _ = env.reset()  # next episode, same house
+                        o, first = env.reset()  # next episode, same house
+                        if "teacher_action" in first:  # the label of the state now observed
+                            info["teacher_action"] = first["teacher_action"]
                     obs.append(o)
                     rew.append(r)
                     done.append(term or trunc)
@@ -97,11 +100,15 @@ class HouseVecEnv:
         seed: int | None = None,
         image_size: int = 64,
         num_workers: int | None = None,
-        max_episode_steps: int = 500,
+        max_episode_steps: int = 200,
         success_distance: float = 1.0,
         start_method: str | None = None,
         single_thread_gl: bool = True,
+        **task,
     ) -> None:
+        """``task``: further :class:`~icrl_ros.sim.house.HouseEnv` arguments (``pose_frame``,
+        ``goal_instances``, ``start_away``, ``min_start_distance``, ``teacher``). With a
+        ``teacher``, :attr:`teacher_action` holds its label of every env's current state."""
         if not isinstance(num_envs, (int, np.integer)) or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         check_split(split)
@@ -116,7 +123,10 @@ class HouseVecEnv:
         bounds = np.linspace(0, self.num_envs, workers + 1).round().astype(int)
         self._slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
         kwargs = dict(split=split, image_size=self.image_size, max_episode_steps=self.max_episode_steps,
-                      success_distance=success_distance)
+                      success_distance=success_distance, **task)
+        self.task = dict(task)
+        self.pose_frame = task.get("pose_frame", "house")
+        self.teacher_action = np.full(self.num_envs, -1, np.int64)
         if start_method is None:
             start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(start_method)
@@ -174,7 +184,9 @@ class HouseVecEnv:
         for w, (a, b) in enumerate(self._slices):
             seeds = None if house_seeds is None else list(house_seeds[a:b])
             self._conns[w].send(("reset_trial", (list(range(b - a)), seeds)))
-        obs = _stack_parts(self._gather())
+        parts = self._gather()
+        obs = _stack_parts([p[0] for p in parts])
+        self.teacher_action = np.concatenate([p[1] for p in parts])
         self.episode_step[:] = 0
         return obs
 
@@ -194,6 +206,7 @@ class HouseVecEnv:
         done = np.concatenate([p[2] for p in parts])
         infos = [i for p in parts for i in p[3]]
         self.episode_step = np.where(done, 0, np.array([i["episode_step"] for i in infos])).astype(np.int64)
+        self.teacher_action = np.array([i.get("teacher_action", -1) for i in infos], np.int64)
         return obs, reward, done, infos
 
     def call(self, name: str, *args, **kwargs) -> list:
