@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from icrl_ros.models.config import ModelArgs, check_positive
-from icrl_ros.sim import VEC_ENVS
+from icrl_ros.sim import GRID_ENVS, VEC_ENVS
 
 
 @dataclass
@@ -23,11 +23,18 @@ class EnvConfig:
     """Registered env id (see icrl_ros.sim.VEC_ENVS)."""
     num_envs: int = 64
     """Parallel trials per process."""
+    options: dict = field(default_factory=dict)
+    """Env arguments (the house: ``pose_frame``, ``max_episode_steps``, ``goal_instances``,
+    ``start_away``, ``min_start_distance``, ``teacher``); the grid worlds take none."""
 
     def validate(self) -> None:
         if self.id not in VEC_ENVS:
             raise ValueError(f"env.id: unknown id {self.id!r}; allowed: {sorted(VEC_ENVS)}")
         check_positive("env.num_envs", self.num_envs)
+        if not isinstance(self.options, dict):
+            raise ValueError(f"env.options: must be a mapping of env arguments, got {self.options!r}")
+        if self.options and self.id in GRID_ENVS:
+            raise ValueError(f"env.options: {self.id} takes no options, got {sorted(self.options)}")
 
 
 @dataclass

@@ -12,6 +12,15 @@ For each checkpoint: trials on held-out tasks (``--split test``), each ``--steps
 Dark-Key-To-Door); return and oracle-normalised return per in-context episode index
 with mean and 95% CI, and the trial return. Prints a table and writes ``eval.json``
 and ``icl_curve.png`` to ``--out``.
+
+House policies (a checkpoint trained on ``icrl_ros/MiniWorldHouse-v0``, or a bundle
+directory, evaluated through the deployed runtime): ``--episodes`` episodes per trial in
+held-out houses; success, SPL and steps per in-context episode with 95% CIs and n, and the
+rise from episode 1 to episodes 10-20 (``training/house_eval.py``); writes ``curves.json`` and
+``icl_curve.png``::
+
+    python training/evaluate.py checkpoints/house_memo.pt bundles/house_memo --label torch --label bundle \
+        --trials 100 --episodes 20 --seed 7 --out eval/house
 """
 
 from __future__ import annotations
@@ -253,6 +262,10 @@ def main(argv=None) -> int:
     p.add_argument("--temperature", type=float, default=1.0,
                    help="sampled actions: softmax(logits / T) (default 1: the policy's own distribution)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--episodes", type=int, default=20, help="house: episodes per trial")
+    p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"],
+                   help="house bundles: the runtime engine")
+    p.add_argument("--batch", type=int, default=25, help="house: trials stepped together")
     p.add_argument("--out", default="eval", help="output directory for eval.json and icl_curve.png")
     args = p.parse_args(argv)
     if args.merge:
@@ -276,6 +289,10 @@ def main(argv=None) -> int:
         fail(f"--trials must be positive, got {args.trials}")
     if not args.temperature > 0:
         fail(f"--temperature must be positive, got {args.temperature}")
+    if any(is_house(c) for c in args.checkpoints):
+        if not all(is_house(c) for c in args.checkpoints):
+            fail("house policies and grid-world checkpoints cannot share one evaluation; run them separately")
+        return evaluate_house(args, labels)
     results = []
     for c in args.checkpoints:
         try:
@@ -284,6 +301,46 @@ def main(argv=None) -> int:
         except (FileNotFoundError, ValueError, KeyError) as e:
             fail(f"{c}: {e}")
     return write_results(results, labels, Path(args.out))
+
+
+def is_house(path: str) -> bool:
+    """A bundle directory, or a checkpoint trained on the MiniWorld house."""
+    p = Path(path)
+    if p.is_dir():
+        return True
+    if not p.is_file():
+        fail(f"{path}: no such checkpoint file or bundle directory")
+    blob = torch.load(p, map_location="cpu", weights_only=False)
+    return (blob.get("config", {}).get("env") or {}).get("id") == "icrl_ros/MiniWorldHouse-v0"
+
+
+def evaluate_house(args, labels: list[str]) -> int:
+    from training import house_curves
+    from training.house_eval import run_house_trials, stepper_for
+
+    if args.episodes <= 0:
+        fail(f"--episodes must be positive, got {args.episodes}")
+    curves, raw, runs = {}, {}, {}
+    for path, lab in zip(args.checkpoints, labels):
+        try:
+            stepper, options, desc = stepper_for(path, args.backend)
+        except (FileNotFoundError, ValueError, KeyError) as e:
+            fail(f"{path}: {e}")
+        res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split,
+                               greedy=args.greedy, temperature=args.temperature, batch=args.batch,
+                               env_options=options)
+        raw[lab] = {k: res[k] for k in ("success", "spl", "steps", "house_seed")}
+        curves[lab] = house_curves.summarise(raw[lab])
+        runs[lab] = {**desc, "env_options": options, **{k: res[k] for k in ("agent_steps", "wall_s", "steps_per_s")},
+                     **{k: v for k, v in res.items() if k.startswith("memory")}}
+        print(f"{lab}: {args.trials} trials x {args.episodes} episodes, {res['agent_steps']} steps in "
+              f"{res['wall_s']:.0f} s ({res['steps_per_s']:.0f} steps/s)", flush=True)
+    house_curves.print_table(curves)
+    settings = {"trials": args.trials, "episodes": args.episodes, "split": args.split, "seed": args.seed,
+                "greedy": args.greedy, "temperature": None if args.greedy else args.temperature, "runs": runs}
+    house_curves.write(curves, raw, settings, Path(args.out), f"House policies, {args.split} houses, seed {args.seed}")
+    print(f"wrote {Path(args.out) / 'curves.json'} and {Path(args.out) / 'icl_curve.png'}")
+    return 0
 
 
 def write_results(results: list[dict], labels: list[str], out: Path) -> int:

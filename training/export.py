@@ -122,6 +122,9 @@ def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, mem
            "goal_names": env.get("goal_names", [f"goal_{i}" for i in range(a.n_goals)])[: a.n_goals] if a.n_goals else []}
     if getattr(a, "obs_type", None) == "image":
         obs["image_size"] = [a.image_size, a.image_size]
+        # The odometry frame the policy was trained with: "episode" (restarts at every episode
+        # start) or "house" (one frame per trial: odometry since boot / the map frame).
+        obs["pose_frame"] = ((config.get("env") or {}).get("options") or {}).get("pose_frame", "episode")
     action = {"names": env.get("action_names", [f"action_{i}" for i in range(a.n_actions)])}
     for key in ("forward_m", "turn_deg"):
         if key in env:

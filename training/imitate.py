@@ -39,7 +39,7 @@ from icrl_ros.sim import make_vec
 from training._cli import fail
 from training.config import TrainConfig, config_from_cli
 from training.ppo import cosine_lr, next_step_inputs, trial_start_inputs
-from training.teachers import make_teacher
+from training.teachers import make_teacher, observe_teacher
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,7 +75,7 @@ class Imitator:
         self.teacher = make_teacher(env, teacher)
         self.iterations, self.mix_fraction, self.vf_coef = iterations, mix_fraction, vf_coef
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg.ppo.lr, eps=1e-5)
-        self.keys = [*policy.input_spec(), "episode_index"]
+        self.keys = [*policy.rollout_spec(), "episode_index"]
         self.it = 0
 
     def beta(self) -> float:
@@ -93,8 +93,9 @@ class Imitator:
         buf = {k: [] for k in (*self.keys, "label", "reward", "done")}
         obs = env.reset_trial()
         self.teacher.reset()
-        cur = trial_start_inputs(env, obs, a.n_actions, "cpu")
+        cur = policy.rollout_inputs(trial_start_inputs(env, obs, a.n_actions, "cpu"))
         mem = make_memory(policy, B, T, schedule=schedule)
+        ended = {"success": [], "spl": []}
         beta = self.beta()
         policy.eval()
         for _ in range(T):
@@ -106,14 +107,23 @@ class Imitator:
                 buf[k].append(cur[k])
             buf["label"].append(torch.as_tensor(label))
             obs, reward, done, info = env.step(action)
-            self.teacher.observe(info["final_obs"], reward, done, action)
+            observe_teacher(self.teacher, info, reward, done, action)
+            if isinstance(info, list):  # the house: how the finished episodes went
+                for i in np.flatnonzero(done):
+                    ended["success"].append(float(info[i]["success"]))
+                    ended["spl"].append(float(info[i]["spl"]))
             buf["reward"].append(torch.as_tensor(reward, dtype=torch.float32))
             buf["done"].append(torch.as_tensor(done, dtype=torch.float32))
-            cur = next_step_inputs(env, obs, torch.as_tensor(action), reward, done, cur, "cpu", info)
+            cur = policy.rollout_inputs(next_step_inputs(env, obs, torch.as_tensor(action), reward, done, cur, "cpu", info))
         data = {k: torch.stack(v, 1) for k, v in buf.items()}
         data["schedule"] = schedule
-        oracle = env.oracle_trial_return(T)
-        stats = {"beta": beta, "trial_return_normalised": float((data["reward"].sum(1).numpy() / oracle).mean())}
+        stats = {"beta": beta}
+        if hasattr(env, "oracle_trial_return"):
+            oracle = env.oracle_trial_return(T)
+            stats["trial_return_normalised"] = float((data["reward"].sum(1).numpy() / oracle).mean())
+        if ended["success"]:
+            stats.update(episodes=len(ended["success"]), success=float(np.mean(ended["success"])),
+                         spl=float(np.mean(ended["spl"])))
         return data, stats
 
     def update(self, data: dict) -> dict[str, float]:
@@ -153,8 +163,14 @@ def main(argv=None) -> int:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    env = make_vec(cfg.env.id, cfg.env.num_envs, split="train", seed=cfg.seed)
-    policy = build_policy(cfg.model_args(**env.model_fields()))
+    try:
+        env = make_vec(cfg.env.id, cfg.env.num_envs, split="train", seed=cfg.seed, **cfg.env.options)
+    except (TypeError, ValueError) as e:
+        fail(f"env.options: {e}")
+    try:
+        policy = build_policy(cfg.model_args(**env.model_fields()), load_pretrained=True)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
     steps_per_it = cfg.env.num_envs * cfg.ppo.rollout_length
     iterations = math.ceil(cfg.total_steps / steps_per_it)
     try:

@@ -32,6 +32,7 @@ from torch import Tensor
 from icrl_ros.models import HCAMPolicy, ICLPolicy, MemoPolicy, act, make_memory, refresh, segment_schedule
 from icrl_ros.sim import VecTrialEnv
 from training.config import PPOConfig
+from training.teachers import observe_teacher
 
 # Per-step bookkeeping stored beside the policy inputs.
 _EXTRA = {"episode_index": torch.long, "action": torch.long, "reward": torch.float32, "done": torch.float32,
@@ -102,10 +103,10 @@ class PPOTrainer:
         self.total_opt_steps = max(1, total_rollouts * n_upd * cfg.update_epochs * cfg.num_minibatches)
         self.opt_step = 0
         self.schedule: list[int] | None = None
-        self.keys = [*policy.input_spec(), "episode_index"]  # policy inputs stored per step
+        self.keys = [*policy.rollout_spec(), "episode_index"]  # policy inputs stored per step
         self.teacher = None
         if cfg.teacher:
-            from training.teachers import make_teacher  # grid worlds only; raises for other envs
+            from training.teachers import make_teacher  # raises for an env without a teacher
 
             self.teacher = make_teacher(env, cfg.teacher)
 
@@ -127,14 +128,14 @@ class PPOTrainer:
         cfg, env, policy, dev = self.cfg, self.env, self.policy, self.device
         B, T, a = env.num_envs, cfg.rollout_length, policy.args
         stats = RolloutStats()
-        spec = policy.input_spec()
+        spec = policy.rollout_spec()
         buf = {k: torch.zeros(B, T, *shape, dtype=dtype, device=dev) for k, (shape, dtype) in spec.items()}
         buf.update({k: torch.zeros(B, T, dtype=dtype, device=dev) for k, dtype in _EXTRA.items()})
         obs = env.reset_trial()
         if self.teacher is not None:
             buf["teacher_action"] = torch.zeros(B, T, dtype=torch.long, device=dev)
             self.teacher.reset()
-        cur = trial_start_inputs(env, obs, a.n_actions, dev)
+        cur = policy.rollout_inputs(trial_start_inputs(env, obs, a.n_actions, dev))
         # Memo: one random segment schedule per rollout, shared by stepping and updates.
         self.schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if isinstance(policy, MemoPolicy) else None
         policy.eval()
@@ -156,7 +157,7 @@ class PPOTrainer:
                 action_np = action.cpu().numpy()
                 obs, reward, done, info = env.step(action_np)
                 if self.teacher is not None:
-                    self.teacher.observe(info["final_obs"], reward, done, action_np)
+                    observe_teacher(self.teacher, info, reward, done, action_np)
                 buf["reward"][:, t] = torch.as_tensor(reward, device=dev)
                 buf["done"][:, t] = torch.as_tensor(done, dtype=torch.float32, device=dev)
                 ep_return += reward
@@ -164,7 +165,7 @@ class PPOTrainer:
                 for i in np.flatnonzero(done):
                     stats.episode_returns.append((int(ep_idx[i]), float(ep_return[i])))
                 ep_return[done] = 0.0
-                cur = next_step_inputs(env, obs, action, reward, done, cur, dev, info)
+                cur = policy.rollout_inputs(next_step_inputs(env, obs, action, reward, done, cur, dev, info))
             last = c == len(chunks) - 1
             if last and hasattr(env, "oracle_trial_return"):
                 oracle = env.oracle_trial_return(T)

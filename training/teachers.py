@@ -163,18 +163,56 @@ class CycleExplorer(_GridTeacher):
         self.prev_action[:] = -1 if actions is None else actions
 
 
-TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer}
-ENV_TEACHERS = {"dark_key_to_door": ("cycle", "explorer")}  # the first is the default
+class HouseEnvTeacher:
+    """The house teacher (:class:`icrl_ros.sim.house_teacher.HouseTeacher`) runs inside the env
+    workers, where the geometry and the camera model are; the env is built with
+    ``teacher=memory`` (or ``wiped``) and reports its label of every env's current state in
+    ``HouseVecEnv.teacher_action``. This reads it, with the grid teachers' interface."""
+
+    def __init__(self, env) -> None:
+        if env.task.get("teacher") not in ("memory", "wiped"):
+            raise ValueError("the house teacher runs in the env: build HouseVecEnv with teacher='memory' or 'wiped' "
+                             "(env.options.teacher in the config)")
+        self.env = env
+
+    def reset(self, idx: np.ndarray | None = None) -> None:
+        """Nothing to do: the env's teacher starts afresh with every trial."""
+
+    def act(self, obs) -> np.ndarray:
+        return self.env.teacher_action.copy()
+
+    def observe(self, final_cells, reward, done, actions=None) -> None:
+        """Nothing to do: the env's teacher observes every step itself."""
 
 
-def make_teacher(env: VecTrialEnv, name: str | None = None):
-    if env.name not in ENV_TEACHERS:
-        raise ValueError(f"env {env.name!r} has no scripted teacher; teachers exist for {sorted(ENV_TEACHERS)}")
-    names = ENV_TEACHERS[env.name]
+TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer, "memory": HouseEnvTeacher,
+            "wiped": HouseEnvTeacher}
+# The first is the default. The house's "memory" and "wiped" name the env's teacher mode.
+ENV_TEACHERS = {"dark_key_to_door": ("cycle", "explorer"), "house": ("memory", "wiped")}
+
+
+def make_teacher(env, name: str | None = None):
+    env_name = getattr(env, "name", type(env).__name__)
+    if env_name not in ENV_TEACHERS:
+        raise ValueError(f"env {env_name!r} has no scripted teacher; teachers exist for {sorted(ENV_TEACHERS)}")
+    names = ENV_TEACHERS[env_name]
     name = name or names[0]
     if name not in names:
-        raise ValueError(f"teacher {name!r} does not play {env.name}; choose one of {list(names)}")
+        raise ValueError(f"teacher {name!r} does not play {env_name}; choose one of {list(names)}")
+    if env_name == "house":
+        if env.task.get("teacher") != name:
+            raise ValueError(f"teacher {name!r}: the house env runs teacher={env.task.get('teacher')!r}; "
+                             f"set env.options.teacher={name}")
+        return HouseEnvTeacher(env)
     return TEACHERS[name](env.num_envs, env.size)
+
+
+def observe_teacher(teacher, info, reward, done, actions) -> None:
+    """After an env step: the grid teachers read where each env arrived (``info["final_obs"]``);
+    the house teacher has already observed inside the env."""
+    if isinstance(teacher, HouseEnvTeacher):
+        return
+    teacher.observe(info["final_obs"], reward, done, actions)
 
 
 def teacher_trials(env: VecTrialEnv, steps: int, name: str | None = None) -> np.ndarray:

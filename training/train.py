@@ -82,7 +82,10 @@ def main(argv=None) -> int:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed + 1000 * rank)
-    env = make_vec(cfg.env.id, cfg.env.num_envs, split="train", seed=cfg.seed + 1000 * rank)
+    try:
+        env = make_vec(cfg.env.id, cfg.env.num_envs, split="train", seed=cfg.seed + 1000 * rank, **cfg.env.options)
+    except (TypeError, ValueError) as e:
+        fail(f"env.options: {e}")
     model_args = cfg.model_args(**env.model_fields())
     policy = build_policy(model_args, load_pretrained=True).to(device)
     if world > 1:  # identical initial weights on every rank

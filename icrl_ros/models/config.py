@@ -8,7 +8,7 @@ SINKS = ("kv", "kv0", "k0v0", "none", "token")
 KINDS = ("relic", "memo", "hcam")
 MEMO_VARIANTS = ("memo", "rmt")
 OBS_TYPES = ("discrete", "image")
-VISUAL_ENCODERS = ("cnn",)
+VISUAL_ENCODERS = ("cnn", "features")
 GRID_ENCODINGS = ("cell", "xy")
 
 
@@ -66,7 +66,13 @@ class ModelArgs:
     image_size: int = 64
     """Square RGB input size for ``obs_type: image``."""
     visual_encoder: str = "cnn"
-    """Image encoder: ``cnn`` (small CNN trained from scratch)."""
+    """Image encoder: ``cnn`` (small CNN trained with the policy) or ``features`` (a CNN
+    pretrained on simulator labels by ``training/house_encoder.py`` and frozen; load it with
+    ``pretrained_encoder``; training caches its features per frame)."""
+    feature_dim: int = 128
+    """``visual_encoder: features``: size of the frozen encoder's feature vector."""
+    odom_fourier: int = 0
+    """Fourier scales (1, 2, 4, ... m) of odometry x and y added to the odometry input (0: none)."""
     use_reward: bool = True
     """Feed the previous reward to the encoder (False for robots, which get no reward)."""
     pretrained_encoder: str = ""
@@ -123,6 +129,8 @@ class ModelArgs:
         check_choice("model.visual_encoder", self.visual_encoder, VISUAL_ENCODERS)
         check_choice("model.grid_encoding", self.grid_encoding, GRID_ENCODINGS)
         check_positive("model.image_size", self.image_size)
+        check_positive("model.feature_dim", self.feature_dim)
+        check_positive("model.odom_fourier", self.odom_fourier, allow_zero=True)
         if self.last_obs and self.obs_type != "discrete":
             raise ValueError("model.last_obs: only for discrete (grid-world) observations")
         if self.obs_type == "image" and self.image_size < 16:

@@ -1,12 +1,20 @@
 """Per-step token encoders: one embedding per environment step.
 
-Grid worlds feed a discrete cell index; the house task feeds an RGB image (a small CNN
-trained from scratch, or a frozen one loaded from a local weights file), odometry
-relative to the episode start and the goal category. Every step also carries the
-previous action and reward and its within-episode step (a learnable position).
+Grid worlds feed a discrete cell index; the house task feeds an RGB image, odometry and the
+goal category. The image goes through a small CNN trained with the policy
+(``visual_encoder: cnn``) or through :class:`FeatureEncoder` (``visual_encoder: features``),
+a CNN pretrained on simulator labels (``training/house_encoder.py``) and frozen, whose
+feature vector a trainable linear layer projects. A frozen encoder is a fixed function of
+the image, so training computes each frame's features once when it is observed and the
+sequence model trains on those (``rgb_feat``), never on pixels; the exported graph still
+takes the image. Odometry is (x, y, cos yaw, sin yaw), optionally with Fourier features of
+x and y (``odom_fourier``) so that attention can match places by position. Every step also
+carries the previous action and reward and its within-episode step (a learnable position).
 """
 
 from __future__ import annotations
+
+import math
 
 from pathlib import Path
 
@@ -37,6 +45,31 @@ class ImageEncoder(nn.Module):
         x = rgb.reshape(-1, *rgb.shape[-3:]).permute(0, 3, 1, 2).float() / 255.0  # (N, 3, H, W)
         x = self.net(x).flatten(1)
         return self.fc(x).reshape(*lead, -1)
+
+
+class FeatureEncoder(nn.Module):
+    """uint8 (B, H, W, 3) -> (B, F) features: the ImageEncoder trunk, then a hidden layer."""
+
+    def __init__(self, d_feat: int, image_size: int, d_hidden: int = 256) -> None:
+        super().__init__()
+        self.trunk = ImageEncoder(d_hidden, image_size)
+        self.out = nn.Sequential(nn.GELU(), nn.Linear(d_hidden, d_feat), nn.GELU())
+
+    def forward(self, rgb: Tensor) -> Tensor:
+        return self.out(self.trunk(rgb))
+
+
+def odom_features(odom: Tensor, n_fourier: int) -> Tensor:
+    """(..., 3) x, y, yaw -> (x, y, cos yaw, sin yaw[, sin/cos(2 pi x / L), sin/cos(2 pi y / L)
+    for L = 1, 2, 4, ... m (``n_fourier`` scales)])."""
+    odom = odom.float()
+    yaw = odom[..., 2:3]
+    parts = [odom[..., :2], yaw.cos(), yaw.sin()]
+    if n_fourier:
+        scales = 2.0 ** torch.arange(n_fourier, device=odom.device, dtype=odom.dtype)
+        ang = 2 * math.pi * odom[..., :2, None] / scales  # (..., 2, F)
+        parts += [ang.sin().flatten(-2), ang.cos().flatten(-2)]
+    return torch.cat(parts, -1)
 
 
 def load_frozen(module: nn.Module, path: str) -> None:
@@ -95,8 +128,13 @@ class StepEncoder(nn.Module):
         super().__init__()
         self.args = a
         if a.obs_type == "image":
-            self.image = ImageEncoder(a.d_model, a.image_size)
-            self.odom = nn.Linear(4, a.d_model)  # x, y, cos(yaw), sin(yaw)
+            if a.visual_encoder == "features":
+                self.image = FeatureEncoder(a.feature_dim, a.image_size)
+                self.image.requires_grad_(False)  # frozen: pretrained on simulator labels
+                self.image_proj = nn.Linear(a.feature_dim, a.d_model)
+            else:
+                self.image = ImageEncoder(a.d_model, a.image_size)
+            self.odom = nn.Linear(4 + 4 * a.odom_fourier, a.d_model)  # x, y, cos(yaw), sin(yaw)[, Fourier]
         else:
             # The cell tables sit on the step encoder itself (checkpoint names predate
             # CellEncoder); last_obs gets its own CellEncoder.
@@ -113,12 +151,25 @@ class StepEncoder(nn.Module):
         if self.args.obs_type == "image" and self.args.pretrained_encoder:
             load_frozen(self.image, self.args.pretrained_encoder)
 
+    @property
+    def frozen_features(self) -> bool:
+        """Whether images enter through a frozen feature encoder (training caches ``rgb_feat``)."""
+        return self.args.obs_type == "image" and self.args.visual_encoder == "features"
+
+    def features(self, rgb: Tensor) -> Tensor:
+        """The frozen encoder's features of images (B, ..., H, W, 3) -> (B, ..., F)."""
+        with torch.no_grad():
+            return self.image(rgb)
+
     def forward(self, inp: dict[str, Tensor]) -> Tensor:
         a = self.args
         if a.obs_type == "image":
-            odom = inp["odom"].float()
-            yaw = odom[..., 2:3]
-            x = self.image(inp["rgb"]) + self.odom(torch.cat([odom[..., :2], yaw.cos(), yaw.sin()], -1))
+            if a.visual_encoder == "features":
+                feat = inp["rgb_feat"] if "rgb_feat" in inp else self.image(inp["rgb"])
+                img = self.image_proj(feat.float())
+            else:
+                img = self.image(inp["rgb"])
+            x = img + self.odom(odom_features(inp["odom"], a.odom_fourier))
         else:
             x = CellEncoder.encode(self, a, inp["obs"])
             if self.last is not None:

@@ -70,6 +70,23 @@ class ICLPolicy(nn.Module):
             spec["goal"] = ((), torch.long)
         return spec
 
+    def rollout_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """What training stores per step: :meth:`input_spec` with the image replaced by its
+        frozen features (``rgb_feat``) when the visual encoder is frozen."""
+        spec = self.input_spec()
+        if self.encoder.frozen_features:
+            spec = {("rgb_feat" if k == "rgb" else k): (((self.args.feature_dim,), torch.float32) if k == "rgb" else v)
+                    for k, v in spec.items()}
+        return spec
+
+    def rollout_inputs(self, inp: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Step inputs as training stores them: ``rgb`` -> ``rgb_feat`` for a frozen encoder."""
+        if not self.encoder.frozen_features or "rgb" not in inp:
+            return inp
+        out = {k: v for k, v in inp.items() if k != "rgb"}
+        out["rgb_feat"] = self.encoder.features(inp["rgb"])
+        return out
+
     def encode(self, inp: dict[str, Tensor]) -> Tensor:
         return self.encoder(inp)
 

@@ -23,11 +23,14 @@ GRID_ENVS: dict[str, type[VecTrialEnv]] = {
 VEC_ENVS: dict[str, type] = {**GRID_ENVS, "icrl_ros/MiniWorldHouse-v0": HouseVecEnv}
 
 
-def make_vec(env_id: str, num_envs: int, split: str = "train", seed: int | None = None):
-    """Batched trial env by registered id; unknown ids list the known ones."""
+def make_vec(env_id: str, num_envs: int, split: str = "train", seed: int | None = None, **options):
+    """Batched trial env by registered id; unknown ids list the known ones. ``options`` go to
+    the env (the house's ``pose_frame``, ``teacher``, task settings); grid worlds take none."""
     if env_id not in VEC_ENVS:
         raise ValueError(f"env_id: unknown id {env_id!r}; known ids: {sorted(VEC_ENVS)}")
-    return VEC_ENVS[env_id](num_envs, split=split, seed=seed)
+    if options and env_id in GRID_ENVS:
+        raise ValueError(f"env.options: {env_id} takes no options, got {sorted(options)}")
+    return VEC_ENVS[env_id](num_envs, split=split, seed=seed, **options)
 
 
 for _id, _cls in GRID_ENVS.items():

@@ -89,6 +89,7 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
 class HouseVecEnv:
     """``num_envs`` MiniWorld house trials in ``num_workers`` processes."""
 
+    name = "house"
     n_actions = 4
     action_names = ("stop", "forward", "turn_left", "turn_right")
     goal_names = GOAL_NAMES

@@ -1,0 +1,140 @@
+"""Evaluate a house policy: per-episode success, SPL and steps over fixed-length trials.
+
+    python training/evaluate.py checkpoints/house_memo.pt --trials 100 --episodes 20   # training side
+    python training/evaluate.py bundles/house_memo --trials 100 --episodes 20          # deployed bundle
+
+Every trial is one held-out house for exactly ``episodes`` episodes (an env that has run its
+episodes takes ``stop`` until the others finish; those steps are not counted), so every
+episode index averages over all trials. Two steppers run the same loop:
+
+* :class:`TorchStepper`: the training code (``icrl_ros.models.act`` with its memory);
+* :class:`BundleStepper`: what is deployed, a bundle through
+  :class:`~icrl_ros.runtime.runner.PolicyRunner` (ONNX Runtime by default) and the memory the
+  manifest names, batched over trials with ``PolicyRunner.step``.
+
+Actions are drawn by :func:`~icrl_ros.runtime.runner_base.choose_actions` (greedy or sampled at a
+temperature) with a seeded generator; the env's starts and goals come from ``seed`` as well.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from icrl_ros.models import act, load_checkpoint, make_memory
+from icrl_ros.runtime.runner_base import choose_actions
+from icrl_ros.sim.house import STOP
+from icrl_ros.sim.house_vec import HouseVecEnv
+from training.ppo import next_step_inputs, trial_start_inputs
+
+
+class TorchStepper:
+    """The training-side policy (``act`` against ``make_memory``)."""
+
+    backend = "torch (training code)"
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+        self.args = policy.args
+        self.mem = None
+
+    def reset(self, batch: int, steps: int) -> None:
+        self.mem = make_memory(self.policy, batch, steps)
+
+    def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
+        return act(self.policy, inp, self.mem)[0]
+
+    def memory_stats(self) -> dict:
+        return {"memory_bytes": int(self.mem.nbytes), "memory_tokens": int(self.mem.valid[0].sum())}
+
+
+class BundleStepper:
+    """A deploy bundle through PolicyRunner with the manifest's memory policy."""
+
+    def __init__(self, path: str | Path, backend: str = "onnxruntime", memory: str | None = None) -> None:
+        from icrl_ros.runtime.bundle import load_bundle
+        from icrl_ros.runtime.engine import make_engine
+
+        self.bundle = load_bundle(path)
+        self.engine = make_engine(self.bundle, backend, "cpu")
+        self.backend, self.memory = backend, memory
+        self.args = self.bundle.args
+        self.runner = None
+
+    def reset(self, batch: int, steps: int) -> None:
+        from icrl_ros.runtime.runner import PolicyRunner, build_memory
+
+        mem = build_memory(self.bundle, self.memory, batch=batch)
+        self.runner = PolicyRunner(self.bundle, self.engine, mem)
+        self.names = list(self.runner.spec)
+
+    def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.runner.step({n: inp[n] for n in self.names}, inp["episode_index"])[0]
+
+    def memory_stats(self) -> dict:
+        m = self.runner.memory
+        return {"memory_bytes": int(m.nbytes), "memory_tokens": int(m.valid[0].sum()),
+                "memory_policy": m.policy}
+
+
+@torch.no_grad()
+def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: str = "test",
+                     greedy: bool = False, temperature: float = 1.0, batch: int = 25, workers: int = 2,
+                     env_options: dict | None = None) -> dict:
+    """``trials`` trials of ``episodes`` episodes each, ``batch`` trials at a time. Returns the
+    (trials, episodes) matrices ``success``, ``spl``, ``steps`` and run figures."""
+    a = stepper.args
+    options = dict(env_options or {})
+    options.pop("teacher", None)
+    max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))
+    g = torch.Generator().manual_seed(seed)
+    out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps")}
+    houses, total, t0 = [], 0, time.perf_counter()
+    for start in range(0, trials, batch):
+        B = min(batch, trials - start)
+        env = HouseVecEnv(B, split=split, seed=seed * 100_003 + start, image_size=a.image_size,
+                          num_workers=min(workers, B), max_episode_steps=max_steps, **options)
+        try:
+            obs = env.reset_trial()
+            houses += [i["house_seed"] for i in env.call("_info")]
+            stepper.reset(B, episodes * max_steps + 1)
+            cur = trial_start_inputs(env, obs, a.n_actions, "cpu")
+            done_eps = np.zeros(B, np.int64)
+            while (done_eps < episodes).any():
+                logits = stepper.logits(cur)
+                action = choose_actions(logits, greedy, temperature, g)
+                action = torch.where(torch.as_tensor(done_eps >= episodes), STOP, action)
+                obs, reward, done, info = env.step(action.numpy())
+                total += int((done_eps < episodes).sum())
+                for i in np.flatnonzero(done):
+                    e = done_eps[i]
+                    if e < episodes:
+                        out["success"][start + i, e] = float(info[i]["success"])
+                        out["spl"][start + i, e] = float(info[i]["spl"])
+                        out["steps"][start + i, e] = float(info[i]["episode_step"])
+                    done_eps[i] += 1
+                cur = next_step_inputs(env, obs, action, reward, done, cur, "cpu", info)
+            stats = stepper.memory_stats()
+        finally:
+            env.close()
+    wall = time.perf_counter() - t0
+    return {**out, "house_seed": np.array(houses), "agent_steps": total, "wall_s": wall,
+            "steps_per_s": total / wall, **stats}
+
+
+def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = None):
+    """(stepper, env options, description) for a checkpoint file or a bundle directory."""
+    p = Path(path)
+    if p.is_dir():
+        st = BundleStepper(p, backend, memory)
+        obs = st.bundle.manifest["observation"]
+        return st, {"pose_frame": obs.get("pose_frame", "episode")}, {"bundle": str(p), "backend": backend,
+                                                                      "memory": memory or st.bundle.manifest["memory"]["policy"]}
+    policy, blob = load_checkpoint(p)
+    opts = dict((blob["config"].get("env") or {}).get("options") or {})
+    opts.setdefault("pose_frame", "episode")  # checkpoints from before pose frames were episode-framed
+    return TorchStepper(policy), opts, {"checkpoint": str(p), "backend": "torch (training code)",
+                                        "env_steps_trained": blob.get("env_steps")}
