@@ -190,61 +190,98 @@ def plot_curve(rows: list[dict], path: Path, title: str) -> None:
 
 
 def plot_top_down(rows: list[dict], ends: list[dict], house_seed: int, path: Path, title: str) -> None:
+    """The house from above: each episode's path and rings around its own goal's instances in
+    one colour (objects in greys, boxes square), numbered starts, a 2 m scale bar."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
+    from matplotlib.lines import Line2D
 
     from icrl_ros.sim.house_layout import GOAL_NAMES, generate_layout
-    from icrl_ros.sim.house_topdown import _TRAJ_COLORS, Canvas, draw_top_down
+    from icrl_ros.sim.house_topdown import EPISODE_COLORS, Canvas, draw_episodes
 
-    px_per_m = 28.0
+    px_per_m, scale_m = 28.0, 2.0
     layout = generate_layout(house_seed)
-    trajectories = [np.asarray(e.get("trajectory", []), np.float64).reshape(-1, 2) for e in ends]
-    goals = sorted({GOAL_NAMES.index(e["goal"]) for e in ends if e["goal"] in GOAL_NAMES})
-    img = draw_top_down(layout, goals, trajectories, None, px_per_m=px_per_m)
+    episodes = [(np.asarray(e.get("trajectory", []), np.float64).reshape(-1, 2), GOAL_NAMES.index(e["goal"]))
+                for e in ends]
+    img = draw_episodes(layout, episodes, px_per_m=px_per_m, scale_m=scale_m)
     to_px = Canvas(layout.bounds, px_per_m).px  # the map's world (x, z) -> pixel (col, row)
     h, w = img.shape[:2]
-    fig, ax = plt.subplots(figsize=(w / 110 + 2.8, h / 110 + 0.9), dpi=110)
+    fig, ax = plt.subplots(figsize=(w / 110 + 3.2, h / 110 + 0.9), dpi=110)
     ax.imshow(img)
     ax.set_axis_off()
-    for k, traj in enumerate(trajectories):  # number each start: one-step episodes are only a dot
+    ax.text(8 + scale_m * px_per_m + 4, h - 8, f"{scale_m:g} m", fontsize=7, color="white", va="bottom")
+    color = [np.array(EPISODE_COLORS[k % len(EPISODE_COLORS)]) / 255 for k in range(len(episodes))]
+    for k, (traj, _) in enumerate(episodes):  # number each start: one-step episodes are only a dot
         if len(traj):
             col, row = to_px(traj[0, 0], traj[0, 1])
             ax.annotate(str(k + 1), (col, row), xytext=(5, 5), textcoords="offset points", fontsize=8,
-                        fontweight="bold", color=np.array(_TRAJ_COLORS[k % len(_TRAJ_COLORS)]) / 255,
+                        fontweight="bold", color=color[k],
                         bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
+
     def label(r: dict) -> str:
         steps = f"{r['steps']} step" + ("s" if r["steps"] != 1 else "")
-        return f"{r['episode'] + 1}: {r['goal']} ({'success' if r['success'] else 'fail'}, {steps})"
-    handles = [Patch(color=np.array(_TRAJ_COLORS[k % len(_TRAJ_COLORS)]) / 255, label=label(r))
+        return f"{r['episode'] + 1}: {r['goal']} ({'found' if r['success'] else 'not found'}, {steps}, SPL {r['spl']:.2f})"
+    handles = [Line2D([], [], color=color[k], lw=2.5, marker="o", ms=5, mfc="none", label=label(r))
                for k, r in enumerate(rows)]
-    handles.append(Patch(facecolor="white", edgecolor="black", label="ringed: goal objects"))
-    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+    handles.append(Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black",
+                          label="ring: that episode's goal objects (same colour)"))
+    handles.append(Line2D([], [], ls="none", marker="s", ms=7, mfc="#969696", mec="#3c3c3c",
+                          label="other objects (grey; boxes square)"))
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False,
+              title="episode: goal (path, dot = start)", title_fontsize=7)
     fig.suptitle(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
 
 
-def write_gif(frames: list[tuple[np.ndarray, str]], path: Path, scale: int = 3, max_frames: int = 150) -> int:
+def gif_episodes(episodes: list[list[tuple[np.ndarray, str]]], max_frames: int) -> list[list]:
+    """Whole episodes for the GIF within ``max_frames``: every episode if they fit, else the
+    first, then the last ones, then the second, ... (never a part of an episode)."""
+    order = [0, *range(len(episodes) - 1, 0, -1)]
+    keep, total = set(), 0
+    for k in order:
+        if total + len(episodes[k]) > max_frames and keep:
+            continue
+        keep.add(k)
+        total += len(episodes[k])
+    return [episodes[k] if k in keep else [] for k in range(len(episodes))]
+
+
+def write_gif(episodes: list[list[tuple[np.ndarray, str]]], path: Path, scale: int = 3, max_frames: int = 900,
+              ms: int = 90) -> int:
+    """Camera frames of whole episodes, captioned; a card names episodes left out for length."""
     from PIL import Image, ImageDraw
 
-    if len(frames) > max_frames:  # keep it short: evenly spaced frames
-        idx = np.linspace(0, len(frames) - 1, max_frames).round().astype(int)
-        frames = [frames[i] for i in idx]
+    chosen = gif_episodes(episodes, max_frames)
     images = []
-    for rgb, caption in frames:
-        h, w = rgb.shape[:2]
-        big = np.repeat(np.repeat(rgb, scale, axis=0), scale, axis=1)
-        canvas = np.full((h * scale + 16, w * scale, 3), 20, np.uint8)
-        canvas[16:] = big
-        im = Image.fromarray(canvas)
-        ImageDraw.Draw(im).text((3, 2), caption, fill=(255, 255, 255))
-        images.append(im)
+    size = next((f[0].shape[:2] for ep in episodes for f in ep), (64, 64))
+    skipped: list[int] = []
+
+    def card(text: str) -> Image.Image:
+        im = Image.new("RGB", (size[1] * scale, size[0] * scale + 16), (20, 20, 20))
+        ImageDraw.Draw(im).text((6, size[0] * scale // 2), text, fill=(255, 255, 255))
+        return im
+
+    for k, ep in enumerate(chosen):
+        if not ep:
+            skipped.append(k + 1)
+            continue
+        if skipped:
+            images += [card(f"(episodes {skipped[0]}-{skipped[-1]} left out)")] * 6
+            skipped = []
+        for rgb, caption in ep:
+            h, w = rgb.shape[:2]
+            big = np.repeat(np.repeat(rgb, scale, axis=0), scale, axis=1)
+            canvas = np.full((h * scale + 16, w * scale, 3), 20, np.uint8)
+            canvas[16:] = big
+            im = Image.fromarray(canvas)
+            ImageDraw.Draw(im).text((3, 2), caption, fill=(255, 255, 255))
+            images.append(im)
     if images:
-        images[0].save(path, save_all=True, append_images=images[1:], duration=180, loop=0)
+        images[0].save(path, save_all=True, append_images=images[1:], duration=ms, loop=0)
     return len(images)
 
 
@@ -253,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle", default=str(REPO_ROOT / "bundles" / "house_memo"), help="export bundle directory")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch", "tensorrt"])
-    p.add_argument("--episodes", type=int, default=8, help="episodes of the trial (one house, memory kept)")
+    p.add_argument("--episodes", type=int, default=12, help="episodes of the trial (one house, memory kept)")
     p.add_argument("--max-steps", type=int, default=200, help="episode cap (the bridge truncates)")
     p.add_argument("--seed", type=int, default=0, help="bridge seed: picks the test-split house and the starts")
     p.add_argument("--sample-seed", type=int, default=0, help="agent's action-sampling seed")
@@ -356,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         t_start = starts.get(e["episode"], {}).get("stamp", -1.0)
         t_end = e["stamp"]
         mine = [s for s in stamps if t_start <= s < t_end]
-        frames += [(monitor.frames[s], f"ep {e['episode'] + 1} step {i} goal {e['goal']}") for i, s in enumerate(mine)]
+        frames.append([(monitor.frames[s], f"ep {e['episode'] + 1} step {i} find {e['goal']}")
+                       for i, s in enumerate(mine)])
     n_gif = write_gif(frames, out / "camera.gif")
     summary = {"bundle": str(bundle), "backend": args.backend, "house_seed": house_seed, "split": "test",
                "seed": args.seed, "sample_seed": args.sample_seed, "max_steps": args.max_steps,

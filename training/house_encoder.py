@@ -221,6 +221,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", help="frames.npz from an earlier run (skips collection)")
+    p.add_argument("--init", help="a run directory whose encoder.pt and probe.pt to continue training from")
     p.add_argument("--out", default="runs/house_encoder")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -240,6 +241,10 @@ def main(argv=None) -> int:
         np.savez(out / "frames.npz", **{f"train_{k}": v for k, v in train.items()},
                  **{f"test_{k}": v for k, v in test.items()})
     enc, probe = FeatureEncoder(args.feature_dim, 64), Probe(args.feature_dim)
+    if args.init:
+        enc.load_state_dict(torch.load(Path(args.init) / "encoder.pt", weights_only=True))
+        probe.load_state_dict(torch.load(Path(args.init) / "probe.pt", weights_only=True))
+        report["init"] = str(args.init)
     params = [*enc.parameters(), *probe.parameters()]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-4)
     n = len(train["rgb"])

@@ -53,6 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="fraction of the run over which the teacher's share of executed actions goes 1 -> 0")
     p.add_argument("--teacher", help="scripted teacher (training/teachers.py; default: the env's first)")
     p.add_argument("--vf-coef", type=float, default=0.5, help="weight of the value regression")
+    p.add_argument("--resume", help="an imitation checkpoint of this run (latest.pt) to continue from: weights, "
+                   "optimiser, iteration (the teacher-mixing and learning-rate schedules go on where they were)")
     return p.parse_args(argv)
 
 
@@ -180,16 +182,28 @@ def main(argv=None) -> int:
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(__import__("yaml").safe_dump(cfg.to_dict(), sort_keys=False))
+    g = np.random.default_rng(cfg.seed)
+    wall_before = 0.0
+    if args.resume:
+        blob = torch.load(args.resume, map_location="cpu", weights_only=False)
+        if blob.get("trainer") != "imitate" or "optimizer" not in blob:
+            fail(f"--resume {args.resume}: not an imitation checkpoint with an optimiser (latest.pt of imitate.py)")
+        policy.load_state_dict(blob["state_dict"])
+        imitator.opt.load_state_dict(blob["optimizer"])
+        imitator.it = int(blob["rollout"])
+        wall_before = float(blob.get("wall_s", 0.0))
+        g = np.random.default_rng([cfg.seed, imitator.it])
+        print(f"resumed {args.resume} at iteration {imitator.it} ({wall_before:.0f} s of training so far)", flush=True)
     print(f"imitating {type(imitator.teacher).__name__} on {env.name}: {iterations} iterations of {steps_per_it:,} steps, run dir {run_dir}",
           flush=True)
-    g = np.random.default_rng(cfg.seed)
 
     def save(name: str) -> None:
         save_checkpoint(run_dir / "checkpoints" / name, policy, cfg.to_dict(), rollout=imitator.it,
-                        env_steps=imitator.it * steps_per_it, trainer="imitate")
+                        env_steps=imitator.it * steps_per_it, trainer="imitate", optimizer=imitator.opt.state_dict(),
+                        wall_s=wall_before + time.perf_counter() - t_start)
 
     t_start = time.perf_counter()
-    for i in range(iterations):
+    for i in range(imitator.it, iterations):
         t0 = time.perf_counter()
         data, stats = imitator.collect(g)
         stats.update(imitator.update(data))

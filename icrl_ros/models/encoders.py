@@ -48,15 +48,25 @@ class ImageEncoder(nn.Module):
 
 
 class FeatureEncoder(nn.Module):
-    """uint8 (B, H, W, 3) -> (B, F) features: the ImageEncoder trunk, then a hidden layer."""
+    """uint8 (B, H, W, 3) -> (B, F) features: three strided convs to an (H/8 x W/8) map of 64
+    channels (small objects keep a cell of their own), a hidden layer, then F features."""
 
     def __init__(self, d_feat: int, image_size: int, d_hidden: int = 256) -> None:
         super().__init__()
-        self.trunk = ImageEncoder(d_hidden, image_size)
-        self.out = nn.Sequential(nn.GELU(), nn.Linear(d_hidden, d_feat), nn.GELU())
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 32, 5, stride=2, padding=2), nn.GELU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.GELU(),
+            nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.GELU(),
+        )
+        side = image_size
+        for _ in range(3):
+            side = (side + 1) // 2
+        self.out = nn.Sequential(nn.Linear(64 * side * side, d_hidden), nn.GELU(), nn.Linear(d_hidden, d_feat), nn.GELU())
 
     def forward(self, rgb: Tensor) -> Tensor:
-        return self.out(self.trunk(rgb))
+        lead = rgb.shape[:-3]
+        x = rgb.reshape(-1, *rgb.shape[-3:]).permute(0, 3, 1, 2).float() / 255.0
+        return self.out(self.net(x).flatten(1)).reshape(*lead, -1)
 
 
 def odom_features(odom: Tensor, n_fourier: int) -> Tensor:

@@ -17,6 +17,13 @@ _OUTSIDE = np.array([60, 60, 66], np.uint8)
 _WALL = np.array([30, 30, 34], np.uint8)
 _TRAJ_COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
                 (140, 86, 75), (227, 119, 194), (23, 190, 207), (188, 189, 34), (127, 127, 127)]
+# Episode colours of :func:`draw_episodes`: objects there are drawn in greys, so no episode
+# colour is confused with an object category's colour.
+EPISODE_COLORS = [(31, 119, 180), (230, 85, 13), (49, 163, 84), (214, 39, 40), (117, 107, 177),
+                  (0, 170, 170), (206, 18, 150), (140, 86, 45), (120, 160, 0), (0, 60, 140), (255, 170, 0),
+                  (150, 0, 60)]
+_OBJECT_GREY = (150, 150, 150)
+_OBJECT_EDGE = (60, 60, 60)
 
 
 class Canvas:
@@ -49,6 +56,31 @@ class Canvas:
         d = np.hypot(sub_r - r, sub_c - c)
         m = d <= rp if ring_m <= 0 else (d <= rp) & (d >= rp - ring_m * self.s)
         self.img[r0: r0 + m.shape[0], c0: c0 + m.shape[1]][m] = color
+
+    def square(self, x: float, z: float, side_m: float, yaw: float, color, inset_m: float = 0.0) -> None:
+        """A filled square of ``side_m`` centred at (x, z), its sides along heading ``yaw``."""
+        c, r = self.px(x, z)
+        half = (side_m / 2 - inset_m) * self.s
+        if half <= 0:
+            return
+        k = int(half * 1.5 + 2)
+        r0, c0 = max(int(r) - k, 0), max(int(c) - k, 0)
+        win = (slice(r0, int(r) + k + 1), slice(c0, int(c) + k + 1))
+        dc, dr = self.cols[win] - c, self.rows[win] - r
+        u = dc * math.cos(yaw) - dr * math.sin(yaw)  # along the heading (cos, -sin) in (x, z)
+        v = dc * math.sin(yaw) + dr * math.cos(yaw)
+        m = (np.abs(u) <= half) & (np.abs(v) <= half)
+        self.img[r0: r0 + m.shape[0], c0: c0 + m.shape[1]][m] = color
+
+    def scale_bar(self, metres: float = 1.0) -> None:
+        """A black-and-white bar of ``metres`` in the bottom-left margin, with ticks."""
+        h = self.img.shape[0]
+        n = max(int(round(metres * self.s)), 4)
+        r1, c0 = h - 6, 8
+        self.img[r1 - 5: r1, c0: c0 + n] = 255
+        self.img[r1 - 5: r1, c0: c0 + n // 2] = 0
+        self.img[r1 - 9: r1, c0: c0 + 2] = 255
+        self.img[r1 - 9: r1, c0 + n - 2: c0 + n] = 255
 
     def polyline(self, pts: np.ndarray, color, width_px: float = 2.0) -> None:
         """Thick line through (N, 2) world points."""
@@ -115,4 +147,50 @@ def draw_top_down(
         tip = np.array([[x, z], [x + 0.45 * fx, z + 0.45 * fz]])
         cv.disc(x, z, 0.25, (200, 30, 30))
         cv.polyline(tip, (200, 30, 30), 4)
+    return cv.img
+
+
+def draw_episodes(
+    layout: HouseLayout,
+    episodes: list[tuple[np.ndarray, int]],
+    px_per_m: float = 28.0,
+    scale_m: float = 2.0,
+) -> np.ndarray:
+    """RGB uint8 map of one trial: floors and walls, every object in greys (boxes as squares,
+    everything else as its footprint disc), and per episode ``(trajectory (N, 2) world x, z,
+    goal category)`` its path and rings around *its own* goal's instances, both in
+    ``EPISODE_COLORS[k]`` (rings of later episodes on the same instance sit further out); a
+    ``scale_m`` scale bar in the bottom-left corner (its left half black)."""
+    cv = Canvas(layout.bounds, px_per_m)
+    for r in layout.rooms:
+        cv.rect(r.min_x - WALL_THICKNESS / 2, r.max_x + WALL_THICKNESS / 2,
+                r.min_z - WALL_THICKNESS / 2, r.max_z + WALL_THICKNESS / 2, _WALL)
+    for r in layout.rooms:
+        cv.rect(r.min_x, r.max_x, r.min_z, r.max_z, _FLOOR)
+    for d in layout.doors:
+        cv.rect(*d.rect(layout.rooms), _FLOOR)
+    rings: dict[int, int] = {}
+    for k, (_, goal) in enumerate(episodes):
+        color = EPISODE_COLORS[k % len(EPISODE_COLORS)]
+        for i, o in enumerate(layout.objects):
+            if o.category == goal:
+                n = rings.get(i, 0)
+                rings[i] = n + 1
+                cv.disc(o.x, o.z, o.cat.radius + 0.16 + 0.12 * n, color, ring_m=0.09)
+    for o in layout.objects:
+        if o.cat.shape == "box":
+            cv.square(o.x, o.z, o.cat.height, o.yaw, _OBJECT_EDGE)
+            cv.square(o.x, o.z, o.cat.height, o.yaw, _OBJECT_GREY, inset_m=1.5 / px_per_m)
+        else:
+            cv.disc(o.x, o.z, o.cat.radius, _OBJECT_EDGE)
+            cv.disc(o.x, o.z, max(o.cat.radius - 1.5 / px_per_m, 0.04), _OBJECT_GREY)
+    for k, (traj, _) in enumerate(episodes):
+        pts = np.asarray(traj, dtype=np.float64).reshape(-1, 2)
+        if len(pts) == 0:
+            continue
+        color = EPISODE_COLORS[k % len(EPISODE_COLORS)]
+        cv.polyline(pts, color, 2.5)
+        cv.disc(pts[0, 0], pts[0, 1], 0.14, color)
+        cv.disc(pts[-1, 0], pts[-1, 1], 0.18, color, ring_m=0.07)
+    cv.scale_bar(scale_m)
     return cv.img
