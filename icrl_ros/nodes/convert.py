@@ -41,6 +41,30 @@ class InputError(ValueError):
 # Images
 
 
+def check_image_fields(height: int, width: int, encoding: str, step: int, nbytes: int) -> None:
+    """Raise :class:`InputError` unless the header describes a usable image of ``nbytes`` bytes.
+
+    O(1): reads no pixel, so a node can refuse a bad frame when it arrives and convert only the
+    frame it acts on.
+    """
+    if encoding not in ENCODINGS:
+        raise InputError(f"encoding: unsupported {encoding!r}; supported: {sorted(ENCODINGS)}", "encoding")
+    if height <= 0 or width <= 0:
+        raise InputError(f"image size: zero-size image {height}x{width}", "size")
+    channels = ENCODINGS[encoding][0]
+    row_bytes = width * channels
+    if step < row_bytes:
+        raise InputError(f"step: {step} bytes is less than width * channels = {width} * {channels} = {row_bytes}", "step")
+    # The last row needs no padding; ROS drivers send step * height, we accept either.
+    needed = step * (height - 1) + row_bytes
+    if nbytes < needed:
+        raise InputError(
+            f"data: truncated, {nbytes} bytes for a {height}x{width} {encoding} image with step {step} "
+            f"(needs at least {needed})",
+            "data",
+        )
+
+
 def image_to_rgb(
     data: bytes | bytearray | memoryview | np.ndarray | Any,
     height: int,
@@ -54,25 +78,14 @@ def image_to_rgb(
     ``step`` is the row length in bytes (>= width * channels; any padding is skipped).
     """
     if encoding not in ENCODINGS:
-        raise InputError(f"encoding: unsupported {encoding!r}; supported: {sorted(ENCODINGS)}", "encoding")
-    if height <= 0 or width <= 0:
-        raise InputError(f"image size: zero-size image {height}x{width}", "size")
-    channels, rgb_index = ENCODINGS[encoding]
-    row_bytes = width * channels
-    if step < row_bytes:
-        raise InputError(f"step: {step} bytes is less than width * channels = {width} * {channels} = {row_bytes}", "step")
+        check_image_fields(height, width, encoding, step, 0)
     try:
         buf = np.frombuffer(data, dtype=np.uint8)
     except TypeError:  # a list of ints (some message libraries hand out lists)
         buf = np.asarray(data, dtype=np.uint8).reshape(-1)
-    # The last row needs no padding; ROS drivers send step * height, we accept either.
-    needed = step * (height - 1) + row_bytes
-    if buf.size < needed:
-        raise InputError(
-            f"data: truncated, {buf.size} bytes for a {height}x{width} {encoding} image with step {step} "
-            f"(needs at least {needed})",
-            "data",
-        )
+    check_image_fields(height, width, encoding, step, buf.size)
+    channels, rgb_index = ENCODINGS[encoding]
+    row_bytes = width * channels
     # (H, step) view -> drop row padding -> (H, W, C)
     rows = np.lib.stride_tricks.as_strided(buf, shape=(height, row_bytes), strides=(step, 1))
     pixels = rows.reshape(height, width, channels)
@@ -85,6 +98,11 @@ def image_to_rgb(
     if size is not None:
         rgb = resize_rgb(rgb, size)
     return rgb
+
+
+def check_image_msg(msg: Any) -> None:
+    """:func:`check_image_fields` on a ``sensor_msgs/Image`` (O(1): no pixel is read)."""
+    check_image_fields(int(msg.height), int(msg.width), str(msg.encoding), int(msg.step), len(msg.data))
 
 
 def image_msg_to_rgb(msg: Any, size: tuple[int, int] | None = None) -> np.ndarray:
@@ -228,6 +246,8 @@ def stamp_to_seconds(stamp: Any) -> float:
 __all__ = [
     "ENCODINGS",
     "InputError",
+    "check_image_fields",
+    "check_image_msg",
     "image_to_rgb",
     "image_msg_to_rgb",
     "rgb_to_image_fields",

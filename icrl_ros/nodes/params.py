@@ -22,10 +22,20 @@ ACTION_SELECTIONS = ("sample", "greedy")
 BRIDGE_MODES = ("lockstep", "realtime")
 
 
+APPLY_LIVE = "live"
+"""Applied as soon as ``ros2 param set`` succeeds (safe to change while driving)."""
+APPLY_CONFIGURE = "configure"
+"""Read at configure: settable while unconfigured, refused with the reason while configured."""
+APPLY_START = "start"
+"""Read once when the process starts: a read-only parameter (``ros2 param set`` is refused)."""
+
+
 def spec(doc: str, *, choices: tuple[str, ...] | None = None, min: float | None = None,
-         max: float | None = None) -> dict[str, Any]:
-    """Field metadata: the ROS parameter's description, allowed strings and numeric range."""
-    return {"doc": doc, "choices": choices, "min": min, "max": max}
+         max: float | None = None, apply: str = APPLY_START) -> dict[str, Any]:
+    """Field metadata: the ROS parameter's description, allowed strings, numeric range and when
+    a change takes effect (``apply``: live, configure or start)."""
+    assert apply in (APPLY_LIVE, APPLY_CONFIGURE, APPLY_START), apply
+    return {"doc": doc, "choices": choices, "min": min, "max": max, "apply": apply}
 
 
 def _param(default: Any, doc: str, **kw: Any) -> Any:
@@ -50,7 +60,16 @@ class ParamsBase:
         unknown = sorted(set(values) - names)
         if unknown:
             raise ValueError(f"unknown parameter(s) {unknown}; known: {sorted(names)}")
-        return cls(**values).validate()  # type: ignore[call-arg]
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: coerce(fields[k], v) for k, v in values.items()}).validate()  # type: ignore[call-arg]
+
+
+def coerce(f: dataclasses.Field, value: Any) -> Any:
+    """An integer given for a float field is that float (``max_linear_speed: 1`` in a YAML file,
+    ``ros2 param set ... control_rate_hz 20``); everything else is returned unchanged."""
+    if isinstance(f.default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
 
 
 def check_value(f: dataclasses.Field, value: Any) -> None:
@@ -75,87 +94,122 @@ def check_value(f: dataclasses.Field, value: Any) -> None:
         raise ValueError(f"{f.name}: {value!r} is above the maximum {meta['max']}")
 
 
+def _live(default: Any, doc: str, **kw: Any) -> Any:
+    return _param(default, doc, apply=APPLY_LIVE, **kw)
+
+
+def _conf(default: Any, doc: str, **kw: Any) -> Any:
+    return _param(default, doc, apply=APPLY_CONFIGURE, **kw)
+
+
 @dataclass
 class AgentParams(ParamsBase):
-    """Parameters of ``agent_node`` (``config/agent.yaml``, ``config/fetch.yaml``)."""
+    """Parameters of ``agent_node`` (``config/agent.yaml``, ``config/fetch.yaml``).
+
+    ``_live`` fields take effect at once when set at runtime; ``_conf`` fields are read at
+    configure (refused while the node is configured); ``_param`` fields only at process start.
+    """
 
     # --- policy -------------------------------------------------------------------------------
-    bundle_path: str = _param(
+    bundle_path: str = _conf(
         "",
         "Export bundle directory written by training/export.py. Empty = the shipped default "
         "(bundles/house_memo of a checkout, else share/icrl_ros/bundles/house_memo); a relative path is "
         "tried against the working directory, the checkout and share/icrl_ros.",
     )
-    backend: str = _param("onnxruntime", "Inference engine.", choices=BACKENDS)
-    device: str = _param("cpu", "Inference device.", choices=DEVICES)
-    memory: str = _param("", "Memory policy; empty = the bundle's default.", choices=MEMORY_POLICIES)
-    memory_budget_bytes: int = _param(0, "Memory byte budget; 0 = the bundle's default.", min=0)
-    memory_path: str = _param(
+    backend: str = _conf("onnxruntime", "Inference engine.", choices=BACKENDS)
+    device: str = _conf("cpu", "Inference device (cuda needs a GPU build of the backend).", choices=DEVICES)
+    memory: str = _conf("", "Memory policy; empty = the bundle's default.", choices=MEMORY_POLICIES)
+    memory_budget_bytes: int = _conf(0, "Memory byte budget; 0 = the bundle's default.", min=0)
+    memory_path: str = _live(
         "~/.ros/icrl_ros/memory", "Snapshot file used by the save_memory / load_memory services."
     )
     autostart: bool = _param(
-        False, "Console script only: configure and activate at start (no launch file or lifecycle manager)."
+        False, "Console script only: configure and activate once at start (no launch file or lifecycle manager)."
     )
     # --- acting -------------------------------------------------------------------------------
-    action_mode: str = _param(
+    action_mode: str = _conf(
         "discrete",
         "discrete: publish std_msgs/Int32 once per new image (lockstep with the bridge); "
         "twist: drive cmd_vel through the closed-loop ActionExecutor.",
         choices=ACTION_MODES,
     )
-    action_selection: str = _param(
+    action_selection: str = _live(
         "sample",
         "sample: draw each action from the policy's distribution (as training and training/evaluate.py do; "
         "seeded by sample_seed, the generator state is saved with the memory); greedy: the most likely action.",
         choices=ACTION_SELECTIONS,
     )
-    sample_seed: int = _param(0, "Seed of the action-sampling generator (set at configure).", min=0)
-    sample_temperature: float = _param(
+    sample_seed: int = _conf(0, "Seed of the action-sampling generator (set at configure).", min=0)
+    sample_temperature: float = _live(
         1.0, "action_selection sample: draw from softmax(logits / this); 1 = the policy's own distribution, "
         "lower is closer to greedy.", min=0.01, max=100.0,
     )
-    idle_after_stop: bool = _param(True, "After the stop action, wait for a new goal before acting again.")
-    settle_s: float = _param(0.1, "Twist mode: ignore images received sooner than this after a step ends.", min=0.0)
-    odom_sync_tolerance_s: float = _param(
+    idle_after_stop: bool = _live(True, "After the stop action, wait for a new goal before acting again.")
+    settle_s: float = _live(0.1, "Twist mode: ignore images received sooner than this after a step ends.", min=0.0)
+    odom_sync_tolerance_s: float = _live(
         0.05, "Act on an image only with odometry stamped no more than this before it.", min=0.0
     )
+    time_jump_s: float = _live(
+        1.0,
+        "An image stamped this much or more before the last image acted on means time jumped back (bridge "
+        "restart, bag loop, sim-time reset): acting goes on from the new stamps (counted in time_jumps). An "
+        "image stamped less before it is back-dated: dropped and counted (back_dated_images); three in a row "
+        "count as a jump too.",
+        min=0.0,
+    )
     # --- topics -------------------------------------------------------------------------------
-    camera_topic: str = _param("camera/image_raw", "sensor_msgs/Image input (sensor-data QoS).")
-    odom_topic: str = _param("odom", "nav_msgs/Odometry input (sensor-data QoS).")
-    goal_topic: str = _param("goal", "std_msgs/String goal category; each message starts an episode.")
-    goal_transient_local: bool = _param(
+    camera_topic: str = _conf("camera/image_raw", "sensor_msgs/Image input (sensor-data QoS).")
+    odom_topic: str = _conf("odom", "nav_msgs/Odometry input (sensor-data QoS).")
+    goal_topic: str = _conf("goal", "std_msgs/String goal category; each message starts an episode.")
+    goal_transient_local: bool = _conf(
         True, "Subscribe to the goal with transient-local durability (receives the bridge's latched goal)."
     )
-    episode_events_topic: str = _param(
+    episode_events_topic: str = _conf(
         "episode_events", "std_msgs/String JSON events from the bridge; trial_start resets memory. Empty = off."
     )
-    action_topic: str = _param("action", "std_msgs/Int32 output: the chosen discrete action.")
-    cmd_vel_topic: str = _param("cmd_vel", "geometry_msgs/Twist output in twist mode.")
-    status_topic: str = _param("agent_status", "diagnostic_msgs/DiagnosticArray output.")
+    action_topic: str = _conf("action", "std_msgs/Int32 output: the chosen discrete action.")
+    cmd_vel_topic: str = _conf("cmd_vel", "geometry_msgs/Twist output in twist mode.")
+    status_topic: str = _param("agent_status", "diagnostic_msgs/DiagnosticArray status output (from start, in every state).")
+    diagnostics_topic: str = _param(
+        "/diagnostics", "The same status on the standard diagnostics aggregator topic; empty = off."
+    )
     # --- rates and timeouts -------------------------------------------------------------------
-    control_rate_hz: float = _param(
-        20.0, "Twist republish / watchdog rate; >= 10 Hz (Fetch drops commands after 0.25 s).", min=10.0, max=1000.0
+    control_rate_hz: float = _live(
+        20.0, "Twist republish rate; >= 10 Hz (Fetch drops commands after 0.25 s).", min=10.0, max=1000.0
     )
-    status_rate_hz: float = _param(1.0, "Status publishing rate.", min=0.01, max=100.0)
-    input_timeout_s: float = _param(
-        1.0, "Watchdog: camera or odometry older than this stops the robot.", min=0.01
+    status_rate_hz: float = _live(1.0, "Status publishing rate.", min=0.01, max=100.0)
+    input_timeout_s: float = _live(
+        1.0, "Watchdog: the zero velocity is out at most this long after the last camera or odometry message.",
+        min=0.01,
     )
-    log_throttle_s: float = _param(2.0, "Minimum seconds between two log lines of one kind.", min=0.0)
+    watchdog_margin_s: float = _live(
+        0.05, "The watchdog trips this long before input_timeout_s (delivery and scheduling of the zero).",
+        min=0.0, max=10.0,
+    )
+    log_throttle_s: float = _live(2.0, "Minimum seconds between two log lines of one kind.", min=0.0)
     # --- executor (twist mode) ----------------------------------------------------------------
-    forward_m: float = _param(0.0, "Forward step length in m; 0 = the bundle's action spec.", min=0.0)
-    turn_deg: float = _param(0.0, "Turn step in degrees; 0 = the bundle's action spec.", min=0.0, max=180.0)
-    max_linear_speed: float = _param(0.3, "m/s.", min=0.0)
-    max_angular_speed: float = _param(0.8, "rad/s.", min=0.0)
-    max_linear_accel: float = _param(0.5, "m/s^2.", min=0.0)
-    max_angular_accel: float = _param(1.5, "rad/s^2.", min=0.0)
-    kp_linear: float = _param(2.0, "P gain on the remaining distance, 1/s.", min=0.0)
-    kp_angular: float = _param(2.5, "P gain on the remaining angle, 1/s.", min=0.0)
-    kp_heading: float = _param(1.5, "P gain holding the heading while driving forward, 1/s.", min=0.0)
-    min_linear_speed: float = _param(0.03, "Floor on |v| until the tolerance is met, m/s.", min=0.0)
-    min_angular_speed: float = _param(0.08, "Floor on |w| until the tolerance is met, rad/s.", min=0.0)
-    linear_tolerance_m: float = _param(0.01, "Forward step done within this distance.", min=1e-4)
-    angular_tolerance_deg: float = _param(1.0, "Turn step done within this angle.", min=0.01)
-    action_timeout_s: float = _param(5.0, "Give up on a step after this long.", min=0.1)
+    forward_m: float = _live(0.0, "Forward step length in m; 0 = the bundle's action spec.", min=0.0)
+    turn_deg: float = _live(0.0, "Turn step in degrees; 0 = the bundle's action spec.", min=0.0, max=180.0)
+    max_linear_speed: float = _live(0.3, "m/s.", min=0.0)
+    max_angular_speed: float = _live(0.8, "rad/s.", min=0.0)
+    max_linear_accel: float = _live(0.5, "m/s^2.", min=0.0)
+    max_angular_accel: float = _live(1.5, "rad/s^2.", min=0.0)
+    kp_linear: float = _live(2.0, "P gain on the remaining distance, 1/s.", min=0.0)
+    kp_angular: float = _live(2.5, "P gain on the remaining angle, 1/s.", min=0.0)
+    kp_heading: float = _live(1.5, "P gain holding the heading while driving forward, 1/s.", min=0.0)
+    min_linear_speed: float = _live(0.03, "Floor on |v| until the tolerance is met, m/s.", min=0.0)
+    min_angular_speed: float = _live(0.08, "Floor on |w| until the tolerance is met, rad/s.", min=0.0)
+    linear_tolerance_m: float = _live(0.01, "Forward step done within this distance.", min=1e-4)
+    angular_tolerance_deg: float = _live(1.0, "Turn step done within this angle.", min=0.01)
+    action_timeout_s: float = _live(5.0, "Give up on a step after this long.", min=0.1)
+
+    def validate(self) -> "AgentParams":
+        super().validate()
+        if self.watchdog_margin_s >= self.input_timeout_s:
+            raise ValueError(f"watchdog_margin_s: {self.watchdog_margin_s} must be below input_timeout_s "
+                             f"{self.input_timeout_s}")
+        return self
 
 
 @dataclass
@@ -224,6 +278,10 @@ __all__ = [
     "BridgeParams",
     "ParamsBase",
     "check_value",
+    "coerce",
+    "APPLY_LIVE",
+    "APPLY_CONFIGURE",
+    "APPLY_START",
     "BACKENDS",
     "DEVICES",
     "MEMORY_POLICIES",

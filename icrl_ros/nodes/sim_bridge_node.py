@@ -42,6 +42,7 @@ from std_msgs.msg import Float32, Int32, String
 from std_srvs.srv import Trigger
 
 from icrl_ros.nodes.convert import quaternion_from_yaw, rgb_to_image_fields
+from icrl_ros.nodes.dds import use_shipped_profile
 from icrl_ros.nodes.params import BridgeParams
 from icrl_ros.nodes.ros_params import declare_params, read_params
 
@@ -74,7 +75,9 @@ class SimBridgeNode(Node):
 
     def __init__(self, node_name: str = "sim_bridge", *, env: gym.Env | None = None, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        declare_params(self, BridgeParams)
+        self.param_binding = declare_params(self, BridgeParams)  # every field is read-only: read here, once
+        if self.param_binding.start_errors:
+            raise ValueError("bad parameter: " + "; ".join(self.param_binding.start_errors.values()))
         self.params: BridgeParams = read_params(self, BridgeParams)
         p = self.params
         self.env = env if env is not None else make_env(p.env_id, json.loads(p.env_kwargs))
@@ -397,12 +400,15 @@ class SimBridgeNode(Node):
 
     def destroy_node(self) -> None:
         try:
-            self.env.close()
+            env = getattr(self, "env", None)  # None when the constructor refused a parameter
+            if env is not None:
+                env.close()
         finally:
             super().destroy_node()
 
 
 def main(args: list[str] | None = None) -> None:
+    use_shipped_profile()  # camera frames of any size between processes (icrl_ros.nodes.dds)
     try:
         rclpy.init(args=args)
         node = SimBridgeNode()

@@ -30,6 +30,18 @@ class FakeBundleError(ValueError):
     pass
 
 
+class FakeMemory(list):
+    """One token per act; ``tokens`` / ``nbytes`` as the real memories report them."""
+
+    @property
+    def tokens(self) -> int:
+        return len(self)
+
+    @property
+    def nbytes(self) -> int:
+        return 28 * len(self)
+
+
 def write_fake_bundle(directory: str, script: list[int] | None = None, **observation: Any) -> str:
     manifest = copy.deepcopy(DEFAULT_MANIFEST)
     manifest["observation"].update(observation)
@@ -47,7 +59,7 @@ class FakeRunner:
         self.manifest = manifest
         self.kwargs = kwargs
         self.calls: list[tuple] = []
-        self.memory: list[list[float]] = []  # one token per act: [episode, step, goal, image mean, x, y, yaw]
+        self.memory = FakeMemory()  # one token per act: [episode, step, goal, image mean, x, y, yaw]
         self.trial = 0
         self.episode = -1
         self.step = 0
@@ -71,7 +83,7 @@ class FakeRunner:
     # --- interface ------------------------------------------------------------------------------
     def reset_trial(self) -> None:
         self.calls.append(("reset_trial",))
-        self.memory = []
+        self.memory = FakeMemory()
         self.trial += 1
         self.episode = -1
         self.goal = None
@@ -125,8 +137,12 @@ class FakeRunner:
             raise FakeBundleError(f"{path}: cannot read snapshot ({e})") from None
         if state.get("version") != 1 or not isinstance(state.get("memory"), list):
             raise FakeBundleError(f"{path}: field 'version'/'memory' does not match this runner")
-        self.memory, self.trial, self.episode = state["memory"], state["trial"], state["episode"]
+        self.memory, self.trial, self.episode = FakeMemory(state["memory"]), state["trial"], state["episode"]
         self.step, self.goal = state["step"], state["goal"]
+
+    @property
+    def step_in_episode(self) -> int:
+        return self.step
 
     def close(self) -> None:
         self.closed = True

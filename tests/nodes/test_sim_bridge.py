@@ -154,10 +154,12 @@ def test_bad_parameters_are_refused(ros_context) -> None:
     bridge = SimBridgeNode(context=ros_context, parameter_overrides=bridge_params(env_kwargs='{"max_steps": 3}'))
     try:
         assert bridge.env.unwrapped.max_steps == 3
-        result = bridge.set_parameters([Parameter("mode", value="teleport")])[0]
-        assert not result.successful and "lockstep" in result.reason
-        result = bridge.set_parameters([Parameter("realtime_rate_hz", value=0.0)])[0]
-        assert not result.successful
+        # every bridge parameter is read at start: a runtime set is refused with the reason, never
+        # reported successful and then ignored
+        for name, value in (("mode", "teleport"), ("realtime_rate_hz", 0.0), ("seed", 7)):
+            result = bridge.set_parameters([Parameter(name, value=value)])[0]
+            assert not result.successful and "read-only" in result.reason, (name, result.reason)
+        assert bridge.get_parameter("seed").value == 3 and bridge.params.seed == 3
     finally:
         bridge.destroy_node()
 
