@@ -1,17 +1,25 @@
-"""Start the icrl_ros agent (a lifecycle node) and bring it to active.
+"""Start the icrl_ros agent (a lifecycle node) and bring it to active once.
 
     ros2 launch icrl_ros agent.launch.py bundle:=/path/to/bundle robot:=fetch
+    ros2 launch icrl_ros agent.launch.py robot:=fetch device:=cpu backend:=onnxruntime   # no GPU here
     ros2 launch icrl_ros agent.launch.py bundle:=... backend:=tensorrt namespace:=robot1
     ros2 launch icrl_ros agent.launch.py        # the shipped house_memo bundle (a barely-trained demo policy)
 
 Arguments
-  bundle       export bundle directory; default: the shipped share/icrl_ros/bundles/house_memo
-  backend      onnxruntime | torch | tensorrt; empty = the params file's value
-  robot        sim (config/agent.yaml) | fetch (config/agent.yaml + config/fetch.yaml)
-  params_file  an extra parameter file loaded last (overrides the robot profile)
-  namespace    namespace of the node and its relative topics
-  action_mode  discrete | twist; empty = the profile's value
-  autostart    configure and activate on start (true) or wait for `ros2 lifecycle set`
+  bundle        export bundle directory; default: the shipped share/icrl_ros/bundles/house_memo
+  backend       onnxruntime | torch | tensorrt; empty = the profile's value
+  device        cpu | cuda; empty = the profile's value (fetch: cuda)
+  robot         sim (config/agent.yaml) | fetch (config/agent.yaml + config/fetch.yaml)
+  params_file   an extra parameter file loaded last (overrides the robot profile)
+  namespace     namespace of the node and its relative topics
+  action_mode   discrete | twist; empty = the profile's value
+  use_sim_time  follow /clock for stamps (sim.launch.py sets it; timers and the watchdog stay on
+                steady time)
+  autostart     configure, then activate after that configure succeeds; once: a later
+                deactivate, cleanup or configure is the operator's and is never undone
+
+The console script selects the shipped Fast DDS profile (config/fastdds_large_data.xml) unless a
+profiles file is set, so camera frames of any size arrive (docs/ros.md).
 """
 
 import os
@@ -19,6 +27,7 @@ import os
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
+from launch.actions import UnregisterEventHandler
 from launch.events import matches_action
 from launch_ros.actions import LifecycleNode
 from launch_ros.event_handlers import OnStateTransition
@@ -26,6 +35,7 @@ from launch_ros.events.lifecycle import ChangeState
 from lifecycle_msgs.msg import Transition
 
 PROFILES = {"sim": ["agent.yaml"], "fetch": ["agent.yaml", "fetch.yaml"]}
+TRUE = ("true", "1", "yes")
 
 
 def _agent(context, *args, **kwargs):
@@ -38,8 +48,9 @@ def _agent(context, *args, **kwargs):
     parameters = [os.path.join(config, name) for name in PROFILES[robot]]
     if arg["params_file"]:
         parameters.append(arg["params_file"])
-    overrides = {"bundle_path": arg["bundle"] or os.path.join(share, "bundles", "house_memo")}
-    for key in ("backend", "action_mode"):
+    overrides = {"bundle_path": arg["bundle"] or os.path.join(share, "bundles", "house_memo"),
+                 "use_sim_time": arg["use_sim_time"].lower() in TRUE}
+    for key in ("backend", "device", "action_mode"):
         if arg[key]:
             overrides[key] = arg[key]
     parameters.append(overrides)
@@ -53,14 +64,20 @@ def _agent(context, *args, **kwargs):
         output="screen",
     )
     actions = [node]
-    if arg["autostart"].lower() in ("true", "1", "yes"):
-        configure = EmitEvent(event=ChangeState(
-            lifecycle_node_matcher=matches_action(node), transition_id=Transition.TRANSITION_CONFIGURE))
+    if arg["autostart"].lower() in TRUE:
+        # activate only after *the* configure succeeded (configuring -> inactive), once; a deactivate
+        # (active -> deactivating -> inactive) is the operator's and must stay
         activate = RegisterEventHandler(OnStateTransition(
-            target_lifecycle_node=node, goal_state="inactive",
+            target_lifecycle_node=node, start_state="configuring", goal_state="inactive", handle_once=True,
             entities=[EmitEvent(event=ChangeState(
                 lifecycle_node_matcher=matches_action(node), transition_id=Transition.TRANSITION_ACTIVATE))]))
-        actions += [activate, configure]
+        # a failed first configure ends autostart too: the operator's own configure stays inactive
+        give_up = OnStateTransition(
+            target_lifecycle_node=node, start_state="configuring", goal_state="unconfigured", handle_once=True,
+            entities=[UnregisterEventHandler(activate.event_handler)])
+        configure = EmitEvent(event=ChangeState(
+            lifecycle_node_matcher=matches_action(node), transition_id=Transition.TRANSITION_CONFIGURE))
+        actions += [activate, RegisterEventHandler(give_up), configure]
     return actions
 
 
@@ -69,10 +86,13 @@ def generate_launch_description():
         DeclareLaunchArgument("bundle", default_value="",
                               description="Export bundle directory (default: share/icrl_ros/bundles/house_memo)"),
         DeclareLaunchArgument("backend", default_value="", description="onnxruntime | torch | tensorrt"),
+        DeclareLaunchArgument("device", default_value="", description="cpu | cuda (default: the profile's)"),
         DeclareLaunchArgument("robot", default_value="sim", choices=["sim", "fetch"], description="Parameter profile"),
         DeclareLaunchArgument("params_file", default_value="", description="Extra parameter file, loaded last"),
         DeclareLaunchArgument("namespace", default_value="", description="Node namespace"),
         DeclareLaunchArgument("action_mode", default_value="", description="discrete | twist"),
-        DeclareLaunchArgument("autostart", default_value="true", description="Configure and activate on start"),
+        DeclareLaunchArgument("use_sim_time", default_value="false", description="Follow /clock for stamps"),
+        DeclareLaunchArgument("autostart", default_value="true",
+                              description="Configure and activate once on start"),
         OpaqueFunction(function=_agent),
     ])

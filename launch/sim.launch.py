@@ -7,11 +7,15 @@
 Arguments
   bundle       export bundle directory; default: the shipped share/icrl_ros/bundles/house_memo
   backend      onnxruntime | torch | tensorrt; empty = config/agent.yaml's value
+  device       cpu | cuda; empty = config/agent.yaml's value (cpu)
   env_id       registered Gymnasium id (default: the MiniWorld house)
   env_kwargs   JSON keyword arguments for the env
   mode         lockstep (agent publishes Int32 actions) | realtime (agent drives cmd_vel)
   seed         first trial's seed
   namespace    namespace of both nodes
+
+The agent runs with use_sim_time:=true (its stamps follow the bridge's /clock; its timers and
+watchdog stay on steady time, so a paused simulator cannot stall them).
 """
 
 import os
@@ -45,7 +49,9 @@ def _nodes(context, *args, **kwargs):
         launch_arguments={
             "bundle": arg["bundle"],
             "backend": arg["backend"],
+            "device": arg["device"],
             "robot": "sim",
+            "use_sim_time": "true",
             "namespace": arg["namespace"],
             "action_mode": "discrete" if mode == "lockstep" else "twist",
         }.items(),
@@ -58,6 +64,7 @@ def generate_launch_description():
         DeclareLaunchArgument("bundle", default_value="",
                               description="Export bundle directory (default: the shipped house_memo bundle)"),
         DeclareLaunchArgument("backend", default_value="", description="onnxruntime | torch | tensorrt"),
+        DeclareLaunchArgument("device", default_value="", description="cpu | cuda"),
         DeclareLaunchArgument("env_id", default_value="icrl_ros/MiniWorldHouse-v0", description="Gymnasium id"),
         DeclareLaunchArgument("env_kwargs", default_value="{}", description="JSON env keyword arguments"),
         DeclareLaunchArgument("mode", default_value="lockstep", choices=["lockstep", "realtime"]),

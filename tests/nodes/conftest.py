@@ -39,3 +39,46 @@ def ros_context():
         yield ctx
     finally:
         ctx.try_shutdown()
+
+
+SHARED_ROS2 = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           os.pardir, "shared", "ros2", "install.sh")
+
+
+@pytest.fixture(scope="session")
+def ros2_kit() -> str:
+    """The real ``ros2`` CLI, ``ros2 launch`` and colcon in this test's venv: installed here by
+    ``../shared/ros2/install.sh`` (idempotent, ~30 s the first time) when ``../shared`` exists,
+    as on CI and the dev machines; skipped with the reason elsewhere. Returns the venv's bin/."""
+    import shutil
+    import subprocess
+    import sys
+
+    if ros_import_error():
+        pytest.skip(ros_import_error())
+    bindir = os.path.dirname(sys.executable)
+    if not (os.path.exists(os.path.join(bindir, "ros2")) and os.path.exists(os.path.join(bindir, "colcon"))):
+        script = os.path.normpath(SHARED_ROS2)
+        if not os.path.isfile(script):
+            pytest.skip(f"no ros2 CLI in {bindir} and no {script} to install it (the shared kit)")
+        if sys.prefix == sys.base_prefix:
+            pytest.skip(f"{sys.executable} is not a virtualenv: the kit goes only into the project's venv")
+        out = subprocess.run(["bash", script, sys.prefix], capture_output=True, text=True)
+        assert out.returncode == 0, f"{script} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    assert shutil.which("ros2", path=bindir) and shutil.which("colcon", path=bindir)
+    return bindir
+
+
+@pytest.fixture(scope="session")
+def rosdep_tool() -> str:
+    """``rosdep`` (PyPI) in this venv; installed with pip when missing, skipped if that fails."""
+    import subprocess
+    import sys
+
+    bindir = os.path.dirname(sys.executable)
+    rosdep = os.path.join(bindir, "rosdep")
+    if not os.path.exists(rosdep):
+        out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "rosdep"], capture_output=True, text=True)
+        if out.returncode != 0 or not os.path.exists(rosdep):
+            pytest.skip(f"rosdep is not installed and pip could not install it: {out.stderr[-500:]}")
+    return rosdep
