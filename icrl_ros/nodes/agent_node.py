@@ -904,7 +904,8 @@ def main(args: list[str] | None = None) -> None:
 
     SIGINT and SIGTERM (Ctrl-C, ``ros2 launch`` stopping, ``kill``) are handled here rather than by
     rclpy, whose handler shuts the context down before the node could publish: the node first
-    sends a zero velocity (``destroy_node``), then the process exits. SIGKILL cannot be handled:
+    sends a zero velocity (``destroy_node``), then the process exits with status 0 (a repeated
+    signal, as a terminal's Ctrl-C plus ``ros2 launch`` forwarding it, changes nothing). SIGKILL cannot be handled:
     there the base's own command timeout stops it (Fetch: 0.25 s).
     """
     use_shipped_profile()  # before rclpy starts DDS: camera frames need the large segment
@@ -928,7 +929,11 @@ def main(args: list[str] | None = None) -> None:
         executor.shutdown(timeout_sec=2.0)
         if node is not None:
             node.destroy_node()  # zero velocity first (AgentNode.destroy_node)
-        rclpy.try_shutdown()
+        # keep our handlers: ros2 launch forwards the terminal's Ctrl-C once more, and the restored
+        # default would turn that second SIGINT into a KeyboardInterrupt exit (-2) after a clean stop
+        rclpy.try_shutdown(uninstall_handlers=False)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # the interpreter's own teardown restores SIG_DFL for
+            signal.signal(sig, signal.SIG_IGN)  # Python handlers, not for ignored ones: a late signal is harmless
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 import time
 from typing import Any
 
@@ -33,9 +35,10 @@ import numpy as np
 import rclpy
 from geometry_msgs.msg import TransformStamped, Twist
 from nav_msgs.msg import Odometry
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Float32, Int32, String
@@ -408,18 +411,29 @@ class SimBridgeNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
+    """Console script. SIGINT / SIGTERM end it with status 0, however often they come (a terminal's
+    Ctrl-C reaches the process and ``ros2 launch`` forwards it once more)."""
     use_shipped_profile()  # camera frames of any size between processes (icrl_ros.nodes.dds)
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.set())
+    node = None
+    executor = SingleThreadedExecutor()
     try:
-        rclpy.init(args=args)
         node = SimBridgeNode()
-        try:
-            rclpy.spin(node)
-        finally:
-            node.destroy_node()
+        executor.add_node(node)
+        while not stop.is_set() and rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        rclpy.try_shutdown()
+        executor.shutdown(timeout_sec=2.0)
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown(uninstall_handlers=False)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # the interpreter's own teardown restores SIG_DFL for
+            signal.signal(sig, signal.SIG_IGN)  # Python handlers, not for ignored ones: a late signal is harmless
 
 
 if __name__ == "__main__":
