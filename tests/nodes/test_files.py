@@ -1,7 +1,7 @@
 """Parameter files, launch files, docker files and entry points, checked without ROS.
 
-``ros2 launch`` and Docker are not installable here: launch files are compiled and their
-arguments read from the AST; the Dockerfiles' COPY sources must exist.
+Launch files are compiled and their arguments read from the AST here (test_launch.py runs them
+under the real ``ros2 launch``); Docker is not installable: the Dockerfiles' COPY sources must exist.
 """
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ def launch_arguments(name: str) -> set[str]:
 
 
 def test_launch_files_compile_and_declare_their_arguments() -> None:
-    assert launch_arguments("agent.launch.py") >= {"bundle", "backend", "robot", "params_file", "namespace"}
-    assert launch_arguments("sim.launch.py") >= {"bundle", "backend", "env_id", "mode", "namespace"}
+    assert launch_arguments("agent.launch.py") >= {"bundle", "backend", "device", "robot", "params_file", "namespace",
+                                                   "use_sim_time", "autostart"}
+    assert launch_arguments("sim.launch.py") >= {"bundle", "backend", "device", "env_id", "mode", "namespace"}
     assert launch_arguments("habitat.launch.py") >= {"bundle", "env_id", "env_kwargs"}
 
 
@@ -160,3 +161,20 @@ def test_bundle_path_resolution(tmp_path, monkeypatch) -> None:
     assert found == "" and tried == [str(tmp_path / "nope")]
     found, tried = shipped.resolve_bundle_path("no/such/bundle")
     assert found == "" and len(tried) >= 2
+
+
+def test_shipped_dds_profile_is_selected_only_when_the_user_chose_nothing() -> None:
+    from icrl_ros.nodes import dds
+
+    path = dds.shipped_profile()
+    assert path.endswith("config/fastdds_large_data.xml") and os.path.isfile(path)
+    text = open(path).read()
+    assert "<segment_size>67108864</segment_size>" in text and "UDPv4" not in text  # no network transport
+    env: dict[str, str] = {}
+    assert dds.use_shipped_profile(env) == path and env["FASTDDS_DEFAULT_PROFILES_FILE"] == path
+    for chosen in ({"FASTDDS_DEFAULT_PROFILES_FILE": "/mine.xml"}, {"FASTRTPS_DEFAULT_PROFILES_FILE": "/mine.xml"},
+                   {"RMW_IMPLEMENTATION": "rmw_cyclonedds_cpp"}, {"ICRL_ROS_DDS_PROFILE": "0"}):
+        env = dict(chosen)
+        assert dds.use_shipped_profile(env) == "" and env == chosen
+    env = {"RMW_IMPLEMENTATION": "rmw_fastrtps_cpp"}
+    assert dds.use_shipped_profile(env) == path
