@@ -129,3 +129,46 @@ def test_last_obs_input_is_embedded_and_steps_exactly(kind):
     assert (logits - cached_rollout(policy, inp)[0]).abs().max() <= 1e-5
     with pytest.raises(ValueError, match="model.last_obs"):
         small_args(last_obs=True, obs_type="image")
+
+
+@pytest.mark.parametrize("kind", ["relic", "memo"])
+def test_cached_features_train_the_same_policy_the_image_graph_runs(kind, tmp_path):
+    """visual_encoder: features. Training stores the frozen encoder's features (rgb_feat) instead
+    of pixels; the sequence forward on them equals the forward on the images, cached stepping
+    on images matches it, and only the projection after the frozen encoder trains."""
+    from icrl_ros.models import build_policy
+    from icrl_ros.models.encoders import FeatureEncoder
+
+    torch.manual_seed(0)
+    enc = FeatureEncoder(16, 24)
+    torch.save(enc.state_dict(), tmp_path / "enc.pt")
+    args = small_args(kind=kind, obs_type="image", image_size=24, n_goals=12, sink="kv0", l_seg=5, l_sum=2,
+                      visual_encoder="features", feature_dim=16, odom_fourier=3,
+                      pretrained_encoder=str(tmp_path / "enc.pt"))
+    policy = build_policy(args, load_pretrained=True).eval()
+    assert not any(p.requires_grad for p in policy.encoder.image.parameters())
+    assert policy.encoder.image_proj.weight.requires_grad
+    spec = policy.rollout_spec()
+    assert "rgb" not in spec and spec["rgb_feat"] == ((16,), torch.float32) and "rgb" in policy.input_spec()
+    inp = random_trial(args, batch=2, steps=14, episode_len=6)
+    cached = policy.rollout_inputs(inp)
+    assert set(cached) == (set(inp) - {"rgb"}) | {"rgb_feat"} and cached["rgb_feat"].shape == (2, 14, 16)
+    with torch.no_grad():
+        a = policy.forward_sequence(inp)[:2]
+        b = policy.forward_sequence(cached)[:2]
+    assert (a[0] - b[0]).abs().max() <= 1e-5 and (a[1] - b[1]).abs().max() <= 1e-5
+    c_logits, c_values = cached_rollout(policy, inp)
+    assert (a[0] - c_logits).abs().max() <= 1e-5
+    loss = policy.forward_sequence(cached)[0].sum()
+    loss.backward()
+    assert policy.encoder.image_proj.weight.grad is not None and policy.encoder.image.out[0].weight.grad is None
+
+
+def test_odom_fourier_features_are_periodic_in_position():
+    from icrl_ros.models.encoders import odom_features
+
+    odom = torch.tensor([[0.3, -1.2, 0.5], [0.3 + 16.0, -1.2 - 16.0, 0.5]])
+    f = odom_features(odom, 5)
+    assert f.shape == (2, 4 + 4 * 5)
+    assert torch.allclose(f[0, 4:], f[1, 4:], atol=1e-4)  # every scale (1..16 m) divides 16 m
+    assert not torch.allclose(f[0, :2], f[1, :2])
