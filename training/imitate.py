@@ -53,6 +53,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="fraction of the run over which the teacher's share of executed actions goes 1 -> 0")
     p.add_argument("--teacher", help="scripted teacher (training/teachers.py; default: the env's first)")
     p.add_argument("--vf-coef", type=float, default=0.5, help="weight of the value regression")
+    p.add_argument("--replay", type=int, default=1,
+                   help="iterations of labelled trials each update trains on (the newest N: DAgger's dataset "
+                        "aggregation, bounded); 1 = only the trials just collected")
     p.add_argument("--resume", help="an imitation checkpoint of this run (latest.pt) to continue from: weights, "
                    "optimiser, iteration (the teacher-mixing and learning-rate schedules go on where they were)")
     return p.parse_args(argv)
@@ -72,13 +75,15 @@ def discounted(reward: torch.Tensor, done: torch.Tensor, gamma: float, trial_ret
 
 class Imitator:
     def __init__(self, policy, env, cfg: TrainConfig, iterations: int, mix_fraction: float, vf_coef: float,
-                 teacher: str | None = None) -> None:
+                 teacher: str | None = None, replay: int = 1) -> None:
         self.policy, self.env, self.cfg = policy, env, cfg
         self.teacher = make_teacher(env, teacher)
         self.iterations, self.mix_fraction, self.vf_coef = iterations, mix_fraction, vf_coef
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg.ppo.lr, eps=1e-5)
         self.keys = [*policy.rollout_spec(), "episode_index"]
         self.it = 0
+        self.replay = replay
+        self.stored: list[dict] = []  # the newest ``replay`` iterations' labelled trials
 
     def beta(self) -> float:
         span = max(1.0, self.mix_fraction * self.iterations)
@@ -129,14 +134,23 @@ class Imitator:
         return data, stats
 
     def update(self, data: dict) -> dict[str, float]:
+        """``update_epochs`` passes over the aggregated data: this iteration's trials and those of
+        the ``replay - 1`` iterations before (DAgger's dataset aggregation, bounded), each pass
+        in ``num_minibatches`` minibatches per stored iteration (a minibatch never mixes
+        iterations: Memo's segment schedule belongs to one rollout)."""
         cfg, policy = self.cfg.ppo, self.policy
-        ret = discounted(data["reward"] * cfg.reward_scale, data["done"], cfg.gamma, cfg.trial_returns)
-        B = ret.shape[0]
+        data = {**data, "return": discounted(data["reward"] * cfg.reward_scale, data["done"], cfg.gamma,
+                                             cfg.trial_returns)}
+        self.stored.append(data)
+        del self.stored[:-self.replay]
         policy.train()
         logs = {"bc_loss": 0.0, "value_loss": 0.0, "agreement": 0.0}
         n = 0
         for _ in range(cfg.update_epochs):
-            for mb in torch.randperm(B).chunk(cfg.num_minibatches):
+            batches = [(d, mb) for d in self.stored for mb in torch.randperm(d["return"].shape[0]).chunk(cfg.num_minibatches)]
+            for j in torch.randperm(len(batches)).tolist():
+                data, mb = batches[j]
+                ret = data["return"]
                 out = policy.forward_sequence({k: data[k][mb] for k in self.keys}, data["schedule"])
                 logits, values = out[:2]
                 bc = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), data["label"][mb].reshape(-1))
@@ -162,6 +176,8 @@ def main(argv=None) -> int:
     cfg = config_from_cli(args.config, args.set, args.run_dir)
     if not 0.0 <= args.mix_fraction <= 1.0:
         fail(f"--mix-fraction must be in [0, 1], got {args.mix_fraction}")
+    if args.replay < 1:
+        fail(f"--replay must be >= 1, got {args.replay}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -176,7 +192,7 @@ def main(argv=None) -> int:
     steps_per_it = cfg.env.num_envs * cfg.ppo.rollout_length
     iterations = math.ceil(cfg.total_steps / steps_per_it)
     try:
-        imitator = Imitator(policy, env, cfg, iterations, args.mix_fraction, args.vf_coef, args.teacher)
+        imitator = Imitator(policy, env, cfg, iterations, args.mix_fraction, args.vf_coef, args.teacher, args.replay)
     except ValueError as e:
         fail(str(e))
     run_dir = Path(cfg.run_dir)
