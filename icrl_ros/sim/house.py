@@ -321,6 +321,10 @@ class HouseEnv(gym.Env):
             "path_length": float(self.path_length),
             "shortest_path": float(self.shortest_path),
             "house_seed": self.layout.seed,
+            # Both odometry frames, whatever ``pose_frame`` the observation uses (the bridge
+            # publishes the episode frame as odom and the house frame as the map pose).
+            "odom_episode": episode_odometry(self.start_pose, (self.x, self.z, self.yaw)),
+            "odom_house": episode_odometry(self.house_origin, (self.x, self.z, self.yaw)),
         }
 
     # -- task geometry -----------------------------------------------------------------------
