@@ -47,6 +47,7 @@ from nav_msgs.msg import Odometry
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
@@ -86,34 +87,44 @@ def _percentile(values: deque[float] | list[float], q: float) -> float:
 
 class EpisodeStats:
     """Per-episode figures of the agent: steps, latency (image in -> action out), the runner's
-    own act time, and the memory size at the episode's last step."""
+    own act time, and the memory size at the episode's last step. Bounded however long an
+    episode runs: means over every step, p99 over the newest ``WINDOW`` steps."""
+
+    WINDOW = 4096
 
     def __init__(self) -> None:
         self.trial = -1
         self.episode = -1
         self.goal = ""
-        self.latency_ms: list[float] = []
-        self.act_ms: list[float] = []
+        self.steps = 0
+        self._sums = [0.0, 0.0]  # latency, act
+        self.latency_ms: deque[float] = deque(maxlen=self.WINDOW)
+        self.act_ms: deque[float] = deque(maxlen=self.WINDOW)
         self.memory_tokens = 0
         self.memory_bytes = 0
 
     def add(self, latency_ms: float, info: dict[str, Any], goal: str) -> None:
         self.trial, self.episode, self.goal = int(info.get("trial", -1)), int(info.get("episode", -1)), goal
+        act = float(info.get("latency_ms", 0.0))
+        self.steps += 1
+        self._sums[0] += latency_ms
+        self._sums[1] += act
         self.latency_ms.append(latency_ms)
-        self.act_ms.append(float(info.get("latency_ms", 0.0)))
+        self.act_ms.append(act)
         self.memory_tokens = int(info.get("memory_tokens", 0))
         self.memory_bytes = int(info.get("memory_bytes", 0))
 
     def summary(self) -> dict[str, Any]:
         """The ``last_episode_*`` status fields."""
+        n = max(self.steps, 1)
         return {
             "last_episode_trial": self.trial,
             "last_episode": self.episode,
             "last_episode_goal": self.goal,
-            "last_episode_steps": len(self.latency_ms),
-            "last_episode_latency_mean_ms": float(np.mean(self.latency_ms)) if self.latency_ms else 0.0,
+            "last_episode_steps": self.steps,
+            "last_episode_latency_mean_ms": self._sums[0] / n,
             "last_episode_latency_p99_ms": _percentile(self.latency_ms, 99),
-            "last_episode_act_mean_ms": float(np.mean(self.act_ms)) if self.act_ms else 0.0,
+            "last_episode_act_mean_ms": self._sums[1] / n,
             "last_episode_act_p99_ms": _percentile(self.act_ms, 99),
             "last_episode_memory_tokens": self.memory_tokens,
             "last_episode_memory_bytes": self.memory_bytes,
@@ -716,7 +727,7 @@ class AgentNode(LifecycleNode):
     def _close_episode(self) -> None:
         """The running episode is over (new goal, episode_end event, memory reset): keep its figures
         as ``last_episode_*`` and publish a status at once, so consumers get one per episode."""
-        if not self.episode_stats.latency_ms:
+        if not self.episode_stats.steps:
             return
         with self._lock:
             self.last_episode = self.episode_stats.summary()
@@ -922,7 +933,10 @@ def main(args: list[str] | None = None) -> None:
             if node.trigger_configure() == TransitionCallbackReturn.SUCCESS:
                 node.trigger_activate()
         while not stop.is_set() and rclpy.ok():
-            executor.spin_once(timeout_sec=0.1)
+            try:
+                executor.spin_once(timeout_sec=0.1)
+            except InvalidHandle:  # a timer or subscription taken just before cleanup destroyed it
+                pass
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

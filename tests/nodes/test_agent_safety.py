@@ -431,7 +431,7 @@ def test_large_frames_neither_delay_cmd_vel_nor_get_converted_unless_used(ros_co
         assert 1 <= converted <= 3, s  # one step started, then the base drives: nothing else to act on
         during = np.diff([t for t in arrivals if t_stream[0] + 0.5 <= t <= t_stream[1]])
         # 20 Hz: 50 ms; converting a 1080p frame in the control thread held it ~200 ms per frame
-        assert len(during) > 30 and np.percentile(during, 95) < 0.1 and during.max() < 0.3, np.round(during, 3)
+        assert len(during) > 30 and np.percentile(during, 95) < 0.1 and during.max() < 0.5, np.round(during, 3)
     finally:
         for proc in (camera, agent):
             if proc is not None:

@@ -33,6 +33,9 @@ class Workspace:
                         ROS_LOG_DIR=str(root / "log" / "ros"), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         self.env.pop("FASTDDS_DEFAULT_PROFILES_FILE", None)  # the nodes choose the shipped one
         self.env.pop("PYTHONPATH", None)  # the package comes from the workspace, not the checkout
+        # a private domain of its own (still 100-200): nodes of the other tests, including killed ones
+        # DDS still lists until their lease ends, must not answer for /icrl_agent here
+        self.env["ROS_DOMAIN_ID"] = str(100 + (int(os.environ["ROS_DOMAIN_ID"]) - 100 + 50) % 101)
 
     def sh(self, command: str, timeout: float = 60.0, check: bool = True) -> str:
         """``command`` in bash after ``source install/setup.bash``; stdout + stderr."""
@@ -64,8 +67,11 @@ class Workspace:
         deadline = time.monotonic() + timeout
         text = ""
         while time.monotonic() < deadline:
-            text = self.sh(command, check=False)
-            if re.search(pattern, text):
+            try:
+                text = self.sh(command, check=False, timeout=max(5.0, min(30.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired as e:  # a CLI call that waited on a node not up yet
+                text = f"(timed out: {e})"
+            if re.search(pattern, text, re.M):
                 return text
             time.sleep(0.5)
         raise AssertionError(f"$ {command}: no {pattern!r} within {timeout} s; last output:\n{text[-2000:]}")
