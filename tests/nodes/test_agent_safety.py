@@ -16,7 +16,6 @@ Scripted :class:`FakeRunner` where a test needs known actions (a base that drive
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess

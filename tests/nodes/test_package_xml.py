@@ -18,8 +18,6 @@ import re
 import shutil
 import subprocess
 
-import pytest
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(REPO, "tests", "nodes", "data", "rosdistro")
 
