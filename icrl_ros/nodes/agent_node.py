@@ -198,7 +198,8 @@ class AgentNode(LifecycleNode):
         self._pending_goal: str | None = None  # begins at the next image
         self._resumed_goal: str | None = None  # episode restored by load_memory, until its first action
         self._bridge_trial: Any = None  # last trial index announced by a trial_start event
-        self._origin: tuple[float, float, float] | None = None  # odometry pose at episode start
+        self._origin: tuple[float, float, float] | None = None  # odometry pose the policy's frame starts at
+        self.pose_frame = "episode"  # the bundle's training frame (set at configure, after this reset)
         self._stopped = False  # the policy chose stop; wait for a new goal
         self._seen_image = False
         self._odom: tuple[tuple[float, float, float], float] | None = None  # (pose, stamp)
@@ -315,10 +316,22 @@ class AgentNode(LifecycleNode):
             goal_names = [str(g) for g in manifest["observation"]["goal_names"]]
             action_names = [str(a) for a in manifest["action"]["names"]]
             kinds = [ActionKind.from_name(a) for a in action_names]
+            trained_frame = str(manifest["observation"].get("pose_frame", "episode"))
         except Exception as e:  # BundleError, ValueError, KeyError, OSError, engine errors...
             hint = " (device:=cpu runs without a GPU)" if p.device == "cuda" else ""
             return self._configure_failed(
                 "bundle_errors", f"configure: cannot load bundle {bundle!r}: {type(e).__name__}: {e}{hint}")
+        if p.pose_frame and p.pose_frame != trained_frame:
+            self._close_runner(runner)
+            return self._configure_failed(
+                "config_errors",
+                f"configure: pose_frame is {p.pose_frame!r} but bundle {bundle!r} was trained with odometry in the "
+                f"{trained_frame!r} frame (manifest observation.pose_frame); publish that frame on odom_topic and set "
+                f"pose_frame:={trained_frame} (or leave it empty)")
+        self.get_logger().info(
+            f"odometry from {p.odom_topic!r} goes to the policy in the {trained_frame!r} frame (the bundle's): "
+            + ("relative to the trial's first episode start (keep that odometry continuous over the trial)"
+               if trained_frame == "house" else "relative to each episode's start"))
         if hasattr(runner, "greedy"):  # PolicyRunner: argmax or seeded sampling
             runner.greedy = p.action_selection == "greedy"
             runner.temperature = p.sample_temperature
@@ -326,6 +339,7 @@ class AgentNode(LifecycleNode):
         with self._lock:
             self._reset_state()
             self.runner = runner
+            self.pose_frame = trained_frame
             try:
                 self.action_executor = ActionExecutor(self._executor_config(p))
             except ValueError as e:
@@ -613,7 +627,10 @@ class AgentNode(LifecycleNode):
                 self._pending_goal = None
                 return
             self.goal, self._pending_goal = self._pending_goal, None
-            self._origin = pose
+            if self.pose_frame != "house" or self._origin is None:
+                # episode frame: odometry from each episode's start pose; house frame: from the
+                # trial's first start pose, kept until the memory is reset (a new house)
+                self._origin = pose
             self._stopped = False
         if self.goal is None or self._origin is None:
             self._count("image_without_goal", "no goal yet: waiting for one on the goal topic", "info")

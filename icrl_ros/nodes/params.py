@@ -161,6 +161,15 @@ class AgentParams(ParamsBase):
     # --- topics -------------------------------------------------------------------------------
     camera_topic: str = _conf("camera/image_raw", "sensor_msgs/Image input (sensor-data QoS).")
     odom_topic: str = _conf("odom", "nav_msgs/Odometry input (sensor-data QoS).")
+    pose_frame: str = _conf(
+        "",
+        "Frame the policy sees odometry in: 'house' (relative to the pose at the trial's first episode start, "
+        "kept until reset_memory: odom_topic must stay continuous over a trial, like a base's odometry since "
+        "boot or a map-frame pose) or 'episode' (relative to each episode's start pose). Empty = the frame the "
+        "bundle was trained with (manifest observation.pose_frame); a value that differs from it is refused "
+        "at configure.",
+        choices=("", "house", "episode"),
+    )
     goal_topic: str = _conf("goal", "std_msgs/String goal category; each message starts an episode.")
     goal_transient_local: bool = _conf(
         True, "Subscribe to the goal with transient-local durability (receives the bridge's latched goal)."
@@ -255,7 +264,16 @@ class BridgeParams(ParamsBase):
     camera_frame: str = _param("camera_optical_frame", "Image frame id (optical convention).")
     camera_topic: str = _param("camera/image_raw", "sensor_msgs/Image output (rgb8).")
     camera_info_topic: str = _param("camera/camera_info", "sensor_msgs/CameraInfo output.")
-    odom_topic: str = _param("odom", "nav_msgs/Odometry output (pose relative to the episode start).")
+    odom_topic: str = _param(
+        "odom", "nav_msgs/Odometry output, in pose_frame (house: one frame per trial; episode: re-anchored at "
+        "every episode start).")
+    pose_frame: str = _param(
+        "house",
+        "Odometry frame published on odom_topic, passed to the env as pose_frame when env_kwargs does not set it "
+        "(envs that take one: the MiniWorld house, Habitat). house = odometry since boot / the map frame, fixed "
+        "for a trial; episode = re-anchored at every episode start (as in the papers).",
+        choices=("house", "episode"),
+    )
     goal_topic: str = _param("goal", "std_msgs/String goal category (transient local), once per episode.")
     reward_topic: str = _param("reward", "std_msgs/Float32 reward of each step.")
     episode_events_topic: str = _param("episode_events", "std_msgs/String JSON episode and trial events.")

@@ -6,8 +6,10 @@ The env follows the house-env contract (``icrl_ros/MiniWorldHouse-v0``): Discret
 {"new_trial": True})`` for a new house, ``goal_names``, ``move_continuous(linear_m, angular_rad)``
 and ``observe()``. Envs whose observation is a bare image work too (odometry then stays at 0).
 
-Published: camera ``sensor_msgs/Image`` (rgb8) + ``CameraInfo``, ``nav_msgs/Odometry`` (the odom
-frame is re-anchored at each episode start, like a base whose odometry is reset), TF odom ->
+Published: camera ``sensor_msgs/Image`` (rgb8) + ``CameraInfo``, ``nav_msgs/Odometry`` in
+``pose_frame`` (``house``: one frame for the whole trial, like a base's odometry since boot or
+a localisation map frame; ``episode``: re-anchored at each episode start, like a base whose
+odometry is reset; the env computes both), TF odom ->
 base_link when ``tf2_msgs`` is installed, goal ``std_msgs/String`` (transient local, once per
 episode), reward ``std_msgs/Float32``, episode events ``std_msgs/String`` (JSON) and ``/clock``.
 
@@ -57,13 +59,20 @@ except ImportError:  # pragma: no cover - depends on the install
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
-def make_env(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env:
-    """``gymnasium.make`` after importing ``icrl_ros.sim`` (which registers the project's ids)."""
+POSE_FRAME_ENVS = ("icrl_ros/MiniWorldHouse-v0", "icrl_ros/HabitatExtObjNav-v0")  # envs taking pose_frame
+
+
+def make_env(env_id: str, env_kwargs: dict[str, Any], pose_frame: str | None = None) -> gym.Env:
+    """``gymnasium.make`` after importing ``icrl_ros.sim`` (which registers the project's ids);
+    ``pose_frame`` goes to the envs that take one unless ``env_kwargs`` sets it."""
     try:
         import icrl_ros.sim  # noqa: F401  (registration side effect)
     except ImportError:
         pass
-    return gym.make(env_id, **env_kwargs)
+    kwargs = dict(env_kwargs)
+    if pose_frame and env_id in POSE_FRAME_ENVS:
+        kwargs.setdefault("pose_frame", pose_frame)
+    return gym.make(env_id, **kwargs)
 
 
 def _time_msg(seconds: float) -> Any:
@@ -83,7 +92,7 @@ class SimBridgeNode(Node):
             raise ValueError("bad parameter: " + "; ".join(self.param_binding.start_errors.values()))
         self.params: BridgeParams = read_params(self, BridgeParams)
         p = self.params
-        self.env = env if env is not None else make_env(p.env_id, json.loads(p.env_kwargs))
+        self.env = env if env is not None else make_env(p.env_id, json.loads(p.env_kwargs), p.pose_frame)
         self._base = self.env.unwrapped
         if not isinstance(self.env.action_space, gym.spaces.Discrete):
             raise ValueError(f"env_id: {p.env_id!r} has action space {self.env.action_space}; expected Discrete")

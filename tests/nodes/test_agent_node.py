@@ -455,3 +455,24 @@ def test_console_entry_point_survives_a_missing_bundle(ros_context) -> None:
             proc.kill()
         ex.shutdown()
         probe.destroy_node()
+
+
+def test_pose_frame_other_than_the_bundles_is_refused_at_configure(ros_context, tmp_path) -> None:
+    """The shipped house bundle was trained with house-frame odometry (manifest): an agent told
+    its odometry is episode-framed refuses to configure and says what to set; empty or the
+    bundle's own frame configures."""
+    import yaml
+
+    trained = yaml.safe_load(open(os.path.join(require_house_bundle(), "manifest.yaml")))["observation"]["pose_frame"]
+    other = "episode" if trained == "house" else "house"
+    for value, ok in (("", True), (trained, True), (other, False)):
+        agent = make_agent(ros_context, tmp_path, name=f"pose_{value or 'default'}", pose_frame=value)
+        try:
+            got = agent.trigger_configure()
+            assert (got == TransitionCallbackReturn.SUCCESS) == ok, (value, agent.last_error)
+            if ok:
+                assert agent.pose_frame == trained
+            else:
+                assert "pose_frame" in agent.last_error and trained in agent.last_error
+        finally:
+            agent.destroy_node()

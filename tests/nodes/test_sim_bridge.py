@@ -223,3 +223,15 @@ def test_bridge_drives_the_house_env_when_registered(ros_context) -> None:
         ex.shutdown()
         bridge.destroy_node()
         probe.destroy_node()
+
+
+def test_bridge_pose_frame_reaches_the_env_unless_env_kwargs_sets_it() -> None:
+    from icrl_ros.nodes.sim_bridge_node import make_env
+
+    for frame, kwargs, want in (("house", {}, "house"), ("episode", {}, "episode"),
+                                ("house", {"pose_frame": "episode"}, "episode")):
+        env = make_env("icrl_ros/MiniWorldHouse-v0", {"split": "test", **kwargs}, frame)
+        try:
+            assert env.unwrapped.pose_frame == want
+        finally:
+            env.close()
