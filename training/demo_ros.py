@@ -17,8 +17,9 @@ as it ends, then a per-episode table, and writes to ``--out``:
     python training/demo_ros.py --episodes 2 --max-steps 20 --out /tmp/demo   # the test's short run
 
 The default bundle (``bundles/house_memo``) is a real Memo policy exported from a real
-checkpoint, but barely trained (a 40,960-step CPU smoke budget): it shows the ROS side end to
-end, not a competent navigator. Point ``--bundle`` at a better one.
+checkpoint: a student of the in-context house teacher after a partial imitation run (131k env
+steps on this CPU). It does not find objects yet (BENCHMARKS.md, issue 12): the demo shows the
+ROS side end to end, not in-context learning. Point ``--bundle`` at a better one.
 """
 
 from __future__ import annotations
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"   DDS on loopback only, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, namespace {NAMESPACE}; "
           f"{args.episodes} episodes of at most {args.max_steps} steps, memory kept across them")
     if bundle.resolve() == (REPO_ROOT / "bundles" / "house_memo").resolve():
-        print("   note: the shipped house_memo policy is barely trained (40,960 env steps on a CPU): a real "
+        print("   note: the shipped house_memo policy is a partly imitated student that does not find objects yet: a real "
               "bundle that exercises the ROS side, not a competent navigator")
 
     tmp = Path(tempfile.mkdtemp(prefix="icrl_demo_"))
@@ -384,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     title = (f"{bundle.name}: one trial in test-split house {house_seed} ({args.episodes} episodes, "
              f"<= {args.max_steps} steps each)")
     if bundle.resolve() == (REPO_ROOT / "bundles" / "house_memo").resolve():
-        title += "\nbarely-trained smoke policy (40,960 env steps): not a competent navigator"
+        title += "\npartly imitated student (131k env steps): it does not find objects yet"
     plot_curve(table, out / "icl_curve.png", title)
     plot_top_down(table, ends, house_seed, out / "top_down.png", title)
     frames = []
