@@ -24,27 +24,38 @@ from torch import Tensor, nn
 from icrl_ros.models.config import ModelArgs
 
 
+def strided_convs(channels: tuple[int, ...]) -> nn.Sequential:
+    """RGB -> stride-2 convs with GELUs (5x5 first, then 3x3), one per entry of ``channels``."""
+    layers, c_in = [], 3
+    for k, c in enumerate(channels):
+        layers += [nn.Conv2d(c_in, c, 5 if k == 0 else 3, stride=2, padding=2 if k == 0 else 1), nn.GELU()]
+        c_in = c
+    return nn.Sequential(*layers)
+
+
+def conv_side(image_size: int, n_strided: int) -> int:
+    for _ in range(n_strided):
+        image_size = (image_size + 1) // 2
+    return image_size
+
+
+def as_images(rgb: Tensor) -> tuple[Tensor, tuple[int, ...]]:
+    """uint8 (..., H, W, 3) -> float (N, 3, H, W) in [0, 1] and the leading shape."""
+    lead = rgb.shape[:-3]
+    return rgb.reshape(-1, *rgb.shape[-3:]).permute(0, 3, 1, 2).float() / 255.0, lead
+
+
 class ImageEncoder(nn.Module):
-    """Small CNN: uint8 (B, H, W, 3) -> (B, D). Three strided convs + a linear layer."""
+    """Small CNN: uint8 (B, H, W, 3) -> (B, D). Four strided convs + a linear layer."""
 
     def __init__(self, d_out: int, image_size: int) -> None:
         super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(3, 32, 5, stride=2, padding=2), nn.GELU(),
-            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.GELU(),
-            nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.GELU(),
-            nn.Conv2d(64, 32, 3, stride=2, padding=1), nn.GELU(),
-        )
-        side = image_size
-        for _ in range(4):
-            side = (side + 1) // 2
-        self.fc = nn.Linear(32 * side * side, d_out)
+        self.net = strided_convs((32, 64, 64, 32))
+        self.fc = nn.Linear(32 * conv_side(image_size, 4) ** 2, d_out)
 
     def forward(self, rgb: Tensor) -> Tensor:
-        lead = rgb.shape[:-3]
-        x = rgb.reshape(-1, *rgb.shape[-3:]).permute(0, 3, 1, 2).float() / 255.0  # (N, 3, H, W)
-        x = self.net(x).flatten(1)
-        return self.fc(x).reshape(*lead, -1)
+        x, lead = as_images(rgb)
+        return self.fc(self.net(x).flatten(1)).reshape(*lead, -1)
 
 
 class FeatureEncoder(nn.Module):
@@ -53,19 +64,12 @@ class FeatureEncoder(nn.Module):
 
     def __init__(self, d_feat: int, image_size: int, d_hidden: int = 256) -> None:
         super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(3, 32, 5, stride=2, padding=2), nn.GELU(),
-            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.GELU(),
-            nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.GELU(),
-        )
-        side = image_size
-        for _ in range(3):
-            side = (side + 1) // 2
-        self.out = nn.Sequential(nn.Linear(64 * side * side, d_hidden), nn.GELU(), nn.Linear(d_hidden, d_feat), nn.GELU())
+        self.net = strided_convs((32, 64, 64))
+        self.out = nn.Sequential(nn.Linear(64 * conv_side(image_size, 3) ** 2, d_hidden), nn.GELU(),
+                                 nn.Linear(d_hidden, d_feat), nn.GELU())
 
     def forward(self, rgb: Tensor) -> Tensor:
-        lead = rgb.shape[:-3]
-        x = rgb.reshape(-1, *rgb.shape[-3:]).permute(0, 3, 1, 2).float() / 255.0
+        x, lead = as_images(rgb)
         return self.out(self.net(x).flatten(1)).reshape(*lead, -1)
 
 

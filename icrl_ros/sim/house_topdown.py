@@ -103,6 +103,18 @@ class Canvas:
                     self.img[ri[ok], ci[ok]] = color
 
 
+def _paths(cv: Canvas, trajectories: list, colors: list) -> None:
+    """Each (N, 2) world trajectory as a line in ``colors[k]``, a dot at its start, a ring at its end."""
+    for k, traj in enumerate(trajectories):
+        pts = np.asarray(traj, dtype=np.float64).reshape(-1, 2)
+        if len(pts) == 0:
+            continue
+        color = colors[k % len(colors)]
+        cv.polyline(pts, color, 2.5)
+        cv.disc(pts[0, 0], pts[0, 1], 0.14, color)
+        cv.disc(pts[-1, 0], pts[-1, 1], 0.18, color, ring_m=0.07)
+
+
 def draw_top_down(
     layout: HouseLayout,
     targets: list[int] | None = None,
@@ -133,14 +145,7 @@ def draw_top_down(
             cv.disc(o.x, o.z, o.cat.radius + 0.18, (255, 255, 255), ring_m=0.08)
         cv.disc(o.x, o.z, o.cat.radius, (20, 20, 20))
         cv.disc(o.x, o.z, max(o.cat.radius - 1.5 / px_per_m, 0.04), o.cat.rgb)
-    for k, traj in enumerate(trajectories or []):
-        pts = np.asarray(traj, dtype=np.float64).reshape(-1, 2)
-        if len(pts) == 0:
-            continue
-        color = _TRAJ_COLORS[k % len(_TRAJ_COLORS)]
-        cv.polyline(pts, color, 2.5)
-        cv.disc(pts[0, 0], pts[0, 1], 0.14, color)
-        cv.disc(pts[-1, 0], pts[-1, 1], 0.18, color, ring_m=0.07)
+    _paths(cv, trajectories or [], _TRAJ_COLORS)
     if agent_pose is not None:
         x, z, yaw = agent_pose
         fx, fz = math.cos(yaw), -math.sin(yaw)
@@ -184,13 +189,6 @@ def draw_episodes(
         else:
             cv.disc(o.x, o.z, o.cat.radius, _OBJECT_EDGE)
             cv.disc(o.x, o.z, max(o.cat.radius - 1.5 / px_per_m, 0.04), _OBJECT_GREY)
-    for k, (traj, _) in enumerate(episodes):
-        pts = np.asarray(traj, dtype=np.float64).reshape(-1, 2)
-        if len(pts) == 0:
-            continue
-        color = EPISODE_COLORS[k % len(EPISODE_COLORS)]
-        cv.polyline(pts, color, 2.5)
-        cv.disc(pts[0, 0], pts[0, 1], 0.14, color)
-        cv.disc(pts[-1, 0], pts[-1, 1], 0.18, color, ring_m=0.07)
+    _paths(cv, [traj for traj, _ in episodes], EPISODE_COLORS)
     cv.scale_bar(scale_m)
     return cv.img
