@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_ros.models import MemoPolicy, act, build_policy, make_memory, save_checkpoint, segment_schedule
+from icrl_ros.models import MemoPolicy, act, build_policy, load_checkpoint, make_memory, save_checkpoint, segment_schedule
 from icrl_ros.sim import make_vec
 from training._cli import fail
 from training.config import TrainConfig, config_from_cli
@@ -56,6 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--replay", type=int, default=1,
                    help="iterations of labelled trials each update trains on (the newest N: DAgger's dataset "
                         "aggregation, bounded); 1 = only the trials just collected")
+    p.add_argument("--init", help="start from the weights of a checkpoint (e.g. a shipped checkpoints/house_*.pt), "
+                   "with a fresh optimiser and schedule; its model must match the config's")
     p.add_argument("--resume", help="an imitation checkpoint of this run (latest.pt) to continue from: weights, "
                    "optimiser, iteration (the teacher-mixing and learning-rate schedules go on where they were)")
     return p.parse_args(argv)
@@ -200,6 +202,18 @@ def main(argv=None) -> int:
     (run_dir / "config.yaml").write_text(__import__("yaml").safe_dump(cfg.to_dict(), sort_keys=False))
     g = np.random.default_rng(cfg.seed)
     wall_before = 0.0
+    if args.init and args.resume:
+        fail("--init and --resume: give one (--resume continues a run, --init starts one from given weights)")
+    if args.init:
+        try:
+            init, _ = load_checkpoint(args.init)
+        except (FileNotFoundError, ValueError) as e:
+            fail(f"--init: {e}")
+        if init.args.to_dict() != policy.args.to_dict():
+            diff = sorted(k for k, v in init.args.to_dict().items() if policy.args.to_dict().get(k) != v)
+            fail(f"--init {args.init}: its model differs from the config's in {diff}")
+        policy.load_state_dict(init.state_dict())
+        print(f"initialised from {args.init}", flush=True)
     if args.resume:
         blob = torch.load(args.resume, map_location="cpu", weights_only=False)
         if blob.get("trainer") != "imitate" or "optimizer" not in blob:
