@@ -79,14 +79,19 @@ def plot(curves: dict[str, dict], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for lab, c in curves.items():
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "x")]  # identical curves stay visible
+    for j, (lab, c) in enumerate(curves.items()):
+        ls, mk = styles[j % len(styles)]
         for ax, k in zip(axes, METRICS):
             mu, ci = np.array(c[k]["mean"]), np.array(c[k]["ci"])
             x = np.arange(1, len(mu) + 1)
-            ax.plot(x, mu, marker="o", ms=3, label=f"{lab} (n={c[k]['n']})")
+            ax.plot(x, mu, ls=ls, marker=mk, ms=4, mfc="none", label=f"{lab} (n={c[k]['n']})")
             ax.fill_between(x, mu - ci, mu + ci, alpha=0.2)
     for ax, k, ylab in zip(axes, METRICS, ("success rate", "SPL", "steps per episode")):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("in-context episode (same house)")
         ax.set_ylabel(ylab)
         if k != "steps":
