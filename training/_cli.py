@@ -19,3 +19,20 @@ def fail(message: str, code: int = 2) -> None:
     """Print a one-line error that says what to fix and exit non-zero."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def load_init_weights(path: str, policy, map_location="cpu") -> None:
+    """``--init``: copy a checkpoint's weights into ``policy``, or exit naming the model arguments
+    that differ from the config's."""
+    from icrl_ros.models import load_checkpoint
+
+    try:
+        init, _ = load_checkpoint(path, map_location=map_location)
+    except (OSError, RuntimeError, ValueError) as e:
+        fail(f"--init {path}: {e}")
+    have, want = init.args.to_dict(), policy.args.to_dict()
+    if have != want:
+        diff = sorted(k for k in have.keys() | want.keys() if have.get(k) != want.get(k))
+        fail(f"--init {path}: its model arguments differ from the config's in {diff}; use the config it "
+             "was trained with (its config.yaml)")
+    policy.load_state_dict(init.state_dict())

@@ -289,8 +289,9 @@ def main(argv=None) -> int:
         fail(f"--trials must be positive, got {args.trials}")
     if not args.temperature > 0:
         fail(f"--temperature must be positive, got {args.temperature}")
-    if any(is_house(c) for c in args.checkpoints):
-        if not all(is_house(c) for c in args.checkpoints):
+    house = [is_house(c) for c in args.checkpoints]
+    if any(house):
+        if not all(house):
             fail("house policies and grid-world checkpoints cannot share one evaluation; run them separately")
         return evaluate_house(args, labels)
     results = []

@@ -34,8 +34,6 @@ from training.ppo import next_step_inputs, trial_start_inputs
 class TorchStepper:
     """The training-side policy (``act`` against ``make_memory``)."""
 
-    backend = "torch (training code)"
-
     def __init__(self, policy) -> None:
         self.policy = policy
         self.args = policy.args

@@ -34,9 +34,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_ros.models import MemoPolicy, act, build_policy, load_checkpoint, make_memory, save_checkpoint, segment_schedule
+from icrl_ros.models import MemoPolicy, act, build_policy, make_memory, save_checkpoint, segment_schedule
 from icrl_ros.sim import make_vec
-from training._cli import fail
+from training._cli import fail, load_init_weights
 from training.config import TrainConfig, config_from_cli
 from training.ppo import cosine_lr, next_step_inputs, trial_start_inputs
 from training.teachers import make_teacher, observe_teacher
@@ -205,14 +205,7 @@ def main(argv=None) -> int:
     if args.init and args.resume:
         fail("--init and --resume: give one (--resume continues a run, --init starts one from given weights)")
     if args.init:
-        try:
-            init, _ = load_checkpoint(args.init)
-        except (FileNotFoundError, ValueError) as e:
-            fail(f"--init: {e}")
-        if init.args.to_dict() != policy.args.to_dict():
-            diff = sorted(k for k, v in init.args.to_dict().items() if policy.args.to_dict().get(k) != v)
-            fail(f"--init {args.init}: its model differs from the config's in {diff}")
-        policy.load_state_dict(init.state_dict())
+        load_init_weights(args.init, policy)
         print(f"initialised from {args.init}", flush=True)
     if args.resume:
         blob = torch.load(args.resume, map_location="cpu", weights_only=False)

@@ -27,10 +27,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from icrl_ros.models import build_policy, load_checkpoint, save_checkpoint
+from icrl_ros.models import build_policy, save_checkpoint
 from icrl_ros.models.checkpoint import FORMAT
 from icrl_ros.sim import make_vec
-from training._cli import fail
+from training._cli import fail, load_init_weights
 from training.config import config_from_cli
 from training.ppo import PPOTrainer
 
@@ -99,16 +99,7 @@ def main(argv=None) -> int:
         fail(f"ppo.teacher: {e}")
     start = 0
     if args.init:
-        try:
-            init, _ = load_checkpoint(args.init, map_location=device)
-        except (OSError, RuntimeError, ValueError) as e:
-            fail(f"--init {args.init}: {e}")
-        have, want = init.args.to_dict(), model_args.to_dict()
-        if have != want:
-            diff = sorted(k for k in have.keys() | want.keys() if have.get(k) != want.get(k))
-            fail(f"--init {args.init}: its model arguments differ from the config's in {diff}; use the config it "
-                 "was trained with (its config.yaml)")
-        policy.load_state_dict(init.state_dict())
+        load_init_weights(args.init, policy, map_location=device)
     if args.resume:
         blob = torch.load(args.resume, map_location=device, weights_only=False)
         if blob.get("format") != FORMAT or "optimizer" not in blob:
