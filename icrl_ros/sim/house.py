@@ -14,8 +14,8 @@ instance of the goal (``start_away``). ``OLD_TASK`` gives the earlier defaults (
 category present, starts 1 m from the goal region, anywhere), under which search without
 memory is already easy. With ``teacher`` (``"memory"`` or ``"wiped"``) the env runs the
 in-context teacher of :mod:`icrl_ros.sim.house_teacher` and reports its action for the
-current state as ``info["teacher_action"]``. The agent it succeeds by taking ``stop`` within ``success_distance`` of a target
-instance (agent centre to the edge of the object's footprint disc) that is visible in its
+current state as ``info["teacher_action"]``. The agent succeeds by taking ``stop`` within
+``success_distance`` of a target instance (agent centre to the edge of the object's footprint disc) that is visible in its
 image (a point of the object projects into the camera frustum with a sight line blocked
 by no wall and no taller object; ~97% agreement with the rendered pixels). Reward (as in
 ReLIC / Memo): ``-(geodesic_t - geodesic_{t-1}) - slack + success_bonus * success``, with
@@ -144,7 +144,7 @@ class HouseEnv(gym.Env):
                 raise ValueError(f"house_seed {hs} belongs to the {house_split(hs)!r} split, not {self.split!r}")
             self._new_trial(int(hs))
         self._new_episode()
-        return self.observe(), self._info()
+        return self.observe(), self._labelled(self._info())
 
     def _new_trial(self, house_seed: int) -> None:
         self.layout = generate_layout(house_seed)
@@ -257,7 +257,7 @@ class HouseEnv(gym.Env):
         elif self.teacher is not None:
             self.teacher.observe()
         self.episode_return += reward
-        return self.observe(), float(reward), terminated, truncated, self._info()
+        return self.observe(), float(reward), terminated, truncated, self._labelled(self._info())
 
     def _forward(self, dist: float) -> float:
         """Move forward up to ``dist``; when blocked, advance as far as free (5 cm steps)."""
@@ -305,11 +305,16 @@ class HouseEnv(gym.Env):
             "prev_action": np.int64(self.prev_action),
         }
 
+    def _labelled(self, info: dict) -> dict:
+        """``info`` plus the teacher's label for the state the agent now faces (none once the
+        episode is over: the next episode's first state is labelled by reset()). Only reset()
+        and step() label: the teacher's plan advances with each label."""
+        if self.teacher is not None and not self._episode_over:
+            info["teacher_action"] = self.teacher.act()
+        return info
+
     def _info(self) -> dict:
-        # The teacher's label for the state the agent now faces (none once the episode is over:
-        # the next episode's first state is labelled by reset()).
-        extra = {} if self.teacher is None or self._episode_over else {"teacher_action": self.teacher.act()}
-        return {**extra,
+        return {
             "goal_name": GOAL_NAMES[self.goal],
             "success": bool(self.success),
             "spl": float(self.spl),
