@@ -13,6 +13,14 @@ schedule included), plus a value regression on the trial's discounted returns so
 critic is ready for PPO fine-tuning. Checkpoints are the trainer's format, so
 ``training/evaluate.py``, ``training/export.py`` and ``train.py --init`` take them.
 
+Offline phase (cheap where env steps are dear, as on the house: ~100-300 env steps/s against
+~3 gradient steps/s over 4 x 1,024-step trials): ``--save-trials DIR`` writes every
+iteration's labelled trials (cached encoder features, not images), typically collected with
+``--beta 1 --noise 0.2`` (the teacher acts, a random movement action replaces its choice
+with probability 0.2 so the data hold recoveries); ``--offline DIR --updates N`` then takes
+N gradient steps on the saved trials (held-out files report agreement), and a short online
+DAgger run with ``--init`` fixes the student's own state distribution.
+
 Why: on Dark-Key-To-Door, PPO alone stayed at ~0.09 of the oracle with no rise across
 episodes after 3M steps on this machine (BENCHMARKS.md); the teachers are in
 :mod:`training.teachers`.
@@ -58,6 +66,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "aggregation, bounded); 1 = only the trials just collected")
     p.add_argument("--init", help="start from the weights of a checkpoint (e.g. a shipped checkpoints/house_*.pt), "
                    "with a fresh optimiser and schedule; its model must match the config's")
+    p.add_argument("--beta", type=float, help="a constant teacher share of executed actions instead of the 1 -> 0 schedule")
+    p.add_argument("--noise", type=float, default=0.0,
+                   help="probability that a teacher-chosen action is replaced by a random one of --noise-actions")
+    p.add_argument("--noise-actions", default="",
+                   help="comma-separated action indices --noise draws from (default: all; the house: 1,2,3 = no stop)")
+    p.add_argument("--save-trials", metavar="DIR", help="write every iteration's labelled trials to DIR/trials_NNNN.pt")
+    p.add_argument("--offline", metavar="DIR", help="train on the trials saved in DIR instead of collecting "
+                   "(--updates gradient steps; the newest --val-files files are held out)")
+    p.add_argument("--updates", type=int, default=2000, help="gradient steps of --offline training")
+    p.add_argument("--val-files", type=int, default=1, help="--offline: trial files held out for validation")
     p.add_argument("--resume", help="an imitation checkpoint of this run (latest.pt) to continue from: weights, "
                    "optimiser, iteration (the teacher-mixing and learning-rate schedules go on where they were)")
     return p.parse_args(argv)
@@ -77,9 +95,12 @@ def discounted(reward: torch.Tensor, done: torch.Tensor, gamma: float, trial_ret
 
 class Imitator:
     def __init__(self, policy, env, cfg: TrainConfig, iterations: int, mix_fraction: float, vf_coef: float,
-                 teacher: str | None = None, replay: int = 1) -> None:
+                 teacher: str | None = None, replay: int = 1, beta: float | None = None, noise: float = 0.0,
+                 noise_actions: tuple[int, ...] = ()) -> None:
         self.policy, self.env, self.cfg = policy, env, cfg
-        self.teacher = make_teacher(env, teacher)
+        self.teacher = make_teacher(env, teacher) if env is not None else None
+        self.fixed_beta, self.noise = beta, noise
+        self.noise_actions = np.asarray(noise_actions or range(policy.args.n_actions))
         self.iterations, self.mix_fraction, self.vf_coef = iterations, mix_fraction, vf_coef
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg.ppo.lr, eps=1e-5)
         self.keys = [*policy.rollout_spec(), "episode_index"]
@@ -88,6 +109,8 @@ class Imitator:
         self.stored: list[dict] = []  # the newest ``replay`` iterations' labelled trials
 
     def beta(self) -> float:
+        if self.fixed_beta is not None:
+            return self.fixed_beta
         span = max(1.0, self.mix_fraction * self.iterations)
         return max(0.0, 1.0 - self.it / span)
 
@@ -111,7 +134,11 @@ class Imitator:
             logits, _ = act(policy, cur, mem)
             label = self.teacher.act(np.asarray(obs))
             student = torch.distributions.Categorical(logits=logits.float()).sample().numpy()
-            action = np.where(g.random(B) < beta, label, student)
+            teacher_acts = g.random(B) < beta
+            action = np.where(teacher_acts, label, student)
+            if self.noise:
+                noisy = teacher_acts & (g.random(B) < self.noise)
+                action = np.where(noisy, g.choice(self.noise_actions, B), action)
             for k in self.keys:
                 buf[k].append(cur[k])
             buf["label"].append(torch.as_tensor(label))
@@ -135,42 +162,102 @@ class Imitator:
                          spl=float(np.mean(ended["spl"])))
         return data, stats
 
+    def with_returns(self, data: dict) -> dict:
+        cfg = self.cfg.ppo
+        return {**data, "return": discounted(data["reward"] * cfg.reward_scale, data["done"], cfg.gamma,
+                                             cfg.trial_returns)}
+
+    def losses(self, data: dict, mb: torch.Tensor, schedule) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Cross-entropy to the teacher, value regression, and agreement of trials ``mb``."""
+        out = self.policy.forward_sequence({k: data[k][mb] for k in self.keys}, schedule)
+        logits, values = out[:2]
+        label = data["label"][mb]
+        bc = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), label.reshape(-1))
+        vl = 0.5 * (values - data["return"][mb]).pow(2).mean()
+        return bc, vl, (logits.argmax(-1) == label).float().mean()
+
+    def step(self, data: dict, mb: torch.Tensor, schedule, lr: float) -> tuple[float, float, float]:
+        """One gradient step on trials ``mb`` of ``data``."""
+        bc, vl, agree = self.losses(data, mb, schedule)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        self.opt.zero_grad(set_to_none=True)
+        (bc + self.vf_coef * vl).backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.ppo.max_grad_norm)
+        self.opt.step()
+        return bc.item(), vl.item(), agree.item()
+
     def update(self, data: dict) -> dict[str, float]:
         """``update_epochs`` passes over the aggregated data: this iteration's trials and those of
         the ``replay - 1`` iterations before (DAgger's dataset aggregation, bounded), each pass
         in ``num_minibatches`` minibatches per stored iteration (a minibatch never mixes
         iterations: Memo's segment schedule belongs to one rollout)."""
         cfg, policy = self.cfg.ppo, self.policy
-        data = {**data, "return": discounted(data["reward"] * cfg.reward_scale, data["done"], cfg.gamma,
-                                             cfg.trial_returns)}
-        self.stored.append(data)
+        self.stored.append(self.with_returns(data))
         del self.stored[:-self.replay]
         policy.train()
-        logs = {"bc_loss": 0.0, "value_loss": 0.0, "agreement": 0.0}
+        totals = np.zeros(3)
         n = 0
         for _ in range(cfg.update_epochs):
             batches = [(d, mb) for d in self.stored for mb in torch.randperm(d["return"].shape[0]).chunk(cfg.num_minibatches)]
             for j in torch.randperm(len(batches)).tolist():
-                data, mb = batches[j]
-                ret = data["return"]
-                out = policy.forward_sequence({k: data[k][mb] for k in self.keys}, data["schedule"])
-                logits, values = out[:2]
-                bc = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), data["label"][mb].reshape(-1))
-                vl = 0.5 * (values - ret[mb]).pow(2).mean()
-                loss = bc + self.vf_coef * vl
-                for group in self.opt.param_groups:
-                    group["lr"] = self.lr()
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-                self.opt.step()
-                logs["bc_loss"] += bc.item()
-                logs["value_loss"] += vl.item()
-                logs["agreement"] += (logits.argmax(-1) == data["label"][mb]).float().mean().item()
+                d, mb = batches[j]
+                totals += self.step(d, mb, d["schedule"], self.lr())
                 n += 1
         policy.eval()
         self.it += 1
-        return {k: v / n for k, v in logs.items()}
+        return dict(zip(("bc_loss", "value_loss", "agreement"), totals / n))
+
+    def offline(self, trials: list[dict], val: list[dict], updates: int, batch: int, log_every: int,
+                save=None) -> dict[str, float]:
+        """``updates`` gradient steps on minibatches of ``batch`` trials drawn from ``trials``
+        (saved iterations; a fresh Memo segment schedule per step, since cached features do not
+        depend on it), with validation on ``val`` every ``log_every`` steps."""
+        policy, a = self.policy, self.policy.args
+        memo = isinstance(policy, MemoPolicy)
+        data = {k: torch.cat([t[k] for t in trials]) for k in (*self.keys, "label", "return")}
+        held = {k: torch.cat([t[k] for t in val]) for k in (*self.keys, "label", "return")} if val else None
+        n_trials, T = data["label"].shape
+        totals, n, logs = np.zeros(3), 0, {}
+        t0 = time.perf_counter()
+        for u in range(updates):
+            policy.train()
+            mb = torch.randint(n_trials, (batch,))
+            schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if memo else None
+            totals += self.step(data, mb, schedule, cosine_lr(self.cfg.ppo, u / max(1, updates - 1)))
+            n += 1
+            if (u + 1) % log_every == 0 or u + 1 == updates:
+                logs = dict(zip(("bc_loss", "value_loss", "agreement"), totals / n))
+                if held is not None:
+                    logs.update(self.validate(held, batch))
+                logs["updates_per_s"] = n / (time.perf_counter() - t0)
+                print(f"update {u + 1}/{updates} " + " ".join(f"{k}={v:.3g}" for k, v in logs.items()), flush=True)
+                totals, n, t0 = np.zeros(3), 0, time.perf_counter()
+                if save is not None:
+                    save()
+        return logs
+
+    @torch.no_grad()
+    def validate(self, held: dict, batch: int) -> dict[str, float]:
+        """Held-out loss and agreement, plus how the student's stop compares with the teacher's."""
+        policy = self.policy
+        policy.eval()
+        memo = isinstance(policy, MemoPolicy)
+        T = held["label"].shape[1]
+        bc, agree, stop_tp, stop_pred, stop_true, k = 0.0, 0.0, 0, 0, 0, 0
+        for mb in torch.arange(held["label"].shape[0]).split(batch):
+            schedule = segment_schedule(T, policy.args.l_seg, 0.0) if memo else None
+            out = policy.forward_sequence({key: held[key][mb] for key in self.keys}, schedule)
+            logits, label = out[0].float(), held["label"][mb]
+            bc += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), label.reshape(-1)).item()
+            pred = logits.argmax(-1)
+            agree += (pred == label).float().mean().item()
+            stop_tp += int(((pred == 0) & (label == 0)).sum())
+            stop_pred += int((pred == 0).sum())
+            stop_true += int((label == 0).sum())
+            k += 1
+        return {"val_bc": bc / k, "val_agreement": agree / k,
+                "val_stop_precision": stop_tp / max(1, stop_pred), "val_stop_recall": stop_tp / max(1, stop_true)}
 
 
 def main(argv=None) -> int:
@@ -180,11 +267,28 @@ def main(argv=None) -> int:
         fail(f"--mix-fraction must be in [0, 1], got {args.mix_fraction}")
     if args.replay < 1:
         fail(f"--replay must be >= 1, got {args.replay}")
+    if args.beta is not None and not 0.0 <= args.beta <= 1.0:
+        fail(f"--beta must be in [0, 1], got {args.beta}")
+    if not 0.0 <= args.noise <= 1.0:
+        fail(f"--noise must be in [0, 1], got {args.noise}")
+    try:
+        noise_actions = tuple(int(x) for x in args.noise_actions.split(",") if x.strip())
+    except ValueError:
+        fail(f"--noise-actions must be comma-separated action indices, got {args.noise_actions!r}")
+    offline_files: list[Path] = []
+    if args.offline:
+        offline_files = sorted(Path(args.offline).glob("trials_*.pt"))
+        if len(offline_files) <= args.val_files:
+            fail(f"--offline {args.offline}: {len(offline_files)} trials_*.pt files, need more than "
+                 f"--val-files {args.val_files} (write them with --save-trials)")
+        if args.updates < 1:
+            fail(f"--updates must be >= 1, got {args.updates}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     try:
-        env = make_vec(cfg.env.id, cfg.env.num_envs, split="train", seed=cfg.seed, **cfg.env.options)
+        env = make_vec(cfg.env.id, 1 if args.offline else cfg.env.num_envs, split="train", seed=cfg.seed,
+                       **cfg.env.options)
     except (TypeError, ValueError) as e:
         fail(f"env.options: {e}")
     try:
@@ -194,9 +298,12 @@ def main(argv=None) -> int:
     steps_per_it = cfg.env.num_envs * cfg.ppo.rollout_length
     iterations = math.ceil(cfg.total_steps / steps_per_it)
     try:
-        imitator = Imitator(policy, env, cfg, iterations, args.mix_fraction, args.vf_coef, args.teacher, args.replay)
+        imitator = Imitator(policy, None if args.offline else env, cfg, iterations, args.mix_fraction, args.vf_coef,
+                            args.teacher, args.replay, args.beta, args.noise, noise_actions)
     except ValueError as e:
         fail(str(e))
+    if noise_actions and not all(0 <= x < policy.args.n_actions for x in noise_actions):
+        fail(f"--noise-actions {args.noise_actions}: indices must be in [0, {policy.args.n_actions})")
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(__import__("yaml").safe_dump(cfg.to_dict(), sort_keys=False))
@@ -217,18 +324,36 @@ def main(argv=None) -> int:
         wall_before = float(blob.get("wall_s", 0.0))
         g = np.random.default_rng([cfg.seed, imitator.it])
         print(f"resumed {args.resume} at iteration {imitator.it} ({wall_before:.0f} s of training so far)", flush=True)
-    print(f"imitating {type(imitator.teacher).__name__} on {env.name}: {iterations} iterations of {steps_per_it:,} steps, run dir {run_dir}",
-          flush=True)
 
-    def save(name: str) -> None:
+    def save(name: str, **extra) -> None:
         save_checkpoint(run_dir / "checkpoints" / name, policy, cfg.to_dict(), rollout=imitator.it,
                         env_steps=imitator.it * steps_per_it, trainer="imitate", optimizer=imitator.opt.state_dict(),
-                        wall_s=wall_before + time.perf_counter() - t_start)
+                        wall_s=wall_before + time.perf_counter() - t_start, **extra)
 
     t_start = time.perf_counter()
+    if args.offline:
+        env.close()
+        load = [imitator.with_returns(torch.load(f, map_location="cpu", weights_only=False)) for f in offline_files]
+        val, train = load[len(load) - args.val_files:], load[:len(load) - args.val_files]
+        steps = sum(int(t["label"].numel()) for t in train)
+        batch = max(1, cfg.env.num_envs // cfg.ppo.num_minibatches)
+        print(f"offline imitation on {len(train)} files ({steps:,} labelled steps), {len(val)} held out; "
+              f"{args.updates} updates of {batch} trials", flush=True)
+        imitator.offline(train, val, args.updates, batch, log_every=max(1, min(200, args.updates // 10)),
+                         save=lambda: save("latest.pt", offline_updates=args.updates, offline_data=str(args.offline)))
+        save("final.pt", offline_updates=args.updates, offline_data=str(args.offline))
+        print(f"done: {args.updates} offline updates in {time.perf_counter() - t_start:.0f}s; "
+              f"checkpoint {run_dir / 'checkpoints' / 'final.pt'}", flush=True)
+        return 0
+    print(f"imitating {type(imitator.teacher).__name__} on {env.name}: {iterations} iterations of {steps_per_it:,} steps, run dir {run_dir}",
+          flush=True)
+    if args.save_trials:
+        Path(args.save_trials).mkdir(parents=True, exist_ok=True)
     for i in range(imitator.it, iterations):
         t0 = time.perf_counter()
         data, stats = imitator.collect(g)
+        if args.save_trials:
+            torch.save({k: v for k, v in data.items() if k != "schedule"}, Path(args.save_trials) / f"trials_{i:04d}.pt")
         stats.update(imitator.update(data))
         stats["SPS"] = steps_per_it / (time.perf_counter() - t0)
         print(f"iteration {i + 1}/{iterations} steps {(i + 1) * steps_per_it:,} " +
