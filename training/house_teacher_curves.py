@@ -11,7 +11,8 @@ seeded per trial, and none of the agents draws random numbers):
 * ``wiped``: the same teacher with its memory wiped at every episode start.
 
 Each trial is one house for ``--episodes`` episodes (capped at ``--max-steps`` steps). Prints
-the per-episode table and writes ``curves.json`` and ``icl_curve.png`` to ``--out``.
+the per-episode table and writes ``curves.json`` and ``icl_curve.png`` to ``--out`` after every
+agent; ``--resume`` keeps the agents an earlier run with the same settings already wrote there.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def main(argv=None) -> int:
     p.add_argument("--agents", default=",".join(AGENTS))
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="docs/results/house_teacher")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the agents already in --out/curves.json when its settings match these")
     args = p.parse_args(argv)
     agents = args.agents.split(",")
     import yaml
@@ -91,10 +94,29 @@ def main(argv=None) -> int:
         if a not in AGENTS:
             p.error(f"--agents: {a!r} is not one of {AGENTS}")
     raw, curves = {}, {}
+    same = ("trials", "episodes", "max_steps", "split", "seed", "task", "env")
+    settings = {k: v for k, v in vars(args).items() if k != "resume"}
+    done_s = 0.0
+    if args.resume and (Path(args.out) / "curves.json").is_file():
+        import json
+
+        doc = json.loads((Path(args.out) / "curves.json").read_text())
+        if all(doc["settings"].get(k) == settings[k] for k in same):
+            for agent in agents:
+                if agent in doc["raw"]:
+                    raw[agent] = {k: np.array(v) for k, v in doc["raw"][agent].items()}
+                    curves[agent] = doc["curves"][agent]
+                    print(f"{agent}: kept from {args.out}/curves.json", flush=True)
+            done_s = float(doc["settings"].get("wall_s", 0.0))
+        else:
+            print(f"--resume: {args.out}/curves.json has other settings; starting over", flush=True)
     t0 = time.perf_counter()
+    title = f"House teacher, {args.task} task defaults, {args.split} houses"
     ctx = mp.get_context("forkserver")
     with ctx.Pool(args.workers) as pool:
         for agent in agents:
+            if agent in raw:
+                continue
             t = time.perf_counter()
             jobs = [(agent, args.seed + k, args.episodes, args.max_steps, args.split, args.task, extra) for k in range(args.trials)]
             res = pool.map(run_trial, jobs, chunksize=1)
@@ -105,10 +127,10 @@ def main(argv=None) -> int:
             print(f"{agent}: {args.trials} trials x {args.episodes} episodes, {steps:.0f} steps in "
                   f"{time.perf_counter() - t:.0f} s ({steps / (time.perf_counter() - t):.0f} steps/s, "
                   f"{args.workers} workers)", flush=True)
-    house_curves.print_table(curves)
-    settings = {**vars(args), "wall_s": time.perf_counter() - t0}
-    house_curves.write(curves, raw, settings, Path(args.out),
-                       f"House teacher, {args.task} task defaults, {args.split} houses")
+            ordered = {a: curves[a] for a in agents if a in curves}
+            house_curves.write(ordered, {a: raw[a] for a in ordered},
+                               {**settings, "wall_s": done_s + time.perf_counter() - t0}, Path(args.out), title)
+    house_curves.print_table({a: curves[a] for a in agents})
     print(f"wrote {args.out}/curves.json and icl_curve.png")
     return 0
 
