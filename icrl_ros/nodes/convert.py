@@ -228,6 +228,12 @@ def compose_pose(base: tuple[float, float, float], delta: tuple[float, float, fl
     return (x0 + c * dx - s * dy, y0 + s * dx + c * dy, wrap_angle(t0 + dt))
 
 
+def map_to_odom(map_pose: tuple[float, float, float], odom_pose: tuple[float, float, float]) -> tuple[float, float, float]:
+    """The map -> odom transform (x, y, yaw) given the base's pose in both frames: the map pose
+    composed with the inverse of the odometry pose (what a localisation node publishes on TF)."""
+    return compose_pose(map_pose, tuple(float(v) for v in relative_pose(odom_pose, (0.0, 0.0, 0.0))))
+
+
 def odometry_msg_to_pose(msg: Any) -> tuple[float, float, float]:
     """``nav_msgs/Odometry`` -> (x, y, yaw) of the base in the odometry frame; InputError on NaN / inf."""
     p = msg.pose.pose.position
@@ -258,6 +264,7 @@ __all__ = [
     "check_pose",
     "relative_pose",
     "compose_pose",
+    "map_to_odom",
     "odometry_msg_to_pose",
     "stamp_to_seconds",
 ]

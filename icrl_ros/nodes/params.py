@@ -258,7 +258,13 @@ class BridgeParams(ParamsBase):
     camera_fov_y_deg: float = _param(60.0, "Vertical field of view for camera_info.", min=1.0, max=179.0)
     camera_height_m: float = _param(1.0, "Camera height above base_link for the static transform.")
     publish_clock: bool = _param(True, "Publish /clock in simulated time.")
-    publish_tf: bool = _param(True, "Publish odom -> base_link on /tf (needs tf2_msgs).")
+    publish_tf: bool = _param(
+        True, "Publish odom -> base_link, and map -> odom where the env reports its house-frame pose, on /tf "
+        "(needs tf2_msgs).")
+    map_frame: str = _param("map", "Frame id of the house frame (the map of a localised robot).")
+    map_pose_topic: str = _param(
+        "map_pose", "geometry_msgs/PoseStamped output: the robot's pose in the house frame (map_frame), for envs "
+        "that report it (env.pose_in('house')), whatever pose_frame odom_topic uses. Empty = off.")
     odom_frame: str = _param("odom", "Odometry frame id.")
     base_frame: str = _param("base_link", "Robot base frame id.")
     camera_frame: str = _param("camera_optical_frame", "Image frame id (optical convention).")

@@ -9,8 +9,9 @@ and ``observe()``. Envs whose observation is a bare image work too (odometry the
 Published: camera ``sensor_msgs/Image`` (rgb8) + ``CameraInfo``, ``nav_msgs/Odometry`` in
 ``pose_frame`` (``house``: one frame for the whole trial, like a base's odometry since boot or
 a localisation map frame; ``episode``: re-anchored at each episode start, like a base whose
-odometry is reset; the env computes both), TF odom ->
-base_link when ``tf2_msgs`` is installed, goal ``std_msgs/String`` (transient local, once per
+odometry is reset; the env computes both), the house-frame pose as ``geometry_msgs/PoseStamped``
+on ``map_pose_topic`` (frame ``map_frame``) for envs with ``pose_in(frame)``, TF odom ->
+base_link (and map -> odom beside the map pose) when ``tf2_msgs`` is installed, goal ``std_msgs/String`` (transient local, once per
 episode), reward ``std_msgs/Float32``, episode events ``std_msgs/String`` (JSON) and ``/clock``.
 
 lockstep: each ``std_msgs/Int32`` on the action topic is one ``env.step``; the next observation
@@ -35,7 +36,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import rclpy
-from geometry_msgs.msg import TransformStamped, Twist
+from geometry_msgs.msg import PoseStamped, TransformStamped, Twist
 from nav_msgs.msg import Odometry
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
@@ -46,7 +47,7 @@ from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Float32, Int32, String
 from std_srvs.srv import Trigger
 
-from icrl_ros.nodes.convert import quaternion_from_yaw, rgb_to_image_fields
+from icrl_ros.nodes.convert import map_to_odom, quaternion_from_yaw, rgb_to_image_fields
 from icrl_ros.nodes.dds import use_shipped_profile
 from icrl_ros.nodes.params import BridgeParams
 from icrl_ros.nodes.ros_params import declare_params, read_params
@@ -80,6 +81,17 @@ def _time_msg(seconds: float) -> Any:
 
     sec = int(math.floor(seconds))
     return Time(sec=sec, nanosec=int(round((seconds - sec) * 1e9)) % 1_000_000_000)
+
+
+def _transform(stamp: Any, parent: str, child: str, pose: tuple[float, float, float]) -> TransformStamped:
+    t = TransformStamped()
+    t.header.stamp = stamp
+    t.header.frame_id = parent
+    t.child_frame_id = child
+    t.transform.translation.x, t.transform.translation.y = float(pose[0]), float(pose[1])
+    r = t.transform.rotation
+    r.x, r.y, r.z, r.w = quaternion_from_yaw(float(pose[2]))
+    return t
 
 
 class SimBridgeNode(Node):
@@ -121,6 +133,9 @@ class SimBridgeNode(Node):
         self.pub_image = self.create_publisher(Image, p.camera_topic, 5)
         self.pub_info = self.create_publisher(CameraInfo, p.camera_info_topic, 5)
         self.pub_odom = self.create_publisher(Odometry, p.odom_topic, 10)
+        self.pub_map_pose = None
+        if p.map_pose_topic and callable(getattr(self._base, "pose_in", None)):
+            self.pub_map_pose = self.create_publisher(PoseStamped, p.map_pose_topic, 10)
         self.pub_goal = self.create_publisher(String, p.goal_topic, LATCHED)
         self.pub_reward = self.create_publisher(Float32, p.reward_topic, 10)
         self.pub_events = self.create_publisher(String, p.episode_events_topic, QoSProfile(
@@ -298,15 +313,19 @@ class SimBridgeNode(Node):
         o.x, o.y, o.z, o.w = qx, qy, qz, qw
         odom.twist.twist.linear.x, odom.twist.twist.angular.z = float(twist[0]), float(twist[1])
         self.pub_odom.publish(odom)
+        transforms = [_transform(stamp, p.odom_frame, p.base_frame, (x, y, yaw))]
+        if self.pub_map_pose is not None:
+            mx, my, myaw = (float(v) for v in self._base.pose_in("house"))
+            pose = PoseStamped()
+            pose.header.stamp = stamp
+            pose.header.frame_id = p.map_frame
+            pose.pose.position.x, pose.pose.position.y = mx, my
+            o = pose.pose.orientation
+            o.x, o.y, o.z, o.w = quaternion_from_yaw(myaw)
+            self.pub_map_pose.publish(pose)
+            transforms.append(_transform(stamp, p.map_frame, p.odom_frame, map_to_odom((mx, my, myaw), (x, y, yaw))))
         if self.pub_tf is not None:
-            t = TransformStamped()
-            t.header.stamp = stamp
-            t.header.frame_id = p.odom_frame
-            t.child_frame_id = p.base_frame
-            t.transform.translation.x, t.transform.translation.y = x, y
-            r = t.transform.rotation
-            r.x, r.y, r.z, r.w = qx, qy, qz, qw
-            self.pub_tf.publish(TFMessage(transforms=[t]))
+            self.pub_tf.publish(TFMessage(transforms=transforms))
         if publish_image:
             fields = rgb_to_image_fields(self._rgb(obs))
             img = Image(**fields)

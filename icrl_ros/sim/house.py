@@ -291,7 +291,14 @@ class HouseEnv(gym.Env):
     def odometry(self) -> np.ndarray:
         """(x forward, y left, yaw CCW) relative to the episode's start pose (``pose_frame``
         episode) or to the trial's first start pose (``house``)."""
-        origin = self.start_pose if self.pose_frame == "episode" else self.house_origin
+        return self.pose_in(self.pose_frame)
+
+    def pose_in(self, frame: str) -> np.ndarray:
+        """The robot's (x, y, yaw) in ``frame`` (one of ``POSE_FRAMES``), whatever ``pose_frame``
+        the observation uses: the bridge publishes the house frame as the map pose."""
+        if frame not in POSE_FRAMES:
+            raise ValueError(f"frame must be one of {POSE_FRAMES}, got {frame!r}")
+        origin = self.start_pose if frame == "episode" else self.house_origin
         return episode_odometry(origin, (self.x, self.z, self.yaw))
 
     def observe(self) -> dict[str, np.ndarray]:
@@ -328,8 +335,8 @@ class HouseEnv(gym.Env):
             "house_seed": self.layout.seed,
             # Both odometry frames, whatever ``pose_frame`` the observation uses (the bridge
             # publishes the episode frame as odom and the house frame as the map pose).
-            "odom_episode": episode_odometry(self.start_pose, (self.x, self.z, self.yaw)),
-            "odom_house": episode_odometry(self.house_origin, (self.x, self.z, self.yaw)),
+            "odom_episode": self.pose_in("episode"),
+            "odom_house": self.pose_in("house"),
         }
 
     # -- task geometry -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from icrl_ros.nodes.convert import (
     InputError,
     compose_pose,
+    map_to_odom,
     image_to_rgb,
     quaternion_from_yaw,
     relative_pose,
@@ -209,3 +210,15 @@ def test_msg_helpers_with_ros_messages() -> None:
     o.w = math.inf
     with pytest.raises(InputError):
         odometry_msg_to_pose(odom)
+
+
+def test_map_to_odom_composes_back_to_the_map_pose() -> None:
+    """map -> odom, applied to the base's odometry pose, gives its map pose (what TF chains)."""
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        map_pose = (*rng.uniform(-10, 10, 2), rng.uniform(-math.pi, math.pi))
+        odom_pose = (*rng.uniform(-10, 10, 2), rng.uniform(-math.pi, math.pi))
+        back = compose_pose(map_to_odom(map_pose, odom_pose), odom_pose)
+        np.testing.assert_allclose(back[:2], map_pose[:2], atol=1e-5)  # relative_pose is float32
+        assert abs(wrap_angle(back[2] - map_pose[2])) < 1e-5
+    assert map_to_odom((1.0, 2.0, 0.5), (1.0, 2.0, 0.5)) == pytest.approx((0.0, 0.0, 0.0), abs=1e-6)

@@ -235,3 +235,51 @@ def test_bridge_pose_frame_reaches_the_env_unless_env_kwargs_sets_it() -> None:
             assert env.unwrapped.pose_frame == want
         finally:
             env.close()
+
+
+def test_bridge_publishes_the_house_frame_pose_beside_episode_odometry(ros_context) -> None:
+    """With pose_frame episode, odom restarts at every episode while map_pose (frame map) stays the
+    house-frame pose the env reports: what a localised robot's map pose is."""
+    from geometry_msgs.msg import PoseStamped
+
+    from icrl_ros.nodes.convert import yaw_from_quaternion
+
+    ex = SingleThreadedExecutor(context=ros_context)
+    probe = Probe(ros_context)
+    poses: list = []
+    probe.create_subscription(PoseStamped, "map_pose", poses.append, 50)
+    bridge = SimBridgeNode(context=ros_context, parameter_overrides=bridge_params(
+        env_id="icrl_ros/MiniWorldHouse-v0", env_kwargs='{"split": "test"}', pose_frame="episode", seed=5))
+    for n in (probe, bridge):
+        ex.add_node(n)
+    try:
+        env = bridge.env.unwrapped
+
+        def last_pose():
+            m = poses[-1]
+            q = m.pose.orientation
+            return (m.pose.position.x, m.pose.position.y, yaw_from_quaternion(q.x, q.y, q.z, q.w))
+
+        assert spin_until(ex, lambda: poses and probe.got["odom"], 10)
+        assert poses[-1].header.frame_id == "map"
+        assert last_pose() == pytest.approx((0.0, 0.0, 0.0), abs=1e-5)  # the trial's first start is the origin
+        for a in (1, 1, 2, 1):
+            n = len(poses)
+            probe.pub_action.publish(fixture_env_int(a))
+            assert spin_until(ex, lambda: len(poses) > n and stamp_to_seconds(poses[-1].header.stamp)
+                              == stamp_to_seconds(probe.got["odom"][-1].header.stamp) > 1.0, 5)
+        assert last_pose() == pytest.approx(tuple(env.pose_in("house")), abs=1e-4)
+        assert odometry_msg_to_pose(probe.got["odom"][-1]) == pytest.approx(tuple(env.pose_in("episode")), abs=1e-4)
+        before = last_pose()
+        n = len(probe.events())
+        probe.pub_action.publish(fixture_env_int(0))  # stop: the next episode starts elsewhere
+        assert spin_until(ex, lambda: len(probe.events()) >= n + 2 and env.episode_index == 1
+                          and stamp_to_seconds(poses[-1].header.stamp) == stamp_to_seconds(probe.got["odom"][-1].header.stamp)
+                          and stamp_to_seconds(probe.got["odom"][-1].header.stamp) > 3.0, 5)
+        assert odometry_msg_to_pose(probe.got["odom"][-1]) == pytest.approx((0.0, 0.0, 0.0), abs=1e-5)
+        assert last_pose() == pytest.approx(tuple(env.pose_in("house")), abs=1e-4)
+        assert last_pose() != pytest.approx(before, abs=1e-3)  # a new start, in the same house frame
+    finally:
+        ex.shutdown()
+        bridge.destroy_node()
+        probe.destroy_node()
