@@ -172,3 +172,41 @@ def test_odom_fourier_features_are_periodic_in_position():
     assert f.shape == (2, 4 + 4 * 5)
     assert torch.allclose(f[0, 4:], f[1, 4:], atol=1e-4)  # every scale (1..16 m) divides 16 m
     assert not torch.allclose(f[0, :2], f[1, :2])
+
+
+def test_goal_readout_feeds_the_encoder_heads_for_the_goal(tmp_path):
+    """goal_readout: the frozen label heads saved beside the encoder (heads.*) give, for the
+    goal category only, P(in view), bearing and distance distributions, free space and
+    P(blocked); they stay frozen, cached features give the same forward, and an encoder file
+    without heads is refused by name."""
+    from icrl_ros.models import build_policy
+    from icrl_ros.models.encoders import GOAL_VIEW_DIM, FeatureEncoder, FeatureHeads
+
+    torch.manual_seed(0)
+    enc, heads = FeatureEncoder(16, 24), FeatureHeads(16, 12)
+    torch.save({**enc.state_dict(), **{f"heads.{k}": v for k, v in heads.state_dict().items()}}, tmp_path / "enc.pt")
+    args = small_args(kind="relic", obs_type="image", image_size=24, n_goals=12, sink="kv0", visual_encoder="features",
+                      feature_dim=16, goal_readout=True, pretrained_encoder=str(tmp_path / "enc.pt"))
+    policy = build_policy(args, load_pretrained=True).eval()
+    assert not any(p.requires_grad for p in policy.encoder.heads.parameters())
+    assert policy.encoder.goal_view_proj.weight.requires_grad
+    f, goal = torch.randn(3, 16), torch.tensor([0, 5, 11])
+    view = policy.encoder.heads.goal_view(f, goal)
+    assert view.shape == (3, GOAL_VIEW_DIM)
+    with torch.no_grad():
+        for i, g in enumerate(goal.tolist()):
+            assert view[i, 0] == pytest.approx(torch.sigmoid(heads.present(f[i])[g]).item(), abs=1e-6)
+            bearing = heads.bearing(f[i]).reshape(12, 5)[g].softmax(-1)
+            assert torch.allclose(view[i, 1:6], bearing, atol=1e-6)
+            assert torch.allclose(view[i, 11:19], heads.free(f[i]), atol=1e-6)
+    inp = random_trial(args, batch=2, steps=9, episode_len=4)
+    with torch.no_grad():
+        a = policy.forward_sequence(inp)[0]
+        b = policy.forward_sequence(policy.rollout_inputs(inp))[0]
+    assert (a - b).abs().max() <= 1e-5
+
+    torch.save(enc.state_dict(), tmp_path / "bare.pt")
+    with pytest.raises(ValueError, match="heads.present.weight"):
+        build_policy(small_args(kind="relic", obs_type="image", image_size=24, n_goals=12, sink="kv0",
+                                visual_encoder="features", feature_dim=16, goal_readout=True,
+                                pretrained_encoder=str(tmp_path / "bare.pt")), load_pretrained=True)

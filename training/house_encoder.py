@@ -39,11 +39,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icrl_ros.models.encoders import FeatureEncoder
+from icrl_ros.models.encoders import BEARING_BINS, DIST_BINS, FREE_BANDS, FeatureEncoder, FeatureHeads
 from icrl_ros.sim.house_layout import CATEGORIES
 
 N_CAT = len(CATEGORIES)
-BEARING_BINS, DIST_EDGES, BANDS = 5, (1.0, 2.0, 3.5, 6.0), 8
+DIST_EDGES, BANDS = (1.0, 2.0, 3.5, 6.0), FREE_BANDS
+assert len(DIST_EDGES) + 1 == DIST_BINS
 
 
 def _labels(env, view) -> dict[str, np.ndarray]:
@@ -139,21 +140,12 @@ def collect(split: str, n: int, seed: int, workers: int, per_house: int = 200) -
     return data, rates
 
 
-class Probe(nn.Module):
-    """Linear heads on the encoder's features (training only; not part of the policy)."""
+class Probe(FeatureHeads):
+    """The label heads trained with the encoder; saved beside it as ``heads.*`` (a policy with
+    ``goal_readout`` reads the goal category's heads as inputs)."""
 
     def __init__(self, d_feat: int) -> None:
-        super().__init__()
-        self.present = nn.Linear(d_feat, N_CAT)
-        self.bearing = nn.Linear(d_feat, N_CAT * BEARING_BINS)
-        self.dist = nn.Linear(d_feat, N_CAT * (len(DIST_EDGES) + 1))
-        self.free = nn.Linear(d_feat, BANDS)
-        self.blocked = nn.Linear(d_feat, 1)
-
-    def forward(self, f: torch.Tensor) -> dict[str, torch.Tensor]:
-        B = f.shape[0]
-        return {"present": self.present(f), "bearing": self.bearing(f).view(B, N_CAT, BEARING_BINS),
-                "dist": self.dist(f).view(B, N_CAT, -1), "free": self.free(f), "blocked": self.blocked(f).squeeze(-1)}
+        super().__init__(d_feat, N_CAT)
 
 
 def losses(out: dict, y: dict) -> dict[str, torch.Tensor]:
@@ -221,7 +213,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", help="frames.npz from an earlier run (skips collection)")
-    p.add_argument("--init", help="a run directory whose encoder.pt and probe.pt to continue training from")
+    p.add_argument("--init", help="a run directory whose encoder.pt (encoder + heads) to continue training from")
     p.add_argument("--out", default="runs/house_encoder")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -242,8 +234,9 @@ def main(argv=None) -> int:
                  **{f"test_{k}": v for k, v in test.items()})
     enc, probe = FeatureEncoder(args.feature_dim, 64), Probe(args.feature_dim)
     if args.init:
-        enc.load_state_dict(torch.load(Path(args.init) / "encoder.pt", weights_only=True))
-        probe.load_state_dict(torch.load(Path(args.init) / "probe.pt", weights_only=True))
+        state = torch.load(Path(args.init) / "encoder.pt", weights_only=True)
+        enc.load_state_dict({k: v for k, v in state.items() if not k.startswith("heads.")})
+        probe.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("heads.")})
         report["init"] = str(args.init)
     params = [*enc.parameters(), *probe.parameters()]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-4)
@@ -284,8 +277,7 @@ def main(argv=None) -> int:
         for _ in range(5):
             enc(x)
     report["feature_frames_per_s"] = 5 * 512 / (time.perf_counter() - t)
-    torch.save(enc.state_dict(), out / "encoder.pt")
-    torch.save(probe.state_dict(), out / "probe.pt")
+    torch.save({**enc.state_dict(), **{f"heads.{k}": v for k, v in probe.state_dict().items()}}, out / "encoder.pt")
     (out / "encoder.json").write_text(json.dumps(report, indent=1, default=float))
     print(json.dumps({k: v for k, v in report.items() if k != "settings"}, indent=1, default=float))
     print(f"wrote {out / 'encoder.pt'}")

@@ -73,6 +73,11 @@ class ModelArgs:
     """``visual_encoder: features``: size of the frozen encoder's feature vector."""
     odom_fourier: int = 0
     """Fourier scales (1, 2, 4, ... m) of odometry x and y added to the odometry input (0: none)."""
+    goal_readout: bool = False
+    """``visual_encoder: features``: also feed the frozen encoder's own label heads for the goal
+    category (in view, bearing bins, distance bins) and the free space ahead, read from
+    ``pretrained_encoder``'s ``heads.*`` weights: "is my goal in view, where, how far" is then an
+    input rather than a product of the goal and 128 features the policy must learn."""
     use_reward: bool = True
     """Feed the previous reward to the encoder (False for robots, which get no reward)."""
     pretrained_encoder: str = ""

@@ -73,6 +73,46 @@ class FeatureEncoder(nn.Module):
         return self.out(self.net(x).flatten(1)).reshape(*lead, -1)
 
 
+BEARING_BINS = 5  # left to right across the view
+DIST_BINS = 5  # < 1, 1-2, 2-3.5, 3.5-6, >= 6 m to the object's surface
+FREE_BANDS = 8  # column bands of the image: free distance ahead (log metres)
+
+
+class FeatureHeads(nn.Module):
+    """Linear label heads on the frozen encoder's features (trained with it by
+    ``training/house_encoder.py``): per category in view (>= 10 px), its bearing and distance
+    bins; free distance per column band; whether a forward step is blocked."""
+
+    def __init__(self, d_feat: int, n_cat: int) -> None:
+        super().__init__()
+        self.n_cat = n_cat
+        self.present = nn.Linear(d_feat, n_cat)
+        self.bearing = nn.Linear(d_feat, n_cat * BEARING_BINS)
+        self.dist = nn.Linear(d_feat, n_cat * DIST_BINS)
+        self.free = nn.Linear(d_feat, FREE_BANDS)
+        self.blocked = nn.Linear(d_feat, 1)
+
+    def forward(self, f: Tensor) -> dict[str, Tensor]:
+        lead = f.shape[:-1]
+        return {"present": self.present(f), "bearing": self.bearing(f).reshape(*lead, self.n_cat, BEARING_BINS),
+                "dist": self.dist(f).reshape(*lead, self.n_cat, DIST_BINS), "free": self.free(f),
+                "blocked": self.blocked(f).squeeze(-1)}
+
+    def goal_view(self, f: Tensor, goal: Tensor) -> Tensor:
+        """(..., F) features and (...) goal categories -> (..., GOAL_VIEW_DIM): P(goal in view),
+        its bearing and distance distributions, the free-space bands and P(blocked)."""
+        out = self.forward(f)
+        g = goal.long().unsqueeze(-1)
+        present = out["present"].gather(-1, g).sigmoid()
+        idx = g.unsqueeze(-1)
+        bearing = out["bearing"].gather(-2, idx.expand(*idx.shape[:-1], BEARING_BINS)).squeeze(-2).softmax(-1)
+        dist = out["dist"].gather(-2, idx.expand(*idx.shape[:-1], DIST_BINS)).squeeze(-2).softmax(-1)
+        return torch.cat([present, bearing, dist, out["free"], out["blocked"].unsqueeze(-1).sigmoid()], -1)
+
+
+GOAL_VIEW_DIM = 1 + BEARING_BINS + DIST_BINS + FREE_BANDS + 1
+
+
 def odom_features(odom: Tensor, n_fourier: int) -> Tensor:
     """(..., 3) x, y, yaw -> (x, y, cos yaw, sin yaw[, sin/cos(2 pi x / L), sin/cos(2 pi y / L)
     for L = 1, 2, 4, ... m (``n_fourier`` scales)])."""
@@ -86,15 +126,18 @@ def odom_features(odom: Tensor, n_fourier: int) -> Tensor:
     return torch.cat(parts, -1)
 
 
-def load_frozen(module: nn.Module, path: str) -> None:
-    """Load a local state dict into ``module`` and freeze it."""
+def load_frozen(module: nn.Module, path: str, prefix: str = "") -> None:
+    """Load a local state dict (its ``prefix``ed entries) into ``module`` and freeze it."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"model.pretrained_encoder: {p} does not exist")
     state = torch.load(p, map_location="cpu", weights_only=True)
+    if prefix:
+        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     missing, unexpected = module.load_state_dict(state, strict=False)
     if missing:
-        raise ValueError(f"model.pretrained_encoder: {p} lacks weights {missing[:5]}")
+        raise ValueError(f"model.pretrained_encoder: {p} lacks weights {[prefix + k for k in missing[:5]]} "
+                         f"(an encoder file from training/house_encoder.py carries the encoder and its heads.*)")
     for q in module.parameters():
         q.requires_grad_(False)
 
@@ -141,11 +184,19 @@ class StepEncoder(nn.Module):
     def __init__(self, a: ModelArgs) -> None:
         super().__init__()
         self.args = a
+        if a.goal_readout and (a.obs_type != "image" or a.visual_encoder != "features"):
+            raise ValueError("model.goal_readout: needs an image env and visual_encoder: features")
         if a.obs_type == "image":
             if a.visual_encoder == "features":
                 self.image = FeatureEncoder(a.feature_dim, a.image_size)
                 self.image.requires_grad_(False)  # frozen: pretrained on simulator labels
                 self.image_proj = nn.Linear(a.feature_dim, a.d_model)
+                if a.goal_readout:
+                    if not a.n_goals:
+                        raise ValueError("model.goal_readout: the env has no goal categories (n_goals 0)")
+                    self.heads = FeatureHeads(a.feature_dim, a.n_goals)
+                    self.heads.requires_grad_(False)  # frozen with the encoder it was trained with
+                    self.goal_view_proj = nn.Linear(GOAL_VIEW_DIM, a.d_model)
             else:
                 self.image = ImageEncoder(a.d_model, a.image_size)
             self.odom = nn.Linear(4 + 4 * a.odom_fourier, a.d_model)  # x, y, cos(yaw), sin(yaw)[, Fourier]
@@ -164,6 +215,8 @@ class StepEncoder(nn.Module):
         carry the weights, so deployment never needs the file)."""
         if self.args.obs_type == "image" and self.args.pretrained_encoder:
             load_frozen(self.image, self.args.pretrained_encoder)
+            if self.args.goal_readout:
+                load_frozen(self.heads, self.args.pretrained_encoder, prefix="heads.")
 
     @property
     def frozen_features(self) -> bool:
@@ -181,6 +234,8 @@ class StepEncoder(nn.Module):
             if a.visual_encoder == "features":
                 feat = inp["rgb_feat"] if "rgb_feat" in inp else self.image(inp["rgb"])
                 img = self.image_proj(feat.float())
+                if a.goal_readout:
+                    img = img + self.goal_view_proj(self.heads.goal_view(feat.float(), inp["goal"]))
             else:
                 img = self.image(inp["rgb"])
             x = img + self.odom(odom_features(inp["odom"], a.odom_fourier))
