@@ -1,54 +1,74 @@
-"""Habitat ExtObjNav behind the house env's interface: ``icrl_ros/HabitatExtObjNav-v0``.
+"""Habitat ExtObjNav behind the MiniWorld house's interface: ``icrl_ros/HabitatExtObjNav-v0``.
 
-ExtObjNav (ReLIC) is ObjectNav made into in-context trials: a *trial* is one scene (a
-house), and each *episode* in it is one of that scene's ObjectNav episodes (a start pose
-and a target category). Memory is kept across the episodes of a trial by the agent; the env
-only has to keep the scene. This class wraps habitat-lab's ``habitat.Env`` so the sim
-bridge (``icrl_ros.nodes.sim_bridge_node``) drives it exactly like the MiniWorld house:
+ExtObjNav (ReLIC) is ObjectNav made into in-context trials: a *trial* is one scene (a house) and
+each *episode* one of that scene's ObjectNav episodes (a start pose and a goal category), drawn at
+random. The agent keeps its memory across the episodes of a trial; the env keeps the scene. This
+class drives habitat-lab's ``habitat.Env`` on any ObjectNav-v1 dataset (HM3D, MP3D, or our own
+houses exported by ``icrl_ros.sim.habitat_scene``: ``HabitatExtObjNavEnv.for_houses(export_dir)``),
+so the sim bridge runs it exactly like the MiniWorld house, with the same:
 
-* observations: ``rgb`` (H, W, 3) uint8, ``goal`` (category index), ``odom`` (x forward,
-  y left, yaw CCW relative to the episode start, from the simulator's agent state), and
-  ``prev_action``;
-* actions: 0 stop, 1 forward (``forward_step`` m), 2 turn left, 3 turn right
-  (``turn_deg``), habitat-lab's own action names;
-* reward (ReLIC / Memo): ``-delta distance_to_goal - slack + success_bonus * success``;
-* ``info``: ``goal_name``, ``success``, ``spl`` (habitat's measures), ``agent_pose`` (x, z,
-  yaw in the planar frame X = world x, Y = -world z, as the house env), ``episode_step``,
-  ``episode_index``, ``scene``;
-* ``move_continuous(linear_m, angular_rad)`` for the bridge's real-time mode, with the
-  navmesh's ``try_step`` for collisions.
+* observations: ``rgb`` (H, W, 3) uint8 from a camera at the house camera's height, pitch and
+  field of view; ``goal`` (the dataset's ``category_to_task_category_id``: for our houses the index
+  into ``house_layout.GOAL_NAMES``); ``odom`` (x forward, y left, yaw CCW) in ``pose_frame``
+  (``house``: from the trial's first start; ``episode``: from each episode's start); ``prev_action``
+  (4 = none at a trial's start, carried across its episodes);
+* actions: 0 stop, 1 forward 0.25 m, 2 turn left 30 deg, 3 turn right;
+* success rule: ``stop`` with a goal instance within ``success_distance`` of its surface (agent
+  centre to the edge of its footprint disc, on the floor plane) that shows in the camera: a point of
+  the object (a 5 x 3 grid across its silhouette, as the house's geometric test) projects into the
+  image and the rendered depth there is not nearer than the object (a depth camera beside the RGB
+  one, same pose);
+* reward: ``-(d_t - d_{t-1}) - slack + success_bonus * success`` with ``d`` habitat-lab's
+  ``distance_to_goal`` (geodesic to the goals' view points: for our houses the cells from which
+  stopping can succeed, i.e. the house reward's distance); SPL ``d_0 / max(d_0, path length)`` on
+  success, 0 otherwise; an episode ends on ``stop`` (terminated) or after ``max_episode_steps``
+  (truncated);
+* ``info``: ``goal_name``, ``success``, ``spl``, ``geodesic_distance``, ``agent_pose`` (x, z, yaw
+  in the planar frame X = world x, Y = -world z), ``episode_step``, ``episode_index``,
+  ``episode_return``, ``path_length``, ``shortest_path``, ``odom_episode``, ``odom_house``,
+  ``scene`` and, for our houses, ``house_seed``;
+* ``move_continuous(linear_m, angular_rad)`` for the bridge's real-time mode (the navmesh's
+  ``try_step``: a blocked move slides no further than the navmesh allows and returns False).
 
-habitat-sim has no wheel for this project's Python on PyPI: this module imports habitat
-only when the env is built (registration costs nothing) and says where to get it
-(``docker/Dockerfile.habitat``). Scene datasets (HM3D, MP3D) are the user's: habitat-lab
-finds them through its config (``data_path`` / ``scenes_dir`` overrides).
+habitat-sim has no PyPI wheel for most Pythons: this module imports habitat only when the env is
+built (registration costs nothing). Here it runs in the Debian 13 chroot of ``../shared/habitat``
+(``scripts/habitat_prepare.sh``); elsewhere a conda install or the Habitat docker image. API
+differences between habitat 0.2 and 0.3 live in ``icrl_ros.sim.habitat_compat``.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import defaultdict
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 
-from icrl_ros.sim.house import NO_ACTION, observation_space
+from icrl_ros.sim.house import NO_ACTION, POSE_FRAMES, observation_space
 from icrl_ros.sim.house_nav import episode_odometry, wrap_angle
 
 DEFAULT_CONFIG = "benchmark/nav/objectnav/objectnav_hm3d.yaml"
 ACTION_NAMES = ("stop", "move_forward", "turn_left", "turn_right")  # habitat-lab's names, our indices
 ODOM_LIMIT_M = 100.0
+# The MiniWorld house's agent and camera (HouseEnv / house_render): the same robot in both simulators.
+AGENT_RADIUS, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_DEG = 0.25, 0.9, -15.0, 79
+SENSORS = "habitat.simulator.agents.main_agent.sim_sensors"
 
 
 def import_habitat():
     """habitat-lab's package, or an ImportError that says how to get it."""
     try:
-        import habitat  # noqa: F401  (habitat-lab; pulls habitat_sim)
+        from icrl_ros.sim.habitat_compat import import_habitat_sim
+
+        import_habitat_sim()
+        import habitat  # habitat-lab
     except ImportError as e:
         raise ImportError(
             "icrl_ros/HabitatExtObjNav-v0 needs habitat-sim and habitat-lab, which have no PyPI wheel for this "
-            "Python: use the Habitat docker image (docker/Dockerfile.habitat) or a conda install of habitat-sim "
-            f"({e})") from e
+            "Python: here use the chroot of ../shared/habitat (scripts/habitat_prepare.sh), elsewhere the Habitat "
+            f"docker image (docker/Dockerfile.habitat) or a conda install of habitat-sim ({e})") from e
     return habitat
 
 
@@ -69,8 +89,46 @@ def rotation_for_yaw(yaw: float):
     return quaternion.quaternion(math.cos(half), 0.0, math.sin(half), 0.0)
 
 
+def silhouette_points(centre: np.ndarray, radius: float, height: float, cam: np.ndarray) -> np.ndarray:
+    """Points across an object's silhouette seen from ``cam`` (world x, y, z): 5 across x 3 heights
+    on the vertical plane through its centre facing the camera, plus the nearest point (16, 3)."""
+    view = np.array([centre[0] - cam[0], centre[2] - cam[2]])
+    view /= max(float(np.linalg.norm(view)), 1e-6)
+    side = np.array([-view[1], view[0]])
+    base = centre[1] - height / 2
+    pts = [(centre[0] + lat * radius * side[0], base + height * frac, centre[2] + lat * radius * side[1])
+           for lat in (-0.85, -0.45, 0.0, 0.45, 0.85) for frac in (0.1, 0.5, 0.9)]
+    pts.append((centre[0] - 0.8 * radius * view[0], centre[1], centre[2] - 0.8 * radius * view[1]))
+    return np.asarray(pts, np.float64)
+
+
+def shows_in_depth(points: np.ndarray, radius: float, depth: np.ndarray, cam: np.ndarray, yaw: float,
+                   pitch_deg: float, fov_deg: float, slack: float = 0.1) -> bool:
+    """Whether any of ``points`` (world) projects inside the square image and the rendered z-depth
+    (metres, (H, W)) at its pixel is no nearer than the point minus ``radius + slack`` (the object's
+    own front surface is up to ``radius`` nearer than its centre plane)."""
+    p = math.radians(pitch_deg)
+    f = np.array([math.cos(p) * math.cos(yaw), math.sin(p), -math.cos(p) * math.sin(yaw)])  # forward
+    r = np.array([math.sin(yaw), 0.0, math.cos(yaw)])  # right
+    u = np.cross(r, f)  # up
+    v = points - cam
+    zc, xc, yc = v @ f, v @ r, v @ u
+    t = math.tan(math.radians(fov_deg) / 2)
+    H, W = depth.shape
+    ok = zc > 0.05
+    if not ok.any():
+        return False
+    col = ((xc[ok] / (zc[ok] * t)) + 1.0) / 2.0 * W
+    row = (1.0 - (yc[ok] / (zc[ok] * t))) / 2.0 * H
+    inside = (col >= 0) & (col < W) & (row >= 0) & (row < H)
+    if not inside.any():
+        return False
+    d = depth[row[inside].astype(int), col[inside].astype(int)]
+    return bool((d >= zc[ok][inside] - radius - slack).any())
+
+
 class HabitatExtObjNavEnv(gym.Env):
-    """ObjectNav episodes grouped into per-scene trials, with the house env's observations."""
+    """ObjectNav episodes grouped into per-scene trials, with the house env's observations and rules."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
     action_names = ("stop", "forward", "turn_left", "turn_right")
@@ -79,12 +137,16 @@ class HabitatExtObjNavEnv(gym.Env):
         self,
         config: str = DEFAULT_CONFIG,
         split: str = "val",
+        data_path: str | None = None,
+        scenes_dir: str | None = None,
         image_size: int = 64,
-        max_episode_steps: int = 500,
+        max_episode_steps: int = 200,
         forward_step: float = 0.25,
         turn_deg: float = 30.0,
+        success_distance: float = 1.0,
         slack_reward: float = 0.01,
         success_reward: float = 2.5,
+        pose_frame: str = "house",
         overrides: list[str] | tuple[str, ...] = (),
         render_mode: str | None = None,
     ) -> None:
@@ -94,23 +156,37 @@ class HabitatExtObjNavEnv(gym.Env):
             raise ValueError(f"max_episode_steps must be a positive int, got {max_episode_steps!r}")
         if not forward_step > 0 or not turn_deg > 0:
             raise ValueError(f"forward_step and turn_deg must be > 0, got {forward_step!r}, {turn_deg!r}")
+        if not success_distance > 0:
+            raise ValueError(f"success_distance must be > 0 metres, got {success_distance!r}")
+        if pose_frame not in POSE_FRAMES:
+            raise ValueError(f"pose_frame must be one of {POSE_FRAMES}, got {pose_frame!r}")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         habitat = import_habitat()
-        sensor = "habitat.simulator.agents.main_agent.sim_sensors.rgb_sensor"
+        size = int(image_size)
+        camera = [f"{SENSORS}.{s}.{k}={v}" for s in ("rgb_sensor", "depth_sensor") for k, v in (
+            ("width", size), ("height", size), ("hfov", FOV_DEG), ("position", [0.0, CAMERA_HEIGHT, 0.0]),
+            ("orientation", [math.radians(CAMERA_PITCH_DEG), 0.0, 0.0]))]
         cfg = habitat.get_config(config, overrides=[
             f"habitat.dataset.split={split}",
+            *([f"habitat.dataset.data_path='{data_path}'"] if data_path else []),  # quoted: "{split}" in it
+            *([f"habitat.dataset.scenes_dir='{scenes_dir}'"] if scenes_dir else []),
             f"habitat.environment.max_episode_steps={int(max_episode_steps)}",
             f"habitat.simulator.forward_step_size={float(forward_step)}",
             f"habitat.simulator.turn_angle={int(round(turn_deg))}",
-            f"{sensor}.width={int(image_size)}", f"{sensor}.height={int(image_size)}",
+            f"habitat.simulator.agents.main_agent.radius={AGENT_RADIUS}",
+            *camera,
+            f"{SENSORS}.depth_sensor.min_depth=0.0", f"{SENSORS}.depth_sensor.max_depth=20.0",
+            f"{SENSORS}.depth_sensor.normalize_depth=False",
             *overrides,
         ])
         self._env = habitat.Env(config=cfg)
-        self.image_size, self.max_episode_steps = int(image_size), int(max_episode_steps)
+        self.image_size, self.max_episode_steps = size, int(max_episode_steps)
         self.forward_step, self.turn_step = float(forward_step), math.radians(turn_deg)
+        self.success_distance = float(success_distance)
         self.slack_reward, self.success_reward = float(slack_reward), float(success_reward)
-        self.render_mode = render_mode
+        self.pose_frame, self.render_mode = pose_frame, render_mode
+        self.camera_height_m, self.camera_pitch_deg, self.camera_fov_deg = CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_DEG
         dataset = self._env._dataset
         by_id = dataset.category_to_task_category_id  # name -> objectgoal index
         self.goal_names = tuple(name for name, _ in sorted(by_id.items(), key=lambda kv: kv[1]))
@@ -125,69 +201,153 @@ class HabitatExtObjNavEnv(gym.Env):
         self._rng = np.random.default_rng()
         self.scene: str | None = None
         self.episode_index = -1
+        self._episode_over = True
+
+    @classmethod
+    def for_houses(cls, export_dir: str | Path, split: str = "val", **kwargs) -> HabitatExtObjNavEnv:
+        """The env on houses exported by ``icrl_ros.sim.habitat_scene`` into ``export_dir``."""
+        from icrl_ros.sim.habitat_scene import SCENE_DATASET
+
+        root = Path(export_dir)
+        return cls(split=split, data_path=str(root / "datasets" / "objectnav" / SCENE_DATASET / "{split}" /
+                                               "{split}.json.gz"),
+                   scenes_dir=str(root / "scene_datasets"), **kwargs)
 
     # -- trials and episodes ---------------------------------------------------------------
+    def scene_of_house(self, house_seed: int) -> str:
+        """The scene id of an exported house seed."""
+        for s in self.scene_ids:
+            if Path(s).stem == f"house_{int(house_seed)}":
+                return s
+        raise ValueError(f"house_seed {house_seed} is not in this dataset; scenes: {self.scene_ids[:5]}...")
+
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         options = dict(options or {})
         if seed is not None:
             self._rng = np.random.default_rng(seed)
+        if "house_seed" in options:
+            options["scene"] = self.scene_of_house(options["house_seed"])
         if seed is not None or self.scene is None or options.get("new_trial", False) or "scene" in options:
             scene = options.get("scene") or self.scene_ids[int(self._rng.integers(len(self.scene_ids)))]
             if scene not in self.scenes:
                 raise ValueError(f"scene {scene!r} has no episodes in this dataset; known: {self.scene_ids[:5]}...")
             self.scene, self.episode_index, self.prev_action = scene, -1, NO_ACTION
+            self.house_origin: tuple[float, float, float] | None = None
         episodes = self.scenes[self.scene]
-        self._env.episode_iterator = iter([episodes[int(self._rng.integers(len(episodes)))]])
+        episode = episodes[int(options["episode"]) if "episode" in options else int(self._rng.integers(len(episodes)))]
+        if "start" in options or "goal" in options:
+            episode = self._replayed(episode, options.get("start"), options.get("goal"))
+        self._env.episode_iterator = iter([episode])
         obs = self._env.reset()
         self.episode_index += 1
-        self.episode_step, self.episode_return, self.success, self.spl = 0, 0.0, False, 0.0
-        state = self._env.sim.get_agent_state()
-        self.start_pose = self._planar(state)
-        self.distance = float(self._env.get_metrics()["distance_to_goal"])
+        self.episode_step, self.episode_return, self.path_length = 0, 0.0, 0.0
+        self.success, self.spl = False, 0.0
+        self.start_pose = self._planar()
+        if self.house_origin is None:
+            self.house_origin = self.start_pose
+        self.geodesic_distance = float(self._env.get_metrics()["distance_to_goal"])
+        self.shortest_path = self.geodesic_distance
+        self._episode_over = False
         return self._observe(obs), self._info()
+
+    def _replayed(self, episode, start, goal):
+        """A copy of ``episode`` with another start (x, z, yaw) and / or goal category name: to run
+        the same (start, goal) as another simulator."""
+        episode = copy.copy(episode)
+        episode._shortest_path_cache = None
+        if goal is not None:
+            key = f"{Path(episode.scene_id).name}_{goal}"
+            goals = self._env._dataset.goals_by_category.get(key)
+            if not goals:
+                raise ValueError(f"goal {goal!r} has no instance in scene {self.scene!r}")
+            episode.object_category, episode.goals = str(goal), goals
+        if start is not None:
+            x, z, yaw = (float(v) for v in start)
+            half = (yaw - math.pi / 2) / 2  # rotation_for_yaw as habitat's [x, y, z, w] list
+            episode.start_position = [x, float(episode.start_position[1]), z]
+            episode.start_rotation = [0.0, math.sin(half), 0.0, math.cos(half)]
+        return episode
 
     # -- acting ------------------------------------------------------------------------------
     def step(self, action):
+        if self._episode_over:
+            raise RuntimeError("the episode is over; call reset() to start the next one")
         a = int(action)
         if not 0 <= a < len(ACTION_NAMES):
             raise ValueError(f"action must be in [0, {len(ACTION_NAMES)}) {self.action_names}, got {action!r}")
-        if self._env.episode_over:
-            raise RuntimeError("the episode is over; call reset() to start the next one")
+        before = self._position()
         obs = self._env.step({"action": ACTION_NAMES[a]})
+        self.path_length += float(np.linalg.norm((self._position() - before)[[0, 2]]))
         self.prev_action = a
         self.episode_step += 1
-        m = self._env.get_metrics()
-        previous, self.distance = self.distance, float(m["distance_to_goal"])
+        previous, self.geodesic_distance = self.geodesic_distance, float(self._env.get_metrics()["distance_to_goal"])
         terminated = a == 0
         truncated = not terminated and (self._env.episode_over or self.episode_step >= self.max_episode_steps)
-        self.success = bool(terminated and m.get("success", 0.0) > 0)
-        self.spl = float(m.get("spl", 0.0)) if self.success else 0.0
-        reward = previous - self.distance - self.slack_reward + self.success_reward * self.success
+        self.success = bool(terminated and self.target_visible_in_reach(obs))
+        if terminated or truncated:
+            self._episode_over = True
+            if self.success:
+                self.spl = self.shortest_path / max(self.shortest_path, self.path_length, 1e-9)
+        reward = previous - self.geodesic_distance - self.slack_reward + self.success_reward * self.success
         self.episode_return += reward
         return self._observe(obs), float(reward), terminated, truncated, self._info()
 
     def move_continuous(self, linear_m: float, angular_rad: float) -> bool:
         """Turn by ``angular_rad`` (CCW) and move ``linear_m`` along the mid-turn heading on the
         navmesh, without an episode step (the bridge's real-time mode). False when blocked."""
+        if self.scene is None:
+            raise RuntimeError("call reset() before move_continuous()")
         sim = self._env.sim
         state = sim.get_agent_state()
-        x, z, yaw = self._planar(state)
+        x, z, yaw = self._planar()
         heading = yaw + angular_rad / 2
-        target = np.array([x + linear_m * math.cos(heading), state.position[1], z - linear_m * math.sin(heading)])
-        end = sim.pathfinder.try_step(state.position, target) if linear_m else state.position
-        moved = float(np.linalg.norm(np.asarray(end)[[0, 2]] - target[[0, 2]])) < 1e-3
-        sim.set_agent_state(np.asarray(end, dtype=np.float32), rotation_for_yaw(wrap_angle(yaw + angular_rad)))
+        target = np.array([x + linear_m * math.cos(heading), state.position[1], z - linear_m * math.sin(heading)],
+                          np.float32)
+        end = np.asarray(sim.pathfinder.try_step(state.position, target) if linear_m else state.position, np.float32)
+        moved = float(np.linalg.norm(end[[0, 2]] - target[[0, 2]])) < 1e-3
+        self.path_length += float(np.linalg.norm((end - np.asarray(state.position))[[0, 2]]))
+        sim.set_agent_state(end, rotation_for_yaw(wrap_angle(yaw + angular_rad)))
         return moved or linear_m == 0.0
 
+    # -- task geometry -------------------------------------------------------------------------
+    def target_visible_in_reach(self, obs: dict | None = None) -> bool:
+        """The success test of the house, on habitat: a goal instance within ``success_distance`` of
+        its surface (floor plane) that shows in the depth image."""
+        if obs is None:
+            obs = self._env.sim.get_sensor_observations()
+        x, z, yaw = self._planar()
+        floor_y = float(self._position()[1])
+        depth = np.asarray(obs["depth"], np.float32).reshape(self.image_size, self.image_size)
+        cam = np.array([x, floor_y + CAMERA_HEIGHT, z])
+        for g in self._env.current_episode.goals:
+            gx, gy, gz = (float(v) for v in g.position)
+            radius = float(g.radius or 0.0)
+            if math.hypot(gx - x, gz - z) - radius > self.success_distance:
+                continue
+            height = 2.0 * max(gy - floor_y, 0.05)  # the goal position is the object's centre
+            pts = silhouette_points(np.array([gx, gy, gz]), radius, height, cam)
+            if shows_in_depth(pts, radius, depth, cam, yaw, CAMERA_PITCH_DEG, FOV_DEG):
+                return True
+        return False
+
     # -- observations ------------------------------------------------------------------------
-    @staticmethod
-    def _planar(state) -> tuple[float, float, float]:
+    def _position(self) -> np.ndarray:
+        return np.asarray(self._env.sim.get_agent_state().position, np.float64)
+
+    def _planar(self) -> tuple[float, float, float]:
+        state = self._env.sim.get_agent_state()
         return float(state.position[0]), float(state.position[2]), yaw_of(state.rotation)
 
+    def pose_in(self, frame: str) -> np.ndarray:
+        """The robot's (x, y, yaw) in ``frame`` (``episode`` or ``house``), whatever ``pose_frame``."""
+        if frame not in POSE_FRAMES:
+            raise ValueError(f"frame must be one of {POSE_FRAMES}, got {frame!r}")
+        return episode_odometry(self.start_pose if frame == "episode" else self.house_origin, self._planar())
+
     def odometry(self) -> np.ndarray:
-        """(x forward, y left, yaw CCW) relative to the episode's start pose."""
-        return episode_odometry(self.start_pose, self._planar(self._env.sim.get_agent_state()))
+        """(x forward, y left, yaw CCW) in ``pose_frame``."""
+        return self.pose_in(self.pose_frame)
 
     def _observe(self, obs: dict) -> dict[str, np.ndarray]:
         self._last_rgb = np.ascontiguousarray(np.asarray(obs["rgb"])[..., :3], dtype=np.uint8)
@@ -195,17 +355,25 @@ class HabitatExtObjNavEnv(gym.Env):
                 "odom": self.odometry(), "prev_action": np.int64(self.prev_action)}
 
     def _info(self) -> dict:
-        return {
-            "goal_name": str(self._env.current_episode.object_category),
-            "success": self.success,
-            "spl": self.spl,
-            "agent_pose": np.array(self._planar(self._env.sim.get_agent_state()), np.float64),
+        ep = self._env.current_episode
+        info = {
+            "goal_name": str(ep.object_category),
+            "success": bool(self.success),
+            "spl": float(self.spl),
+            "geodesic_distance": float(self.geodesic_distance),
+            "agent_pose": np.array(self._planar(), np.float64),
             "episode_step": self.episode_step,
             "episode_index": self.episode_index,
             "episode_return": float(self.episode_return),
-            "geodesic_distance": self.distance,
+            "path_length": float(self.path_length),
+            "shortest_path": float(self.shortest_path),
+            "odom_episode": self.pose_in("episode"),
+            "odom_house": self.pose_in("house"),
             "scene": str(self.scene),
         }
+        if isinstance(ep.info, dict) and "house_seed" in ep.info:
+            info["house_seed"] = int(ep.info["house_seed"])
+        return info
 
     def render(self):
         return self._last_rgb if self.render_mode == "rgb_array" else None

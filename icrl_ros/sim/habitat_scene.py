@@ -1,0 +1,431 @@
+"""Our generated houses as Habitat scenes: a .glb stage, its navmesh and an ObjectNav episode set.
+
+``export_houses(seeds, out)`` writes, for each house seed of ``house_layout.generate_layout``::
+
+    out/scene_datasets/icrl_houses/house_<seed>.glb       the stage (rooms, walls with door gaps,
+                                                           ceilings, pictures, objects)
+    out/scene_datasets/icrl_houses/house_<seed>.navmesh   recomputed by habitat-sim at the house
+                                                           agent's radius
+    out/datasets/objectnav/icrl_houses/<split>/<split>.json.gz   ObjectNav-v1 episodes
+
+so ``icrl_ros/HabitatExtObjNav-v0`` (or any habitat-lab ObjectNav code) runs our houses through the
+same path as HM3D: ``data_path`` and ``scenes_dir`` point at these folders instead.
+
+Geometry and meaning follow the MiniWorld house exactly (``icrl_ros.sim.house``): the same
+floorplan and wall / door heights, objects at their positions and yaws with their categories'
+sizes and colours (balls and boxes as MiniWorld draws them, keys and furniture from MiniWorld's own
+mesh files), the room textures tiled at MiniWorld's density. Coordinates are MiniWorld's (x east,
+y up, z south), which are also habitat's world axes: a yaw of the house is a habitat agent
+rotation of ``yaw - pi / 2`` about +y (``habitat_env.rotation_for_yaw``). habitat-sim 0.2.2 reads a
+plain .glb stage Z-up, so the Y-up mesh is turned +90 deg about x before it is written.
+
+ObjectNav goals: one ``ObjectGoal`` per instance, its ``position`` the object's centre (half its
+height up), ``radius`` its footprint radius, and ``view_points`` the navigable points (a 0.2 m
+lattice) from which stopping can succeed in the MiniWorld house: free for the agent, within
+``success_distance`` of the object's surface, with a sight line past every wall
+(``NavGrid.goal_mask``). habitat-lab's ``distance_to_goal`` (geodesic to the nearest view point) is
+then the MiniWorld reward's distance. Episodes are drawn with the MiniWorld task's rules (goal
+categories with at most ``goal_instances`` instances, starts ``min_start_distance`` geodesic metres
+away in a room without the goal: ``HouseEnv``'s own start-room rule), for ``episodes_per_house``
+episodes per house.
+
+Where it runs: the mesh needs only numpy and trimesh, the navmesh and the snapping of starts and view
+points need habitat-sim, so the export runs where habitat-sim is (inside the Habitat chroot:
+``python -m icrl_ros.sim.habitat_scene --seeds 3 7 --out DIR``). No torch anywhere on this path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from icrl_ros.sim.house_layout import (
+    CATEGORIES, DOOR_HEIGHT, GOAL_NAMES, WALL_HEIGHT, HouseLayout, generate_layout, house_split, miniworld_dir,
+)
+from icrl_ros.sim.house_nav import NavGrid
+
+SCENE_DATASET = "icrl_houses"
+AGENT_RADIUS = 0.25  # HouseEnv.agent_radius
+AGENT_HEIGHT = 1.0  # navmesh clearance only: the camera is a sensor at CAMERA_HEIGHT
+MAX_CLIMB = 0.1  # nothing in a house is a step; keeps object tops off the navmesh
+VIEW_POINT_SPACING = 0.2  # metres between view points (every other NavGrid cell)
+TEX_DENSITY = 512  # MiniWorld's texels per metre of wall and floor
+PICTURE_HEIGHT = 1.45  # house_render.PICTURE_HEIGHT (not imported: that module is the GL side)
+# MiniWorld's entity.COLORS (balls and boxes are drawn in these exact colours).
+MINIWORLD_RGB = {"red": (1.0, 0.0, 0.0), "green": (0.0, 1.0, 0.0), "blue": (0.0, 0.0, 1.0),
+                 "purple": (0.44, 0.15, 0.76), "yellow": (1.0, 1.0, 0.0), "grey": (0.39, 0.39, 0.39)}
+
+
+def scene_name(house_seed: int) -> str:
+    return f"house_{int(house_seed)}"
+
+
+# -- the stage mesh (numpy + trimesh) ------------------------------------------------------------
+def _trimesh():
+    try:
+        import trimesh
+    except ImportError as e:
+        raise ImportError("the Habitat scene export needs trimesh (installed in the Habitat chroot: "
+                          "scripts/habitat_prepare.sh)") from e
+    return trimesh
+
+
+class _Textures:
+    """MiniWorld texture images by name, loaded once (PIL images)."""
+
+    def __init__(self) -> None:
+        self.root = miniworld_dir() / "textures"
+        self.cache: dict[str, object] = {}
+
+    def get(self, name: str):
+        if name not in self.cache:
+            from PIL import Image
+
+            self.cache[name] = Image.open(self.root / f"{name}.png").convert("RGB")
+        return self.cache[name]
+
+
+def _quad(trimesh, corners: np.ndarray, uv: np.ndarray, image, double_sided: bool = True):
+    """A textured quad: corners (4, 3) counter-clockwise seen from its front, uv (4, 2)."""
+    mat = trimesh.visual.material.PBRMaterial(baseColorTexture=image, metallicFactor=0.0, roughnessFactor=1.0)
+    faces = [[0, 1, 2], [0, 2, 3]]
+    if double_sided:  # habitat-sim 0.2.2 ignores glTF's doubleSided and culls back faces: add the back
+        corners, uv = np.concatenate([corners, corners]), np.concatenate([uv, uv])
+        faces += [[4, 6, 5], [4, 7, 6]]
+    mesh = trimesh.Trimesh(vertices=corners, faces=faces, process=False)
+    mesh.visual = trimesh.visual.TextureVisuals(uv=uv, material=mat)
+    return mesh
+
+
+def _wall(trimesh, tex, image, a: tuple[float, float], b: tuple[float, float], y0: float, y1: float):
+    """A vertical wall quad from floor point a to b (x, z), heights y0..y1, tiled as MiniWorld does."""
+    (ax, az), (bx, bz) = a, b
+    length = math.hypot(bx - ax, bz - az)
+    corners = np.array([[ax, y0, az], [bx, y0, bz], [bx, y1, bz], [ax, y1, az]], np.float64)
+    w, h = image.size
+    u0, u1 = 0.0, length * TEX_DENSITY / w
+    v0, v1 = y0 * TEX_DENSITY / h, y1 * TEX_DENSITY / h
+    return _quad(trimesh, corners, np.array([[u0, v0], [u1, v0], [u1, v1], [u0, v1]]), image)
+
+
+def _flat(trimesh, image, x0: float, x1: float, z0: float, z1: float, y: float, up: bool):
+    """A floor (facing up) or ceiling (facing down) rectangle; uv = world x, z at MiniWorld's density."""
+    pts = [(x0, z0), (x0, z1), (x1, z1), (x1, z0)]  # counter-clockwise seen from above (+y)
+    if not up:
+        pts = pts[::-1]
+    corners = np.array([[x, y, z] for x, z in pts], np.float64)
+    w, h = image.size
+    uv = np.array([[x * TEX_DENSITY / w, z * TEX_DENSITY / h] for x, z in pts])
+    return _quad(trimesh, corners, uv, image, double_sided=False)
+
+
+def _room_edges(layout: HouseLayout, i: int):
+    """(start, end, door spans) for the four walls of room i, each from one corner to the next."""
+    r = layout.rooms[i]
+    edges = (  # (fixed axis, fixed value, span lo, span hi, doors cutting this edge)
+        ("x", r.max_x, r.min_z, r.max_z, [d for d in layout.doors if d.axis == "x" and d.a == i]),
+        ("x", r.min_x, r.min_z, r.max_z, [d for d in layout.doors if d.axis == "x" and d.b == i]),
+        ("z", r.min_z, r.min_x, r.max_x, [d for d in layout.doors if d.axis == "z" and d.b == i]),
+        ("z", r.max_z, r.min_x, r.max_x, [d for d in layout.doors if d.axis == "z" and d.a == i]),
+    )
+    for axis, fixed, lo, hi, doors in edges:
+        pt = (lambda s, f=fixed: (f, s)) if axis == "x" else (lambda s, f=fixed: (s, f))
+        yield pt, lo, hi, sorted((d.lo, d.hi) for d in doors)
+
+
+def _object_mesh(trimesh, cat, meshes: dict):
+    """The category's model at the origin, yaw 0, base on y = 0 (as MiniWorld draws it)."""
+    if cat.shape == "ball":
+        m = trimesh.creation.icosphere(subdivisions=2, radius=cat.height / 2)
+        m.apply_translation([0.0, cat.height / 2, 0.0])
+        rgb = MINIWORLD_RGB[cat.color]
+    elif cat.shape == "box":
+        m = trimesh.creation.box(extents=[cat.height] * 3)
+        m.apply_translation([0.0, cat.height / 2, 0.0])
+        rgb = MINIWORLD_RGB[cat.color]
+    else:
+        name = f"key_{cat.color}" if cat.shape == "key" else cat.shape
+        if name not in meshes:
+            loaded = trimesh.load(miniworld_dir() / "meshes" / f"{name}.obj", force="mesh", process=False)
+            lo, hi = loaded.bounds
+            loaded.apply_translation([-(lo[0] + hi[0]) / 2, -lo[1], -(lo[2] + hi[2]) / 2])
+            loaded.apply_scale(cat.height / (hi[1] - lo[1]))  # MiniWorld scales a mesh to the height
+            meshes[name] = loaded
+        return meshes[name].copy()
+    m.visual = trimesh.visual.TextureVisuals(material=trimesh.visual.material.PBRMaterial(
+        baseColorFactor=[*rgb, 1.0], metallicFactor=0.0, roughnessFactor=1.0))
+    return m
+
+
+def house_scene(layout: HouseLayout):
+    """The house as a trimesh Scene, Y-up, in MiniWorld's coordinates (metres)."""
+    trimesh = _trimesh()
+    tex = _Textures()
+    scene = trimesh.Scene()
+    for i, r in enumerate(layout.rooms):
+        wall, floor, ceil = tex.get(r.wall_tex), tex.get(r.floor_tex), tex.get(r.ceil_tex)
+        scene.add_geometry(_flat(trimesh, floor, r.min_x, r.max_x, r.min_z, r.max_z, 0.0, up=True), f"floor_{i}")
+        scene.add_geometry(_flat(trimesh, ceil, r.min_x, r.max_x, r.min_z, r.max_z, WALL_HEIGHT, up=False),
+                           f"ceiling_{i}")
+        for k, (pt, lo, hi, cuts) in enumerate(_room_edges(layout, i)):
+            start = lo
+            for c0, c1 in [*cuts, (hi, hi)]:
+                if c0 > start + 1e-6:  # a full-height piece between openings
+                    scene.add_geometry(_wall(trimesh, r.wall_tex, wall, pt(start), pt(c0), 0.0, WALL_HEIGHT),
+                                       f"wall_{i}_{k}_{start:.2f}")
+                if c1 > c0:  # the lintel above a door opening
+                    scene.add_geometry(_wall(trimesh, r.wall_tex, wall, pt(c0), pt(c1), DOOR_HEIGHT, WALL_HEIGHT),
+                                       f"lintel_{i}_{k}_{c0:.2f}")
+                start = max(start, c1)
+    for k, d in enumerate(layout.doors):  # the passage through the wall: floor, jambs, ceiling
+        ra = layout.rooms[d.a]
+        wall, floor, ceil = tex.get(ra.wall_tex), tex.get(ra.floor_tex), tex.get(ra.ceil_tex)
+        x0, x1, z0, z1 = d.rect(layout.rooms)
+        scene.add_geometry(_flat(trimesh, floor, x0, x1, z0, z1, 0.0, up=True), f"door_floor_{k}")
+        scene.add_geometry(_flat(trimesh, ceil, x0, x1, z0, z1, DOOR_HEIGHT, up=False), f"door_ceiling_{k}")
+        jambs = (((x0, z0), (x1, z0)), ((x0, z1), (x1, z1))) if d.axis == "x" else (((x0, z0), (x0, z1)),
+                                                                                  ((x1, z0), (x1, z1)))
+        for j, (a, b) in enumerate(jambs):
+            scene.add_geometry(_wall(trimesh, ra.wall_tex, wall, a, b, 0.0, DOOR_HEIGHT), f"door_jamb_{k}_{j}")
+    for k, p in enumerate(layout.pictures):
+        image = tex.get(p.tex)
+        w, h = image.size
+        half, height = p.width / 2, p.width * h / w
+        # yaw points into the room; the picture's left-to-right runs along (sin yaw, cos yaw) in (x, z)
+        cx, cz = p.x + 0.01 * math.cos(p.yaw), p.z - 0.01 * math.sin(p.yaw)
+        sx, sz = math.sin(p.yaw), math.cos(p.yaw)
+        y0, y1 = PICTURE_HEIGHT - height / 2, PICTURE_HEIGHT + height / 2
+        corners = np.array([[cx - half * sx, y0, cz - half * sz], [cx + half * sx, y0, cz + half * sz],
+                            [cx + half * sx, y1, cz + half * sz], [cx - half * sx, y1, cz - half * sz]])
+        scene.add_geometry(_quad(trimesh, corners, np.array([[0, 0], [1, 0], [1, 1], [0, 1]], float), image),
+                           f"picture_{k}")
+    meshes: dict = {}
+    for k, o in enumerate(layout.objects):
+        m = _object_mesh(trimesh, o.cat, meshes)
+        m.apply_transform(trimesh.transformations.rotation_matrix(o.yaw, [0.0, 1.0, 0.0]))
+        m.apply_translation([o.x, 0.0, o.z])
+        scene.add_geometry(m, f"object_{k}_{o.cat.name}")
+    return scene
+
+
+def write_glb(layout: HouseLayout, path: str | Path) -> Path:
+    """Write the house stage as a .glb habitat-sim 0.2.2 loads (Z-up: turned +90 deg about x)."""
+    trimesh = _trimesh()
+    scene = house_scene(layout)
+    scene.apply_transform(trimesh.transformations.rotation_matrix(math.pi / 2, [1.0, 0.0, 0.0]))  # (x,y,z)->(x,-z,y)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(scene.export(file_type="glb"))
+    return path
+
+
+# -- navmesh, view points and episodes (habitat-sim) -------------------------------------------------
+def navmesh_settings(habitat_sim, agent_radius: float = AGENT_RADIUS):
+    ns = habitat_sim.NavMeshSettings()
+    ns.set_defaults()
+    ns.agent_radius = float(agent_radius)
+    ns.agent_height = AGENT_HEIGHT
+    ns.agent_max_climb = MAX_CLIMB
+    return ns
+
+
+def open_stage(glb: str | Path):
+    """A bare habitat-sim Simulator on a stage, for navmesh work."""
+    from icrl_ros.sim.habitat_compat import import_habitat_sim
+
+    habitat_sim = import_habitat_sim()
+
+    sim_cfg = habitat_sim.SimulatorConfiguration()
+    sim_cfg.scene_id = str(glb)
+    sim_cfg.enable_physics = False
+    # habitat-sim keeps the stage's geometry (which the navmesh is built from) only when it makes a
+    # renderer, and it makes one only for an agent with a sensor: one 8x8 camera
+    cam = habitat_sim.CameraSensorSpec()
+    cam.uuid, cam.resolution = "rgb", [8, 8]
+    agent = habitat_sim.agent.AgentConfiguration()
+    agent.sensor_specifications = [cam]
+    return habitat_sim.Simulator(habitat_sim.Configuration(sim_cfg, [agent]))
+
+
+def build_navmesh(sim, path: str | Path, agent_radius: float = AGENT_RADIUS) -> float:
+    """Recompute the stage's navmesh for the house agent and save it; returns the navigable area (m^2)."""
+    import habitat_sim
+
+    from icrl_ros.sim.habitat_compat import recompute_navmesh
+
+    if not recompute_navmesh(sim, navmesh_settings(habitat_sim, agent_radius)):
+        raise RuntimeError(f"habitat-sim could not build a navmesh for {path}")
+    sim.pathfinder.save_nav_mesh(str(path))
+    return float(sim.pathfinder.navigable_area)
+
+
+def _on_navmesh(pathfinder, x: float, z: float, tol: float = 0.05) -> list[float] | None:
+    """The navmesh point at floor point (x, z), or None when (x, z) is not navigable there."""
+    p = np.asarray(pathfinder.snap_point(np.array([x, 0.0, z], np.float32)), np.float64)
+    if not np.all(np.isfinite(p)) or math.hypot(p[0] - x, p[2] - z) > tol or abs(p[1]) > 0.3:
+        return None
+    return [float(x), float(p[1]), float(z)]
+
+
+def goal_regions(layout: HouseLayout, nav: NavGrid, success_distance: float = 1.0) -> dict[int, np.ndarray]:
+    """Per category present: the NavGrid cells where stopping can succeed (HouseEnv's goal masks)."""
+    return {c: nav.goal_mask([o for o in layout.objects if o.category == c], success_distance)
+            for c in layout.categories_present()}
+
+
+def view_points(pathfinder, nav: NavGrid, instance, success_distance: float = 1.0) -> list[list[float]]:
+    """Navigable points on a VIEW_POINT_SPACING lattice from which stopping near ``instance`` can
+    succeed (free, within reach of its surface, sight line past every wall)."""
+    mask = nav.goal_mask([instance], success_distance)
+    step = max(int(round(VIEW_POINT_SPACING / nav.cell)), 1)
+    lattice = np.zeros_like(mask)
+    lattice[::step, ::step] = True
+    out = []
+    for i, j in np.argwhere(mask & lattice):
+        p = _on_navmesh(pathfinder, float(nav.xs[j]), float(nav.zs[i]))
+        if p is not None:
+            out.append(p)
+    return out
+
+
+def goal_categories(layout: HouseLayout, regions: dict[int, np.ndarray], goal_instances: int = 1) -> tuple[int, ...]:
+    """HouseEnv's goal categories: reachable, then those with the fewest instances (<= goal_instances)."""
+    reachable = [c for c, m in regions.items() if m.any()]
+    count = {c: sum(o.category == c for o in layout.objects) for c in reachable}
+    if goal_instances:
+        limit = max(goal_instances, min(count.values()))
+        reachable = [c for c in reachable if count[c] <= limit]
+    return tuple(reachable)
+
+
+def sample_episodes(layout: HouseLayout, nav: NavGrid, pathfinder, n: int, rng: np.random.Generator,
+                    goal_instances: int = 1, start_away: bool = True, min_start_distance: float = 3.0,
+                    success_distance: float = 1.0) -> list[dict]:
+    """``n`` episodes drawn with HouseEnv's rules; each a dict of start (x, z, yaw), goal category and
+    the MiniWorld geodesic distance of the start (metres)."""
+    from icrl_ros.sim.house import HouseEnv  # numpy only at import (no GL)
+
+    regions = goal_regions(layout, nav, success_distance)
+    cats = goal_categories(layout, regions, goal_instances)
+    fields: dict[int, np.ndarray] = {}
+    probe = SimpleNamespace(start_away=start_away, nav=nav, layout=layout)
+    out = []
+    while len(out) < n:
+        goal = int(rng.choice(cats))
+        if goal not in fields:
+            fields[goal] = nav.distance_field(regions[goal])
+        D = fields[goal]
+        finite = np.isfinite(D)
+        ok = np.argwhere(finite & (D >= min_start_distance) & HouseEnv._start_rooms(probe, goal))
+        if len(ok) == 0:
+            ok = np.argwhere(finite & (D >= min_start_distance))
+        i, j = ok[int(rng.integers(len(ok)))]
+        x = float(nav.xs[j] + rng.uniform(-0.5, 0.5) * nav.cell)
+        z = float(nav.zs[i] + rng.uniform(-0.5, 0.5) * nav.cell)
+        if nav.collides(x, z) or _on_navmesh(pathfinder, x, z) is None:
+            continue  # HouseEnv retries too; here the start must also be on habitat's navmesh
+        yaw = float(rng.uniform(-math.pi, math.pi))
+        out.append({"x": x, "z": z, "yaw": yaw, "goal": goal, "geodesic": float(nav.geodesic(D, x, z))})
+    return out
+
+
+def _rotation_xyzw(yaw: float) -> list[float]:
+    """habitat's start_rotation [x, y, z, w] for a house yaw (rotation of yaw - pi/2 about +y)."""
+    half = (yaw - math.pi / 2) / 2
+    return [0.0, math.sin(half), 0.0, math.cos(half)]
+
+
+def house_episode_set(house_seed: int, scenes_dir: Path, episodes_per_house: int, rng: np.random.Generator,
+                      **task) -> tuple[list[dict], dict[str, list[dict]], dict]:
+    """Write one house's stage and navmesh under ``scenes_dir``; its ObjectNav episodes and goals."""
+    layout = generate_layout(house_seed)
+    name = scene_name(house_seed)
+    glb = write_glb(layout, scenes_dir / SCENE_DATASET / f"{name}.glb")
+    sim = open_stage(glb)
+    try:
+        area = build_navmesh(sim, glb.with_suffix(".navmesh"))
+        nav = NavGrid(layout, AGENT_RADIUS)
+        pf = sim.pathfinder
+        goals: dict[str, list[dict]] = {}
+        for c in layout.categories_present():
+            entries = []
+            for k, o in enumerate(layout.objects):
+                if o.category != c:
+                    continue
+                vps = view_points(pf, nav, o, task.get("success_distance", 1.0))
+                if not vps:
+                    continue  # unreachable from the navmesh: not a goal (HouseEnv's goal mask is empty too)
+                entries.append({
+                    "object_id": str(k), "object_name": f"{o.cat.name}_{k}", "object_category": o.cat.name,
+                    "position": [o.x, o.cat.height / 2, o.z], "radius": o.cat.radius,
+                    "view_points": [{"agent_state": {"position": p, "rotation": [0.0, 0.0, 0.0, 1.0]}, "iou": None}
+                                    for p in vps],
+                })
+            if entries:
+                goals[f"{name}.glb_{CATEGORIES[c].name}"] = entries
+        drawn = sample_episodes(layout, nav, pf, episodes_per_house, rng, **task)
+        episodes = []
+        for e in drawn:
+            cat = CATEGORIES[e["goal"]].name
+            if f"{name}.glb_{cat}" not in goals:
+                continue
+            start = _on_navmesh(pf, e["x"], e["z"])
+            episodes.append({
+                "episode_id": "", "scene_id": f"{SCENE_DATASET}/{name}.glb", "object_category": cat,
+                "start_position": start, "start_rotation": _rotation_xyzw(e["yaw"]),
+                "info": {"geodesic_distance": e["geodesic"], "house_seed": int(house_seed),
+                         "start_yaw": e["yaw"]},
+                "goals": [],
+            })
+        stats = {"house_seed": int(house_seed), "navigable_area_m2": area, "objects": len(layout.objects),
+                 "view_points": sum(len(g["view_points"]) for v in goals.values() for g in v)}
+        return episodes, goals, stats
+    finally:
+        sim.close()
+
+
+def export_houses(seeds: list[int], out: str | Path, split: str = "val", episodes_per_house: int = 20,
+                  seed: int = 0, **task) -> dict:
+    """Export houses as Habitat scenes plus one ObjectNav-v1 episode file; returns paths and stats."""
+    out = Path(out)
+    scenes_dir = out / "scene_datasets"
+    rng = np.random.default_rng(seed)
+    episodes, goals, stats = [], {}, []
+    for s in seeds:
+        e, g, st = house_episode_set(int(s), scenes_dir, episodes_per_house, rng, **task)
+        episodes += e
+        goals.update(g)
+        stats.append(st)
+    for i, e in enumerate(episodes):
+        e["episode_id"] = str(i)
+    data_path = out / "datasets" / "objectnav" / SCENE_DATASET / split / f"{split}.json.gz"
+    data_path.parent.mkdir(parents=True, exist_ok=True)
+    ids = {name: i for i, name in enumerate(GOAL_NAMES)}  # observation goal index = our category index
+    with gzip.open(data_path, "wt") as f:
+        json.dump({"episodes": episodes, "goals_by_category": goals, "category_to_task_category_id": ids,
+                   "category_to_scene_annotation_category_id": ids}, f)
+    return {"data_path": str(out / "datasets" / "objectnav" / SCENE_DATASET / "{split}" / "{split}.json.gz"),
+            "scenes_dir": str(scenes_dir), "split": split, "episodes": len(episodes), "houses": stats}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", required=True, help="house seeds (generate_layout)")
+    p.add_argument("--out", required=True, help="output folder (scene_datasets/ and datasets/ go under it)")
+    p.add_argument("--split", default="val", help="name of the episode split file (default val)")
+    p.add_argument("--episodes", type=int, default=20, help="episodes per house")
+    p.add_argument("--seed", type=int, default=0, help="seed of the episode draws")
+    a = p.parse_args(argv)
+    info = export_houses(a.seeds, a.out, a.split, a.episodes, a.seed)
+    info["house_splits"] = {s: house_split(s) for s in a.seeds}
+    print(json.dumps(info, indent=1))
+
+
+if __name__ == "__main__":
+    main()
