@@ -178,6 +178,9 @@ class HabitatExtObjNavEnv(gym.Env):
             *camera,
             f"{SENSORS}.depth_sensor.min_depth=0.0", f"{SENSORS}.depth_sensor.max_depth=20.0",
             f"{SENSORS}.depth_sensor.normalize_depth=False",
+            # our SPL and reward are computed here (the house's rules); habitat-lab's spl also divides by
+            # zero when an episode starts on a view point and the agent stops without moving
+            *(f"~habitat.task.measurements.{m}" for m in ("spl", "soft_spl", "distance_to_goal_reward")),
             *overrides,
         ])
         self._env = habitat.Env(config=cfg)

@@ -1,0 +1,225 @@
+"""The Habitat backend's contract on the real habitat-sim, on houses exported from our layouts.
+
+Runs inside the Habitat chroot (``tests/habitat/test_chroot.py`` drives it from the host; ``make
+test-habitat``). Each test checks a rule the MiniWorld house has, on the Habitat side.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("habitat_sim", reason="habitat-sim is not importable here: this runs inside the Habitat chroot "
+                                          "(tests/habitat/test_chroot.py, make test-habitat)")
+
+from icrl_ros.sim.habitat_scene import SCENE_DATASET, open_stage  # noqa: E402
+from icrl_ros.sim.house import NO_ACTION  # noqa: E402
+from icrl_ros.sim.house_layout import CATEGORIES, GOAL_NAMES, generate_layout  # noqa: E402
+from icrl_ros.sim.house_nav import NavGrid, episode_odometry  # noqa: E402
+
+from .conftest import EPISODES, SEEDS  # noqa: E402
+
+
+def _dataset(out: Path) -> dict:
+    with gzip.open(out / "datasets" / "objectnav" / SCENE_DATASET / "val" / "val.json.gz", "rt") as f:
+        return json.load(f)
+
+
+def _open_pose(layout, rng: np.random.Generator, ahead: float = 0.8) -> tuple[float, float, float]:
+    """A free pose with ``ahead`` metres of free floor in front (by the MiniWorld grid)."""
+    nav = NavGrid(layout, 0.25)
+    cells = np.argwhere(nav.free)
+    while True:
+        i, j = cells[int(rng.integers(len(cells)))]
+        x, z, yaw = float(nav.xs[j]), float(nav.zs[i]), float(rng.uniform(-math.pi, math.pi))
+        if nav.segment_free(x, z, x + ahead * math.cos(yaw), z - ahead * math.sin(yaw)):
+            return x, z, yaw
+
+
+def test_export_writes_a_scene_navmesh_and_objectnav_episodes(export) -> None:
+    out, info = export
+    data = _dataset(out)
+    assert data["category_to_task_category_id"] == {n: i for i, n in enumerate(GOAL_NAMES)}
+    assert len(data["episodes"]) == info["episodes"] == EPISODES * len(SEEDS)
+    for s in SEEDS:
+        layout = generate_layout(s)
+        glb = out / "scene_datasets" / SCENE_DATASET / f"house_{s}.glb"
+        assert glb.stat().st_size > 10_000 and glb.with_suffix(".navmesh").stat().st_size > 1_000
+        sim = open_stage(glb)
+        try:
+            assert sim.pathfinder.load_nav_mesh(str(glb.with_suffix(".navmesh")))
+            # Z-up rule: habitat's world x / z are the layout's, floor at y ~ 0 (a Y-up file would stand on end)
+            lo, hi = (np.asarray(b) for b in sim.pathfinder.get_bounds())
+            min_x, max_x, min_z, max_z = layout.bounds
+            assert min_x - 0.01 <= lo[0] and hi[0] <= max_x + 0.01 and min_z - 0.01 <= lo[2] and hi[2] <= max_z + 0.01
+            verts = np.asarray(sim.pathfinder.build_navmesh_vertices())
+            assert np.abs(verts[:, 1]).max() < 0.3  # nothing walkable but the floor (no object tops, no roof)
+            for key, goals in data["goals_by_category"].items():
+                if not key.startswith(f"house_{s}.glb_"):
+                    continue
+                for g in goals:
+                    o = layout.objects[int(g["object_id"])]
+                    assert g["object_category"] == o.cat.name and g["radius"] == o.cat.radius
+                    vp = np.array([v["agent_state"]["position"] for v in g["view_points"]])
+                    assert len(vp) > 0
+                    reach = np.hypot(vp[:, 0] - o.x, vp[:, 2] - o.z) - o.cat.radius
+                    assert reach.max() <= 1.0 + 1e-6  # success_distance of the object's surface
+                    assert all(sim.pathfinder.is_navigable(p.astype(np.float32)) for p in vp)
+            for ep in data["episodes"]:
+                if ep["info"]["house_seed"] == s:
+                    assert sim.pathfinder.is_navigable(np.asarray(ep["start_position"], np.float32))
+        finally:
+            sim.close()
+
+
+def test_observations_match_the_house_contract(env) -> None:
+    obs, info = env.reset(seed=0, options={"new_trial": True})
+    assert env.observation_space.contains(obs), {k: getattr(v, "shape", v) for k, v in obs.items()}
+    assert obs["rgb"].shape == (64, 64, 3) and obs["rgb"].std() > 5  # a rendered house, not a blank frame
+    assert GOAL_NAMES[int(obs["goal"])] == info["goal_name"]
+    assert int(obs["prev_action"]) == NO_ACTION
+    np.testing.assert_allclose(obs["odom"], 0.0, atol=1e-5)
+    for key in ("success", "spl", "geodesic_distance", "agent_pose", "episode_step", "episode_index",
+                "episode_return", "path_length", "shortest_path", "odom_episode", "odom_house", "house_seed"):
+        assert key in info, key
+    assert info["house_seed"] in SEEDS and info["geodesic_distance"] >= 2.5
+
+
+def test_actions_move_and_turn_as_in_the_house(env) -> None:
+    rng = np.random.default_rng(1)
+    pose = _open_pose(generate_layout(3), rng)
+    obs, info = env.reset(options={"house_seed": 3, "start": pose, "goal": env.goal_names[0]}
+                          if f"house_3.glb_{env.goal_names[0]}" in env._env._dataset.goals_by_category
+                          else {"house_seed": 3, "start": pose})
+    np.testing.assert_allclose(info["agent_pose"], pose, atol=2e-3)
+    obs, *_ = env.step(1)
+    np.testing.assert_allclose(obs["odom"], [0.25, 0.0, 0.0], atol=2e-3)
+    obs, *_ = env.step(2)
+    assert obs["odom"][2] == pytest.approx(math.radians(30), abs=1e-4)
+    obs, *_ = env.step(3)
+    obs, _, _, _, info = env.step(3)
+    assert obs["odom"][2] == pytest.approx(-math.radians(30), abs=1e-4)
+    assert info["path_length"] == pytest.approx(0.25, abs=2e-3) and info["episode_step"] == 4
+
+
+def test_reward_termination_and_truncation(export, env) -> None:
+    _, info = env.reset(seed=3, options={"new_trial": True})
+    prev = info["geodesic_distance"]
+    for a in (1, 2, 1):
+        _, r, terminated, truncated, info = env.step(a)
+        assert not terminated and not truncated
+        assert r == pytest.approx(prev - info["geodesic_distance"] - env.slack_reward, abs=1e-5)
+        prev = info["geodesic_distance"]
+    _, r, terminated, truncated, info = env.step(0)
+    assert terminated and not truncated and not info["success"] and info["spl"] == 0.0  # starts are >= 3 m away
+    assert r == pytest.approx(-env.slack_reward, abs=1e-5)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(1)
+    from icrl_ros.sim.habitat_env import HabitatExtObjNavEnv
+
+    short = HabitatExtObjNavEnv.for_houses(export[0], max_episode_steps=3)
+    try:
+        short.reset(seed=0)
+        flags = [short.step(2)[2:4] for _ in range(3)]
+        assert flags == [(False, False), (False, False), (False, True)]
+    finally:
+        short.close()
+
+
+def _viewpoint_facing(env, house_seed: int):
+    """(pose at a view point of this episode's goal facing the object, the object, the goal name)."""
+    data = env._env._dataset
+    for key, goals in data.goals_by_category.items():
+        if key.startswith(f"house_{house_seed}.glb_"):
+            g = goals[0]
+            vp = g.view_points[len(g.view_points) // 2].agent_state.position
+            x, z = float(vp[0]), float(vp[2])
+            yaw = math.atan2(-(g.position[2] - z), g.position[0] - x)
+            return (x, z, yaw), g, g.object_category
+    raise AssertionError("no goals")
+
+
+def test_success_rule_needs_stop_reach_and_sight(env) -> None:
+    pose, g, name = _viewpoint_facing(env, 1)
+    _, info = env.reset(options={"house_seed": 1, "start": pose, "goal": name})
+    _, r, terminated, _, info = env.step(0)
+    assert terminated and info["success"]
+    # the house's SPL formula (0 here: the start is on a view point, so the shortest path is ~0)
+    assert info["spl"] == pytest.approx(info["shortest_path"] / max(info["shortest_path"], info["path_length"], 1e-9))
+    assert r == pytest.approx(env.success_reward - env.slack_reward, abs=1e-3)  # no move: delta 0
+    x, z, yaw = pose
+    env.reset(options={"house_seed": 1, "start": (x, z, yaw + math.pi), "goal": name})  # back to it
+    assert not env.step(0)[4]["success"]
+    # facing it from beyond reach (the episode's own far start, turned towards the object)
+    ep = next(e for e in env.scenes[env.scene] if e.object_category == name) if any(
+        e.object_category == name for e in env.scenes[env.scene]) else None
+    if ep is not None:
+        sx, sz = float(ep.start_position[0]), float(ep.start_position[2])
+        far = (sx, sz, math.atan2(-(g.position[2] - sz), g.position[0] - sx))
+        env.reset(options={"house_seed": 1, "start": far, "goal": name})
+        assert math.hypot(g.position[0] - sx, g.position[2] - sz) - g.radius > env.success_distance
+        assert not env.step(0)[4]["success"]
+
+
+def test_pose_frames_and_trial_structure(export) -> None:
+    from icrl_ros.sim.habitat_env import HabitatExtObjNavEnv
+
+    for frame in ("house", "episode"):
+        env = HabitatExtObjNavEnv.for_houses(export[0], pose_frame=frame)
+        try:
+            _, first = env.reset(seed=5, options={"new_trial": True})
+            scene = first["scene"]
+            env.step(2)
+            env.step(0)
+            obs, second = env.reset()
+            assert second["scene"] == scene and second["episode_index"] == 1
+            assert int(obs["prev_action"]) == 0  # carried across the episodes of a trial
+            want = episode_odometry(tuple(first["agent_pose"]), tuple(second["agent_pose"]))
+            np.testing.assert_allclose(second["odom_house"], want, atol=1e-4)
+            np.testing.assert_allclose(second["odom_episode"], 0.0, atol=1e-5)
+            np.testing.assert_allclose(obs["odom"], want if frame == "house" else 0.0, atol=1e-4)
+            obs, third = env.reset(options={"new_trial": True, "house_seed": SEEDS[1]})
+            assert third["episode_index"] == 0 and int(obs["prev_action"]) == NO_ACTION
+            np.testing.assert_allclose(third["odom_house"], 0.0, atol=1e-5)
+        finally:
+            env.close()
+
+
+def test_start_distances_agree_with_the_miniworld_grid(export, env) -> None:
+    # the MiniWorld geodesic (16-neighbour grid, agent radius + 5 cm margin) vs habitat's navmesh
+    # (radius 0.25) to view points on a 0.2 m lattice: habitat is shorter by up to ~0.3 m + 3%
+    for ep in _dataset(export[0])["episodes"]:
+        _, info = env.reset(options={"house_seed": ep["info"]["house_seed"], "start": (
+            ep["start_position"][0], ep["start_position"][2], ep["info"]["start_yaw"]), "goal": ep["object_category"]})
+        mw = ep["info"]["geodesic_distance"]
+        assert abs(info["geodesic_distance"] - mw) <= 0.25 + 0.05 * mw, (ep["episode_id"], info["geodesic_distance"], mw)
+
+
+def test_move_continuous_stays_on_the_navmesh(env) -> None:
+    rng = np.random.default_rng(2)
+    layout = generate_layout(3)
+    pose = _open_pose(layout, rng)
+    env.reset(options={"house_seed": 3, "start": pose})
+    assert env.move_continuous(0.2, 0.0)
+    np.testing.assert_allclose(env.pose_in("episode"), [0.2, 0.0, 0.0], atol=2e-3)
+    assert env.move_continuous(0.0, math.pi / 2)
+    assert env.pose_in("episode")[2] == pytest.approx(math.pi / 2, abs=1e-4)
+    blocked = False
+    for _ in range(200):  # drive straight until a wall or an object stops it
+        if not env.move_continuous(0.1, 0.0):
+            blocked = True
+            break
+    assert blocked
+    x, z, _ = env._planar()
+    nav = NavGrid(layout, 0.0, margin=0.0)
+    assert not nav.collides(x, z, radius=0.2)  # still inside the house, clear of walls and objects
+
+
+def test_categories_and_goal_indices_follow_the_house(env) -> None:
+    assert env.goal_names == GOAL_NAMES
+    assert len(CATEGORIES) == env.observation_space["goal"].n
