@@ -37,12 +37,30 @@ def _steps_per_s(env, steps: int, rng: np.random.Generator, reset_kwargs: dict) 
     return steps / (time.perf_counter() - t0)
 
 
+def _free_poses(house_seed: int, n: int, rng: np.random.Generator) -> list[tuple[float, float, float]]:
+    from icrl_ros.sim.house_layout import generate_layout
+    from icrl_ros.sim.house_nav import NavGrid
+
+    nav = NavGrid(generate_layout(house_seed))
+    cells = np.argwhere(nav.free)[rng.integers(0, int(nav.free.sum()), n)]
+    return [(float(nav.xs[j]), float(nav.zs[i]), float(rng.uniform(-math.pi, math.pi))) for i, j in cells]
+
+
+def _frames_per_s(render, poses) -> float:
+    """Frames/s of ``render(x, z, yaw)`` over the poses (the renderer alone, no env logic)."""
+    render(*poses[0])
+    t0 = time.perf_counter()
+    for p in poses:
+        render(*p)
+    return len(poses) / (time.perf_counter() - t0)
+
+
 def miniworld_side(a: argparse.Namespace) -> None:
     from icrl_ros.sim.house import HouseEnv
     from icrl_ros.sim.house_layout import GOAL_NAMES, house_split
 
     rng = np.random.default_rng(a.seed)
-    pairs, probes, fps = [], [], {}
+    pairs, probes, fps, render_fps = [], [], {}, {}
     for s in a.seeds:
         env = HouseEnv(split=house_split(s), house_seed=s, image_size=64)
         for k in range(a.episodes):
@@ -67,17 +85,18 @@ def miniworld_side(a: argparse.Namespace) -> None:
                 probes.append({"house_seed": s, "pose": [env.x, env.z, env.yaw], "goal": GOAL_NAMES[env.goal],
                                "success": env.target_visible_in_reach()})
         fps[str(s)] = _steps_per_s(env, a.steps, rng, {})
+        render_fps[str(s)] = _frames_per_s(env._renderer.render, _free_poses(s, a.steps, rng))
         env.close()
-    out = {"side": "miniworld", "seeds": a.seeds, "pairs": pairs, "probes": probes, "steps_per_s": fps,
+    out = {"side": "miniworld", "seeds": a.seeds, "pairs": pairs, "probes": probes, "steps_per_s": fps, "render_frames_per_s": render_fps,
            "machine": platform.node(), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(f"MiniWorld: {len(pairs)} (start, goal) pairs, {len(probes)} probe poses "
-          f"({sum(p['success'] for p in probes)} succeed); steps/s per house {fps}")
+          f"({sum(p['success'] for p in probes)} succeed); steps/s per house {fps}; render frames/s {render_fps}")
 
 
 def habitat_side(a: argparse.Namespace) -> None:
-    from icrl_ros.sim.habitat_env import HabitatExtObjNavEnv
+    from icrl_ros.sim.habitat_env import HabitatExtObjNavEnv, rotation_for_yaw
     from icrl_ros.sim.habitat_scene import export_houses
 
     mw = json.loads(Path(a.pairs).read_text())
@@ -96,6 +115,16 @@ def habitat_side(a: argparse.Namespace) -> None:
         agree.append((bool(p["success"]), bool(info["success"])))
     rng = np.random.default_rng(0)
     fps = {str(s): _steps_per_s(env, a.steps, rng, {"options": {"house_seed": s}}) for s in mw["seeds"]}
+    render_fps = {}
+    for s in mw["seeds"]:  # habitat-sim alone: set the agent, render RGB + depth (what the env's camera is)
+        env.reset(options={"house_seed": s})
+        sim, y = env._env.sim, float(env._position()[1])
+
+        def render(x, z, yaw, sim=sim, y=y):
+            sim.set_agent_state(np.array([x, y, z], np.float32), rotation_for_yaw(yaw))
+            return sim.get_sensor_observations()
+
+        render_fps[str(s)] = _frames_per_s(render, _free_poses(s, a.steps, rng))
     env.close()
     g = np.array(geo, np.float64)
     finite = np.isfinite(g).all(1)
@@ -114,7 +143,9 @@ def habitat_side(a: argparse.Namespace) -> None:
         "probes": len(s), "success_rule_agree": int((s[:, 0] == s[:, 1]).sum()),
         "success_both": int((s[:, 0] & s[:, 1]).sum()), "miniworld_only": int((s[:, 0] & ~s[:, 1]).sum()),
         "habitat_only": int((~s[:, 0] & s[:, 1]).sum()),
-        "habitat_steps_per_s": fps, "miniworld_steps_per_s": mw["steps_per_s"], "export_s": export_s,
+        "habitat_steps_per_s": fps, "miniworld_steps_per_s": mw["steps_per_s"],
+        "habitat_sim_render_rgb_depth_per_s": render_fps, "miniworld_render_rgb_per_s": mw["render_frames_per_s"],
+        "export_s": export_s,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -243,6 +243,7 @@ class HabitatExtObjNavEnv(gym.Env):
             episode = self._replayed(episode, options.get("start"), options.get("goal"))
         self._env.episode_iterator = iter([episode])
         obs = self._env.reset()
+        self._read_state()
         self.episode_index += 1
         self.episode_step, self.episode_return, self.path_length = 0, 0.0, 0.0
         self.success, self.spl = False, 0.0
@@ -281,6 +282,7 @@ class HabitatExtObjNavEnv(gym.Env):
             raise ValueError(f"action must be in [0, {len(ACTION_NAMES)}) {self.action_names}, got {action!r}")
         before = self._position()
         obs = self._env.step({"action": ACTION_NAMES[a]})
+        self._read_state()
         self.path_length += float(np.linalg.norm((self._position() - before)[[0, 2]]))
         self.prev_action = a
         self.episode_step += 1
@@ -311,6 +313,7 @@ class HabitatExtObjNavEnv(gym.Env):
         moved = float(np.linalg.norm(end[[0, 2]] - target[[0, 2]])) < 1e-3
         self.path_length += float(np.linalg.norm((end - np.asarray(state.position))[[0, 2]]))
         sim.set_agent_state(end, rotation_for_yaw(wrap_angle(yaw + angular_rad)))
+        self._read_state()
         return moved or linear_m == 0.0
 
     # -- task geometry -------------------------------------------------------------------------
@@ -335,12 +338,17 @@ class HabitatExtObjNavEnv(gym.Env):
         return False
 
     # -- observations ------------------------------------------------------------------------
+    def _read_state(self) -> None:
+        """Read the agent's state once per change (reset, step, move): each read costs ~30 us."""
+        state = self._env.sim.get_agent_state()
+        self._pos = np.asarray(state.position, np.float64)
+        self._pose = (float(self._pos[0]), float(self._pos[2]), yaw_of(state.rotation))
+
     def _position(self) -> np.ndarray:
-        return np.asarray(self._env.sim.get_agent_state().position, np.float64)
+        return self._pos
 
     def _planar(self) -> tuple[float, float, float]:
-        state = self._env.sim.get_agent_state()
-        return float(state.position[0]), float(state.position[2]), yaw_of(state.rotation)
+        return self._pose
 
     def pose_in(self, frame: str) -> np.ndarray:
         """The robot's (x, y, yaw) in ``frame`` (``episode`` or ``house``), whatever ``pose_frame``."""
@@ -352,10 +360,18 @@ class HabitatExtObjNavEnv(gym.Env):
         """(x forward, y left, yaw CCW) in ``pose_frame``."""
         return self.pose_in(self.pose_frame)
 
+    def observe(self) -> dict[str, np.ndarray]:
+        """Observation of the current state, rendered now, without stepping (the bridge's real-time
+        mode calls it after ``move_continuous``)."""
+        if self.scene is None:
+            raise RuntimeError("call reset() before observe()")
+        return self._observe({"rgb": self._env.sim.get_sensor_observations()["rgb"], "objectgoal": self._goal})
+
     def _observe(self, obs: dict) -> dict[str, np.ndarray]:
         self._last_rgb = np.ascontiguousarray(np.asarray(obs["rgb"])[..., :3], dtype=np.uint8)
-        return {"rgb": self._last_rgb, "goal": np.int64(np.asarray(obs["objectgoal"]).reshape(-1)[0]),
-                "odom": self.odometry(), "prev_action": np.int64(self.prev_action)}
+        self._goal = np.int64(np.asarray(obs["objectgoal"]).reshape(-1)[0])
+        return {"rgb": self._last_rgb, "goal": self._goal, "odom": self.odometry(),
+                "prev_action": np.int64(self.prev_action)}
 
     def _info(self) -> dict:
         ep = self._env.current_episode

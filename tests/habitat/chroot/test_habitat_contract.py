@@ -204,9 +204,12 @@ def test_move_continuous_stays_on_the_navmesh(env) -> None:
     rng = np.random.default_rng(2)
     layout = generate_layout(3)
     pose = _open_pose(layout, rng)
-    env.reset(options={"house_seed": 3, "start": pose})
+    first, _ = env.reset(options={"house_seed": 3, "start": pose})
     assert env.move_continuous(0.2, 0.0)
     np.testing.assert_allclose(env.pose_in("episode"), [0.2, 0.0, 0.0], atol=2e-3)
+    obs = env.observe()  # rendered at the new pose, no step taken
+    np.testing.assert_allclose(obs["odom"], env.pose_in(env.pose_frame), atol=1e-6)
+    assert not np.array_equal(obs["rgb"], first["rgb"]) and env.episode_step == 0
     assert env.move_continuous(0.0, math.pi / 2)
     assert env.pose_in("episode")[2] == pytest.approx(math.pi / 2, abs=1e-4)
     blocked = False
