@@ -15,6 +15,11 @@ as it ends, then a per-episode table, and writes to ``--out``:
 
     python training/demo_ros.py                                  # what `make demo` runs
     python training/demo_ros.py --episodes 2 --max-steps 20 --out /tmp/demo   # the test's short run
+    python training/demo_ros.py --habitat    # the same house in habitat-sim (training/habitat_bridge.py)
+
+With ``--habitat`` the house the MiniWorld run would use is exported to a Habitat scene and served
+by ``icrl_ros.sim.env_server`` from the Habitat chroot of ``../shared/habitat`` (root); the bridge
+here drives it through ``icrl_ros/RemoteEnv-v0``, the agent is unchanged.
 
 The default bundle (``bundles/house_memo``) is a real Memo policy exported from a real
 checkpoint: a student of the in-context house teacher after a partial imitation run (131k env
@@ -298,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(REPO_ROOT / "demo_out"))
     p.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: random in 100-200)")
+    p.add_argument("--habitat", action="store_true",
+                   help="the same house in habitat-sim, served from the chroot of ../shared/habitat (root)")
     args = p.parse_args(argv)
     if args.episodes < 1 or args.max_steps < 1:
         fail("--episodes and --max-steps must be >= 1")
@@ -310,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         (out / old).unlink(missing_ok=True)
     env = loopback_ros_env(args.domain_id, out / "logs" / "ros")
     t0 = time.monotonic()
-    print(f"== icrl_ros demo: {bundle.name} ({args.backend}) in an unseen MiniWorld house over ROS 2 ==")
+    sim_name = "Habitat (habitat-sim 0.2.2)" if args.habitat else "MiniWorld"
+    print(f"== icrl_ros demo: {bundle.name} ({args.backend}) in an unseen {sim_name} house over ROS 2 ==")
     print(f"   DDS on loopback only, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, namespace {NAMESPACE}; "
           f"{args.episodes} episodes of at most {args.max_steps} steps, memory kept across them")
     if bundle.resolve() == (REPO_ROOT / "bundles" / "house_memo").resolve():
@@ -318,8 +326,21 @@ def main(argv: list[str] | None = None) -> int:
               "bundle that exercises the ROS side, not a competent navigator")
 
     tmp = Path(tempfile.mkdtemp(prefix="icrl_demo_"))
+    bridge = {"env_id": "icrl_ros/MiniWorldHouse-v0", "env_kwargs": json.dumps({"split": "test"})}
+    server = None
+    if args.habitat:
+        from icrl_ros.sim.house_layout import draw_house_seed
+        from training.habitat_bridge import export_house, start_server, stop_server
+
+        house_seed = draw_house_seed(np.random.default_rng(args.seed), "test")  # the MiniWorld run's house
+        export = export_house(house_seed, 40, out / "logs" / "habitat_server.log")
+        server, remote = start_server(export, {"pose_frame": "house", "max_episode_steps": args.max_steps},
+                                      out / "logs" / "habitat_server.log")
+        print(f"   Habitat env server up after {time.monotonic() - t0:.1f} s at {remote['address']} (house {house_seed})")
+        bridge = {"env_id": "icrl_ros/RemoteEnv-v0", "env_kwargs": json.dumps(remote),
+                  "camera_fov_y_deg": 79.0, "camera_height_m": 0.9}
     bridge_params = params_file(tmp / "bridge.yaml", {
-        "env_id": "icrl_ros/MiniWorldHouse-v0", "env_kwargs": json.dumps({"split": "test"}), "seed": args.seed,
+        **bridge, "seed": args.seed,
         "mode": "lockstep", "max_episode_steps": args.max_steps, "episode_start_delay_s": 0.05})
     agent_params = params_file(tmp / "agent.yaml", {
         "bundle_path": str(bundle.resolve()), "backend": args.backend, "autostart": True, "action_mode": "discrete",
@@ -371,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        if server is not None:
+            stop_server(server)
         ex.shutdown()
         monitor.destroy_node()
         rclpy.try_shutdown()
@@ -382,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     house_seed = int(ends[0]["house_seed"])
     print()
     print_table(table)
-    title = (f"{bundle.name}: one trial in test-split house {house_seed} ({args.episodes} episodes, "
+    title = (f"{bundle.name}: one trial in test-split house {house_seed}{' in Habitat' if args.habitat else ''} "
+             f"({args.episodes} episodes, "
              f"<= {args.max_steps} steps each)")
     if bundle.resolve() == (REPO_ROOT / "bundles" / "house_memo").resolve():
         title += "\npartly imitated student (131k env steps): it does not find objects yet"
@@ -397,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         frames.append([(monitor.frames[s], f"ep {e['episode'] + 1} step {i} find {e['goal']}")
                        for i, s in enumerate(mine)])
     n_gif = write_gif(frames, out / "camera.gif")
-    summary = {"bundle": str(bundle), "backend": args.backend, "house_seed": house_seed, "split": "test",
+    summary = {"bundle": str(bundle), "backend": args.backend, "simulator": "habitat" if args.habitat else "miniworld",
+               "house_seed": house_seed, "split": "test",
                "seed": args.seed, "sample_seed": args.sample_seed, "max_steps": args.max_steps,
                "run_seconds": round(run_s, 1), "episodes": table}
     (out / "episodes.json").write_text(json.dumps(summary, indent=1))

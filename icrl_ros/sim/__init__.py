@@ -1,7 +1,8 @@
 """Environments. Importing this package registers the Gymnasium ids:
 
-``icrl_ros/Darkroom-v0``, ``icrl_ros/DarkKeyToDoor-v0``, ``icrl_ros/MiniWorldHouse-v0`` and
-``icrl_ros/HabitatExtObjNav-v0`` (habitat-lab, where installed). Training and evaluation use
+``icrl_ros/Darkroom-v0``, ``icrl_ros/DarkKeyToDoor-v0``, ``icrl_ros/MiniWorldHouse-v0``,
+``icrl_ros/HabitatExtObjNav-v0`` (habitat-lab, where installed) and ``icrl_ros/RemoteEnv-v0`` (an env
+served from another Python by ``icrl_ros.sim.env_server``). Training and evaluation use
 the batched versions through :func:`make_vec`.
 """
 
@@ -49,3 +50,7 @@ if "icrl_ros/MiniWorldHouse-v0" not in gym.registry:
 # so registering it costs nothing where habitat is not installed.
 if "icrl_ros/HabitatExtObjNav-v0" not in gym.registry:
     gym.register(id="icrl_ros/HabitatExtObjNav-v0", entry_point="icrl_ros.sim.habitat_env:HabitatExtObjNavEnv")
+
+# A served env in another Python (icrl_ros.sim.env_server): Habitat in its own Python, the bridge in ROS's.
+if "icrl_ros/RemoteEnv-v0" not in gym.registry:
+    gym.register(id="icrl_ros/RemoteEnv-v0", entry_point="icrl_ros.sim.env_server:RemoteEnv")
