@@ -8,9 +8,8 @@
 # must never be pulled (for Python 3.13 the index serves only the multi-GB CUDA build), so the
 # project goes in with --no-deps plus the few packages icrl_ros.sim's Habitat path imports:
 # gymnasium (the env API), miniworld (its texture and mesh files only: house layouts name
-# portraits by file, the scene export reads the object meshes; never imported, no pyglet), pytest,
-# and rclpy with the message packages (sim_bridge_node runs inside; DDS reaches the host over the
-# shared loopback and /dev/shm).
+# portraits by file, the scene export reads the object meshes; never imported, no pyglet), pytest.
+# No ROS inside: sim_bridge_node runs on the host and reaches Habitat through icrl_ros.sim.env_server.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SETUP=${HABITAT_SETUP:-$ROOT/../shared/habitat/setup.sh}
@@ -28,10 +27,6 @@ if ! "$SETUP" run /opt/hvenv/bin/python -c "import gymnasium, pytest, icrl_ros, 
   # The project itself, editable (the checkout is /project inside), without its torch dependencies.
   "$SETUP" run /opt/hvenv/bin/pip install -q --no-deps --no-build-isolation -e /project
 fi
-# rclpy + the message packages for sim_bridge_node inside the chroot (the same pinned ROS 2 Kilted
-# wheels as the host venv: scripts/ensure_ros.sh), numpy held at 1.26.4 by a constraint.
-"$SETUP" run /bin/sh -c 'echo numpy==1.26.4 > /tmp/icrl-numpy-pin.txt && \
-  PIP_CONSTRAINT=/tmp/icrl-numpy-pin.txt bash scripts/ensure_ros.sh /opt/hvenv/bin/python'
 "$SETUP" run /opt/hvenv/bin/python -c "import numpy, sys; assert numpy.__version__ == '1.26.4', numpy.__version__; \
-import icrl_ros.sim.house_layout, icrl_ros.sim.habitat_env, icrl_ros.nodes.sim_bridge_node; \
+import icrl_ros.sim.house_layout, icrl_ros.sim.habitat_env, icrl_ros.sim.env_server; \
 assert 'torch' not in sys.modules; print('habitat chroot ready for icrl_ros')"
