@@ -92,6 +92,12 @@ def test_house_offline_imitation_from_saved_trials(tmp_path):
     blob = torch.load(tmp_path / "off" / "checkpoints" / "final.pt", weights_only=False)
     assert blob["offline_updates"] == 4
 
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "agg"), "--set", "total_steps=96",
+             *TINY, "--pool", str(data), "--updates", "3", "--init", str(tmp_path / "off" / "checkpoints" / "final.pt")])
+    assert r.returncode == 0, r.stderr
+    assert "aggregating with 2 saved files (192 labelled steps); 3 updates of 1 trials" in r.stdout
+    assert "iteration 1/1" in r.stdout and "agreement=" in r.stdout
+
     r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "bad"), *TINY,
              "--offline", str(noisy), "--val-files", "1"])
     assert r.returncode != 0 and "need more than --val-files 1" in r.stderr

@@ -74,7 +74,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--save-trials", metavar="DIR", help="write every iteration's labelled trials to DIR/trials_NNNN.pt")
     p.add_argument("--offline", metavar="DIR", help="train on the trials saved in DIR instead of collecting "
                    "(--updates gradient steps; the newest --val-files files are held out)")
-    p.add_argument("--updates", type=int, default=2000, help="gradient steps of --offline training")
+    p.add_argument("--updates", type=int, default=2000,
+                   help="gradient steps of --offline training; with --pool, gradient steps per iteration")
+    p.add_argument("--pool", metavar="DIR", help="online DAgger with unbounded aggregation: the trials saved in DIR "
+                   "plus every iteration collected in this run form the dataset; each iteration takes --updates "
+                   "steps on minibatches half from the trials just collected, half from the rest")
     p.add_argument("--val-files", type=int, default=1, help="--offline: trial files held out for validation")
     p.add_argument("--resume", help="an imitation checkpoint of this run (latest.pt) to continue from: weights, "
                    "optimiser, iteration (the teacher-mixing and learning-rate schedules go on where they were)")
@@ -208,6 +212,32 @@ class Imitator:
         self.it += 1
         return dict(zip(("bc_loss", "value_loss", "agreement"), totals / n))
 
+    def aggregate_update(self, data: dict, pool: list[dict], updates: int, batch: int) -> dict[str, float]:
+        """DAgger with the whole dataset: ``updates`` gradient steps, each on ``batch`` trials,
+        half of them from ``data`` (just collected) and half from ``pool`` (everything before),
+        then ``data`` joins the pool."""
+        policy, a = self.policy, self.policy.args
+        memo = isinstance(policy, MemoPolicy)
+        new = self.with_returns(data)
+        keys = (*self.keys, "label", "return")
+        old = {k: torch.cat([t[k] for t in pool]) for k in keys} if pool else None
+        T = new["label"].shape[1]
+        n_new = batch - batch // 2 if old is not None else batch
+        totals = np.zeros(3)
+        policy.train()
+        for _ in range(updates):
+            mb_new = torch.randint(new["label"].shape[0], (n_new,))
+            mb = {k: new[k][mb_new] for k in keys}
+            if old is not None:
+                mb_old = torch.randint(old["label"].shape[0], (batch - n_new,))
+                mb = {k: torch.cat([mb[k], old[k][mb_old]]) for k in keys}
+            schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if memo else None
+            totals += self.step(mb, torch.arange(batch), schedule, self.lr())
+        policy.eval()
+        pool.append(new)
+        self.it += 1
+        return dict(zip(("bc_loss", "value_loss", "agreement"), totals / updates))
+
     def offline(self, trials: list[dict], val: list[dict], updates: int, batch: int, log_every: int,
                 save=None) -> dict[str, float]:
         """``updates`` gradient steps on minibatches of ``batch`` trials drawn from ``trials``
@@ -276,6 +306,8 @@ def main(argv=None) -> int:
     except ValueError:
         fail(f"--noise-actions must be comma-separated action indices, got {args.noise_actions!r}")
     offline_files: list[Path] = []
+    if args.offline and args.pool:
+        fail("--offline and --pool: give one (--offline trains on saved trials only, --pool collects as well)")
     if args.offline:
         offline_files = sorted(Path(args.offline).glob("trials_*.pt"))
         if len(offline_files) <= args.val_files:
@@ -349,12 +381,24 @@ def main(argv=None) -> int:
           flush=True)
     if args.save_trials:
         Path(args.save_trials).mkdir(parents=True, exist_ok=True)
+    batch = max(1, cfg.env.num_envs // cfg.ppo.num_minibatches)
+    pool = None
+    if args.pool:
+        files = sorted(Path(args.pool).glob("trials_*.pt"))
+        if not files:
+            fail(f"--pool {args.pool}: no trials_*.pt files (write them with --save-trials)")
+        pool = [imitator.with_returns(torch.load(f, map_location="cpu", weights_only=False)) for f in files]
+        print(f"aggregating with {len(files)} saved files ({sum(int(t['label'].numel()) for t in pool):,} labelled "
+              f"steps); {args.updates} updates of {batch} trials per iteration", flush=True)
     for i in range(imitator.it, iterations):
         t0 = time.perf_counter()
         data, stats = imitator.collect(g)
         if args.save_trials:
             torch.save({k: v for k, v in data.items() if k != "schedule"}, Path(args.save_trials) / f"trials_{i:04d}.pt")
-        stats.update(imitator.update(data))
+        if pool is not None:
+            stats.update(imitator.aggregate_update(data, pool, args.updates, batch))
+        else:
+            stats.update(imitator.update(data))
         stats["SPS"] = steps_per_it / (time.perf_counter() - t0)
         print(f"iteration {i + 1}/{iterations} steps {(i + 1) * steps_per_it:,} " +
               " ".join(f"{k}={v:.3g}" for k, v in stats.items()), flush=True)
