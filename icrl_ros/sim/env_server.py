@@ -42,8 +42,8 @@ MAX_MESSAGE = 64 * 2**20
 # -- wire format -----------------------------------------------------------------------------------
 def _encode(x: Any) -> Any:
     if isinstance(x, np.ndarray):
-        a = np.ascontiguousarray(x)
-        return {"__nd__": [a.dtype.str, list(a.shape), base64.b64encode(a.tobytes()).decode("ascii")]}
+        # not ascontiguousarray: it turns a 0-d array into shape (1,); tobytes() is C order anyway
+        return {"__nd__": [x.dtype.str, list(x.shape), base64.b64encode(x.tobytes()).decode("ascii")]}
     if isinstance(x, np.generic):
         return _encode(np.asarray(x))
     if isinstance(x, dict):

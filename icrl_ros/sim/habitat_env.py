@@ -28,7 +28,13 @@ so the sim bridge runs it exactly like the MiniWorld house, with the same:
   ``episode_return``, ``path_length``, ``shortest_path``, ``odom_episode``, ``odom_house``,
   ``scene`` and, for our houses, ``house_seed``;
 * ``move_continuous(linear_m, angular_rad)`` for the bridge's real-time mode (the navmesh's
-  ``try_step``: a blocked move slides no further than the navmesh allows and returns False).
+  ``try_step_no_sliding``: a blocked move stops at the obstacle, as in the house, and returns False).
+
+``reset()`` keeps the scene (next episode of the trial, drawn at random from the scene's episodes)
+unless a seed or ``options={"new_trial": True}`` is given, or no trial has started yet. Options:
+``scene`` (a scene id) or ``house_seed`` (an exported house) pick the trial's scene; ``episode`` (an
+index into the scene's episodes) picks the episode; ``start`` ((x, z, yaw)) and ``goal`` (a category
+name) replace the episode's start and goal, so a (start, goal) of another simulator can be replayed.
 
 habitat-sim has no PyPI wheel for most Pythons: this module imports habitat only when the env is
 built (registration costs nothing). Here it runs in the Debian 13 chroot of ``../shared/habitat``
@@ -309,7 +315,9 @@ class HabitatExtObjNavEnv(gym.Env):
         heading = yaw + angular_rad / 2
         target = np.array([x + linear_m * math.cos(heading), state.position[1], z - linear_m * math.sin(heading)],
                           np.float32)
-        end = np.asarray(sim.pathfinder.try_step(state.position, target) if linear_m else state.position, np.float32)
+        # no sliding along walls (habitat's try_step slides): the house stops a blocked move
+        end = np.asarray(sim.pathfinder.try_step_no_sliding(state.position, target) if linear_m else state.position,
+                         np.float32)
         moved = float(np.linalg.norm(end[[0, 2]] - target[[0, 2]])) < 1e-3
         self.path_length += float(np.linalg.norm((end - np.asarray(state.position))[[0, 2]]))
         sim.set_agent_state(end, rotation_for_yaw(wrap_angle(yaw + angular_rad)))

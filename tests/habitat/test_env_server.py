@@ -30,7 +30,8 @@ def _assert_same(a, b) -> None:
             _assert_same(x, y)
     else:
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-        assert np.asarray(a).dtype == np.asarray(b).dtype or np.asarray(a).dtype.kind == np.asarray(b).dtype.kind
+        if isinstance(b, (np.ndarray, np.generic)):  # same type, dtype and shape: spaces check them
+            assert type(a) is type(b) and a.dtype == b.dtype and np.shape(a) == np.shape(b), (a, b)
 
 
 def test_remote_house_matches_the_house(tmp_path) -> None:
@@ -68,7 +69,9 @@ def _compare(local, port: int) -> None:
     try:
         assert remote.goal_names == local.goal_names and remote.action_space == local.action_space
         assert remote.observation_space == local.observation_space
-        _assert_same(remote.reset(seed=4, options={"new_trial": True}), local.reset(seed=4, options={"new_trial": True}))
+        first = remote.reset(seed=4, options={"new_trial": True})
+        _assert_same(first, local.reset(seed=4, options={"new_trial": True}))
+        assert remote.observation_space.contains(first[0])
         for a in (1, 2, 1, 3, 1, 0):
             got, want = remote.step(a), local.step(a)
             _assert_same(got[0], want[0])

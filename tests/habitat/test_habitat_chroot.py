@@ -112,3 +112,91 @@ def test_bridge_and_agent_drive_habitat_in_lockstep(tmp_path) -> None:
     assert rows[1]["memory_tokens"] == rows[0]["memory_tokens"] + rows[1]["steps"]  # memory kept across episodes
     server_log = (out / "logs" / "habitat_server.log").read_text(errors="replace")
     assert "Initializing task ObjectNav-v1" in server_log  # habitat-lab's env served the episodes
+
+
+def test_twist_executor_drives_habitat_in_real_time(tmp_path) -> None:
+    # agent_node in twist mode (scripted runner: forward, left, right, forward, stop) -> cmd_vel -> the bridge
+    # integrating it at 20 Hz with RemoteEnv.move_continuous on Habitat's navmesh; each action must come out
+    # as 0.25 m / 30 deg of the Habitat agent's true pose, as on the MiniWorld house (tests/nodes/test_sim_agent)
+    why = chroot_missing()
+    if why:
+        if REQUIRED:
+            pytest.fail(why)
+        pytest.skip(why)
+    from tests.nodes.ros_support import ros_import_error
+
+    if ros_import_error():
+        pytest.skip(ros_import_error())
+    import json
+    import math
+    import random
+
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    if not 100 <= int(os.environ.get("ROS_DOMAIN_ID", "-1")) <= 200:
+        os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(100, 200))
+    os.environ.pop("ROS_STATIC_PEERS", None)
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter import Parameter
+
+    from icrl_ros.nodes.agent_node import AgentNode
+    from icrl_ros.nodes.convert import relative_pose
+    from icrl_ros.nodes.sim_bridge_node import SimBridgeNode
+    from icrl_ros.sim.house_layout import GOAL_NAMES
+    from tests.nodes.fake_runner import FakeRunner, write_fake_bundle
+    from tests.nodes.probe import Probe
+    from tests.nodes.ros_support import assert_loopback_env, spin_until
+    from training.habitat_bridge import export_house, start_server, stop_server
+
+    assert_loopback_env()
+    log = tmp_path / "habitat_server.log"
+    # the demo's house (test split) and bridge seed 0: its first episode starts with > 0.8 m of free floor ahead
+    # (NavGrid.segment_free), so both forward steps are free and must come out as 0.25 m
+    server, remote = start_server(export_house(579362555, 40, log), {"pose_frame": "house", "max_episode_steps": 100},
+                                  log)
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=int(os.environ["ROS_DOMAIN_ID"]))
+    nodes = []
+    try:
+        bridge = SimBridgeNode(context=ctx, parameter_overrides=[Parameter(k, value=v) for k, v in {
+            "env_id": "icrl_ros/RemoteEnv-v0", "env_kwargs": json.dumps(remote), "seed": 0, "mode": "realtime",
+            "realtime_rate_hz": 20.0, "camera_rate_hz": 10.0, "cmd_timeout_s": 0.25}.items()])
+        nodes.append(bridge)
+        bundle = write_fake_bundle(str(tmp_path / "bundle"), script=[1, 2, 3, 1, 0], goal_names=list(GOAL_NAMES),
+                                   image_size=[64, 64])
+        agent = AgentNode(context=ctx, runner_factory=FakeRunner.from_bundle, parameter_overrides=[
+            Parameter(k, value=v) for k, v in {"bundle_path": bundle, "status_rate_hz": 5.0, "action_mode": "twist",
+                                               "control_rate_hz": 20.0, "settle_s": 0.1,
+                                               "input_timeout_s": 1.0}.items()])
+        nodes.append(agent)
+        probe = Probe(ctx)
+        nodes.append(probe)
+        ex = SingleThreadedExecutor(context=ctx)
+        for n in nodes:
+            ex.add_node(n)
+        env = bridge.env.unwrapped
+        poses: list[tuple[int, tuple[float, ...]]] = []
+        agent.trigger_configure()
+        agent.trigger_activate()
+        publish = agent.pub_action.publish
+
+        def record(msg):  # the Habitat agent's pose when each action is decided
+            poses.append((msg.data, tuple(float(v) for v in env.pose_in("house"))))
+            publish(msg)
+        agent.pub_action.publish = record
+        assert spin_until(ex, lambda: len(poses) >= 5, 60), poses
+        for (action, before), (_, after) in zip(poses[:4], poses[1:5]):
+            rel = relative_pose(before, after)
+            if action == 1:
+                assert abs(rel[0] - 0.25) <= 0.02 and abs(rel[1]) <= 0.01, rel
+            else:
+                assert abs(math.degrees(rel[2]) - (30.0 if action == 2 else -30.0)) <= 2.0, math.degrees(rel[2])
+                assert math.hypot(rel[0], rel[1]) <= 0.01
+        assert spin_until(ex, lambda: any(e["event"] == "episode_end" for e in probe.events()), 5)
+        assert agent.counters["executor_timeouts"] == 0 and agent.counters["watchdog_trips"] == 0
+        ex.shutdown()
+    finally:
+        for n in reversed(nodes):
+            n.destroy_node()  # the bridge closes RemoteEnv: the server (serving one client) exits
+        ctx.try_shutdown()
+        stop_server(server)
