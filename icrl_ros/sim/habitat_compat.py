@@ -5,9 +5,10 @@ conda or Habitat-docker install gives. What icrl_ros uses differs in:
 
 * ``Simulator.recompute_navmesh``: 0.2.x takes ``include_static_objects`` as an argument; 0.3.x
   moved it into ``NavMeshSettings`` and takes two arguments.
-* The stage's up axis: 0.2.2 reads a plain .glb without a scene dataset config Z-up, so
-  ``habitat_scene`` writes Z-up files (the same files load in 0.3, whose default for a bare glb is
-  the same frame: ``up = +z``, ``front = +y``, unless a scene dataset config says otherwise).
+* Nothing else in the files: 0.2.2 reads a plain .glb stage (no scene dataset config) Z-up, so
+  ``habitat_scene`` writes Z-up files; 0.3 does the same by default (a habitat-sim maintainer in
+  facebookresearch/habitat-sim issue 2429, 2024: a Z-up glb "will load into Habitat correctly by
+  default"; not run here, no 0.3 on this machine).
 
 Everything else icrl_ros calls (``habitat.get_config`` with hydra overrides under ``habitat.*``,
 ``habitat.Env``, its ``episode_iterator``, ``get_metrics``, the ObjectNav-v1 dataset reader,
