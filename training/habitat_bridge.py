@@ -39,9 +39,9 @@ def export_house(house_seed: int, episodes: int, log: Path) -> Path:
     out = WORK / f"export_{house_seed}_{episodes}"
     if not (out / "datasets" / "objectnav" / "icrl_houses" / "val" / "val.json.gz").exists():
         with open(log, "ab") as f:
-            subprocess.run([str(SETUP), "run", CHROOT_PY, "-m", "icrl_ros.sim.habitat_scene", "--seeds", str(house_seed),
-                            "--out", inside(out), "--episodes", str(episodes)], cwd=REPO_ROOT, stdout=f,
-                           stderr=subprocess.STDOUT, check=True, timeout=300)
+            subprocess.run([str(SETUP), "run", CHROOT_PY, "-m", "icrl_ros.sim.habitat_scene",
+                            "--seeds", str(house_seed), "--out", inside(out), "--episodes", str(episodes)],
+                           cwd=REPO_ROOT, stdout=f, stderr=subprocess.STDOUT, check=True, timeout=300)
     return out
 
 
@@ -58,7 +58,8 @@ def start_server(export: Path, env_kwargs: dict, log: Path, timeout_s: float = 1
     cmd = [str(SETUP), "run", CHROOT_PY, "-m", "icrl_ros.sim.env_server", "--env-id", "icrl_ros/HabitatExtObjNav-v0",
            "--env-kwargs", json.dumps(kwargs), "--port", "0", "--token-file", inside(token_file),
            "--ready-file", inside(ready)]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
     deadline = time.monotonic() + timeout_s
     while not (ready.exists() and ready.read_text().strip()):
         if proc.poll() is not None:

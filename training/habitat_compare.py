@@ -87,8 +87,9 @@ def miniworld_side(a: argparse.Namespace) -> None:
         fps[str(s)] = _steps_per_s(env, a.steps, rng, {})
         render_fps[str(s)] = _frames_per_s(env._renderer.render, _free_poses(s, a.steps, rng))
         env.close()
-    out = {"side": "miniworld", "seeds": a.seeds, "pairs": pairs, "probes": probes, "steps_per_s": fps, "render_frames_per_s": render_fps,
-           "machine": platform.node(), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    out = {"side": "miniworld", "seeds": a.seeds, "pairs": pairs, "probes": probes, "steps_per_s": fps,
+           "render_frames_per_s": render_fps, "machine": platform.node(), "cpus": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(f"MiniWorld: {len(pairs)} (start, goal) pairs, {len(probes)} probe poses "

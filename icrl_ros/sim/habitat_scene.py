@@ -103,7 +103,7 @@ def _quad(trimesh, corners: np.ndarray, uv: np.ndarray, image, double_sided: boo
     return mesh
 
 
-def _wall(trimesh, tex, image, a: tuple[float, float], b: tuple[float, float], y0: float, y1: float):
+def _wall(trimesh, image, a: tuple[float, float], b: tuple[float, float], y0: float, y1: float):
     """A vertical wall quad from floor point a to b (x, z), heights y0..y1, tiled as MiniWorld does."""
     (ax, az), (bx, bz) = a, b
     length = math.hypot(bx - ax, bz - az)
@@ -177,10 +177,10 @@ def house_scene(layout: HouseLayout):
             start = lo
             for c0, c1 in [*cuts, (hi, hi)]:
                 if c0 > start + 1e-6:  # a full-height piece between openings
-                    scene.add_geometry(_wall(trimesh, r.wall_tex, wall, pt(start), pt(c0), 0.0, WALL_HEIGHT),
+                    scene.add_geometry(_wall(trimesh, wall, pt(start), pt(c0), 0.0, WALL_HEIGHT),
                                        f"wall_{i}_{k}_{start:.2f}")
                 if c1 > c0:  # the lintel above a door opening
-                    scene.add_geometry(_wall(trimesh, r.wall_tex, wall, pt(c0), pt(c1), DOOR_HEIGHT, WALL_HEIGHT),
+                    scene.add_geometry(_wall(trimesh, wall, pt(c0), pt(c1), DOOR_HEIGHT, WALL_HEIGHT),
                                        f"lintel_{i}_{k}_{c0:.2f}")
                 start = max(start, c1)
     for k, d in enumerate(layout.doors):  # the passage through the wall: floor, jambs, ceiling
@@ -192,7 +192,7 @@ def house_scene(layout: HouseLayout):
         jambs = (((x0, z0), (x1, z0)), ((x0, z1), (x1, z1))) if d.axis == "x" else (((x0, z0), (x0, z1)),
                                                                                   ((x1, z0), (x1, z1)))
         for j, (a, b) in enumerate(jambs):
-            scene.add_geometry(_wall(trimesh, ra.wall_tex, wall, a, b, 0.0, DOOR_HEIGHT), f"door_jamb_{k}_{j}")
+            scene.add_geometry(_wall(trimesh, wall, a, b, 0.0, DOOR_HEIGHT), f"door_jamb_{k}_{j}")
     for k, p in enumerate(layout.pictures):
         image = tex.get(p.tex)
         w, h = image.size

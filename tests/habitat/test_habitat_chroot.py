@@ -44,8 +44,8 @@ def in_chroot(*cmd: str, timeout: float, env: dict | None = None) -> subprocess.
 def test_habitat_path_imports_no_torch() -> None:
     # the env, the scene export and the compat layer must import in a Python without torch (the chroot's)
     code = ("import sys, icrl_ros.sim, icrl_ros.sim.habitat_env, icrl_ros.sim.habitat_scene, "
-            "icrl_ros.sim.habitat_compat; bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'onnxruntime')]; "
-            "assert not bad, bad")
+            "icrl_ros.sim.habitat_compat, icrl_ros.sim.env_server; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'onnxruntime')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
