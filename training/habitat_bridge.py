@@ -36,7 +36,9 @@ def inside(path: Path) -> str:
 
 def export_house(house_seed: int, episodes: int, log: Path) -> Path:
     """Export one house (stage, navmesh, ``episodes`` ObjectNav episodes) unless already there."""
-    out = WORK / f"export_{house_seed}_{episodes}"
+    from icrl_ros.sim.habitat_scene import SCENE_VERSION
+
+    out = WORK / f"export_{house_seed}_{episodes}_v{SCENE_VERSION}"
     if not (out / "datasets" / "objectnav" / "icrl_houses" / "val" / "val.json.gz").exists():
         with open(log, "ab") as f:
             subprocess.run([str(SETUP), "run", CHROOT_PY, "-m", "icrl_ros.sim.habitat_scene",

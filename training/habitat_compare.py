@@ -60,7 +60,7 @@ def miniworld_side(a: argparse.Namespace) -> None:
     from icrl_ros.sim.house_layout import GOAL_NAMES, house_split
 
     rng = np.random.default_rng(a.seed)
-    pairs, probes, fps, render_fps = [], [], {}, {}
+    pairs, probes, fps, render_fps, frames = [], [], {}, {}, []
     for s in a.seeds:
         env = HouseEnv(split=house_split(s), house_seed=s, image_size=64)
         for k in range(a.episodes):
@@ -84,6 +84,7 @@ def miniworld_side(a: argparse.Namespace) -> None:
                 env.x, env.z, env.yaw = x, z, (yaw + math.pi) % (2 * math.pi) - math.pi
                 probes.append({"house_seed": s, "pose": [env.x, env.z, env.yaw], "goal": GOAL_NAMES[env.goal],
                                "success": env.target_visible_in_reach()})
+                frames.append(env.observe()["rgb"])
         fps[str(s)] = _steps_per_s(env, a.steps, rng, {})
         render_fps[str(s)] = _frames_per_s(env._renderer.render, _free_poses(s, a.steps, rng))
         env.close()
@@ -92,6 +93,7 @@ def miniworld_side(a: argparse.Namespace) -> None:
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
+    np.savez_compressed(Path(a.out).with_suffix(".npz"), probe_rgb=np.stack(frames))  # (P, 64, 64, 3)
     print(f"MiniWorld: {len(pairs)} (start, goal) pairs, {len(probes)} probe poses "
           f"({sum(p['success'] for p in probes)} succeed); steps/s per house {fps}; render frames/s {render_fps}")
 
@@ -110,8 +112,10 @@ def habitat_side(a: argparse.Namespace) -> None:
         _, info = env.reset(options={"house_seed": p["house_seed"], "start": p["start"], "goal": p["goal"]})
         geo.append((p["geodesic"], info["geodesic_distance"]))
     agree = []
+    frames = []
     for p in mw["probes"]:
-        env.reset(options={"house_seed": p["house_seed"], "start": p["pose"], "goal": p["goal"]})
+        obs, _ = env.reset(options={"house_seed": p["house_seed"], "start": p["pose"], "goal": p["goal"]})
+        frames.append(obs["rgb"])
         _, _, _, _, info = env.step(0)
         agree.append((bool(p["success"]), bool(info["success"])))
     rng = np.random.default_rng(0)
@@ -133,6 +137,13 @@ def habitat_side(a: argparse.Namespace) -> None:
     rel = np.abs(d) / np.maximum(g[finite, 0], 1e-9)
     tol = np.abs(d) <= a.tol_m + a.tol_rel * g[finite, 0]
     s = np.array(agree, bool).reshape(-1, 2)
+    # the camera images at the same poses: how far apart the two renderers' pictures are
+    mw_rgb = np.load(Path(a.pairs).with_suffix(".npz"))["probe_rgb"].astype(np.float64)
+    hab_rgb = np.stack(frames).astype(np.float64)
+    image = {"mean_abs_diff_0_255": float(np.abs(hab_rgb - mw_rgb).mean()),
+             "mean_brightness_miniworld": float(mw_rgb.mean()), "mean_brightness_habitat": float(hab_rgb.mean()),
+             "per_image_correlation_median": float(np.median([np.corrcoef(h.ravel(), m.ravel())[0, 1]
+                                                              for h, m in zip(hab_rgb, mw_rgb)]))}
     res = {
         "pairs": len(geo), "finite_both": int(finite.sum()),
         "habitat_minus_miniworld_m": {"mean": float(d.mean()), "median": float(np.median(d)),
@@ -143,7 +154,7 @@ def habitat_side(a: argparse.Namespace) -> None:
         "within_tolerance": int(tol.sum()),
         "probes": len(s), "success_rule_agree": int((s[:, 0] == s[:, 1]).sum()),
         "success_both": int((s[:, 0] & s[:, 1]).sum()), "miniworld_only": int((s[:, 0] & ~s[:, 1]).sum()),
-        "habitat_only": int((~s[:, 0] & s[:, 1]).sum()),
+        "habitat_only": int((~s[:, 0] & s[:, 1]).sum()), "images_at_probe_poses": image,
         "habitat_steps_per_s": fps, "miniworld_steps_per_s": mw["steps_per_s"],
         "habitat_sim_render_rgb_depth_per_s": render_fps, "miniworld_render_rgb_per_s": mw["render_frames_per_s"],
         "export_s": export_s,
