@@ -142,8 +142,10 @@ def habitat_side(a: argparse.Namespace) -> None:
     hab_rgb = np.stack(frames).astype(np.float64)
     image = {"mean_abs_diff_0_255": float(np.abs(hab_rgb - mw_rgb).mean()),
              "mean_brightness_miniworld": float(mw_rgb.mean()), "mean_brightness_habitat": float(hab_rgb.mean()),
+             # a frame of one flat colour (a wall filling the view) has no correlation: left out
              "per_image_correlation_median": float(np.median([np.corrcoef(h.ravel(), m.ravel())[0, 1]
-                                                              for h, m in zip(hab_rgb, mw_rgb)]))}
+                                                              for h, m in zip(hab_rgb, mw_rgb)
+                                                              if h.std() > 0 and m.std() > 0]))}
     res = {
         "pairs": len(geo), "finite_both": int(finite.sum()),
         "habitat_minus_miniworld_m": {"mean": float(d.mean()), "median": float(np.median(d)),
