@@ -27,11 +27,11 @@ test-all: venv
 	$(PY) -m pytest -q -m ""
 
 # The Habitat backend on the real habitat-sim (the root-only chroot of ../shared/habitat, built on first
-# use): its contract suite inside the chroot and the host-side checks; a missing chroot fails here
-# instead of skipping as in `make test`.
+# use): its contract suite inside the chroot, the host-side checks and the bridge + agent trials (marked
+# slow, so not in `make test`); a missing chroot fails here instead of skipping as in `make test`.
 test-habitat: venv
 	bash scripts/habitat_prepare.sh
-	ICRL_REQUIRE_HABITAT=1 $(PY) -m pytest -q tests/habitat
+	ICRL_REQUIRE_HABITAT=1 $(PY) -m pytest -q -m "" tests/habitat
 
 # The ROS 2 demo: sim bridge + agent node (shipped Memo bundle, ONNX Runtime) as two processes,
 # DDS on loopback, one trial of 8 episodes in an unseen house -> table + demo_out/.

@@ -4,6 +4,7 @@ The chroot (``../shared/habitat/setup.sh``, real habitat-sim 0.2.2 + habitat-lab
 needs root and the shared folder; where either is missing, or the chroot has not been prepared for
 icrl_ros (``scripts/habitat_prepare.sh``; ``make test-habitat`` runs it), the chroot tests skip and
 say why. ``ICRL_REQUIRE_HABITAT=1`` (set by ``make test-habitat``) turns those skips into failures.
+The two bridge + agent trials are marked slow: ``make test-habitat`` runs them, ``make test`` does not.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def test_contract_suite_inside_the_chroot() -> None:
     assert " passed" in tail and "skipped" not in tail.split("\n")[-2], tail  # ran for real, nothing skipped inside
 
 
+@pytest.mark.slow  # ~8 s; make test-habitat runs it (make test is near its 8-minute budget)
 def test_bridge_and_agent_drive_habitat_in_lockstep(tmp_path) -> None:
     # the shipped bundle (agent_node) -> DDS on loopback -> sim_bridge_node (RemoteEnv) -> TCP -> the Habitat
     # env server in the chroot, on the demo's test-split house exported to a Habitat scene
@@ -114,6 +116,7 @@ def test_bridge_and_agent_drive_habitat_in_lockstep(tmp_path) -> None:
     assert "Initializing task ObjectNav-v1" in server_log  # habitat-lab's env served the episodes
 
 
+@pytest.mark.slow  # ~10 s; make test-habitat runs it
 def test_twist_executor_drives_habitat_in_real_time(tmp_path) -> None:
     # agent_node in twist mode (scripted runner: forward, left, right, forward, stop) -> cmd_vel -> the bridge
     # integrating it at 20 Hz with RemoteEnv.move_continuous on Habitat's navmesh; each action must come out
