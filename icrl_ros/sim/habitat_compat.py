@@ -6,7 +6,7 @@ conda or Habitat-docker install gives. What icrl_ros uses differs in:
 * ``Simulator.recompute_navmesh``: 0.2.x takes ``include_static_objects`` as an argument; 0.3.x
   moved it into ``NavMeshSettings`` and takes two arguments.
 * Nothing else in the files: 0.2.2 reads a plain .glb stage (no scene dataset config) Z-up, so
-  ``habitat_scene`` writes Z-up files; 0.3 does the same by default (a habitat-sim maintainer in
+  ``habitat_mesh`` writes Z-up files; 0.3 does the same by default (a habitat-sim maintainer in
   facebookresearch/habitat-sim issue 2429, 2024: a Z-up glb "will load into Habitat correctly by
   default"; not run here, no 0.3 on this machine).
 

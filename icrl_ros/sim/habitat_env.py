@@ -52,14 +52,15 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from icrl_ros.sim.house import NO_ACTION, POSE_FRAMES, observation_space
+from icrl_ros.sim.house import NO_ACTION, POSE_FRAMES, HouseEnv, observation_space
+from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG  # constants only, no GL
 from icrl_ros.sim.house_nav import episode_odometry, wrap_angle
 
 DEFAULT_CONFIG = "benchmark/nav/objectnav/objectnav_hm3d.yaml"
 ACTION_NAMES = ("stop", "move_forward", "turn_left", "turn_right")  # habitat-lab's names, our indices
 ODOM_LIMIT_M = 100.0
-# The MiniWorld house's agent and camera (HouseEnv / house_render): the same robot in both simulators.
-AGENT_RADIUS, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_DEG = 0.25, 0.9, -15.0, 79
+# The MiniWorld house's agent and camera: the same robot in both simulators (habitat-lab's hfov is an int).
+AGENT_RADIUS, FOV_DEG = HouseEnv.agent_radius, int(round(FOV_Y_DEG))
 SENSORS = "habitat.simulator.agents.main_agent.sim_sensors"
 
 
