@@ -73,6 +73,12 @@ def test_export_writes_a_scene_navmesh_and_objectnav_episodes(export) -> None:
             for ep in data["episodes"]:
                 if ep["info"]["house_seed"] == s:
                     assert sim.pathfinder.is_navigable(np.asarray(ep["start_position"], np.float32))
+                    assert ep["info"]["geodesic_distance"] >= 3.0  # the task's min_start_distance (MiniWorld grid)
+                    x, z = ep["start_position"][0], ep["start_position"][2]
+                    for o in (o for o in layout.objects if o.cat.name == ep["object_category"]):  # start_away
+                        for r in layout.rooms:
+                            if r.min_x <= o.x <= r.max_x and r.min_z <= o.z <= r.max_z:
+                                assert not (r.min_x < x < r.max_x and r.min_z < z < r.max_z), (ep, o)
         finally:
             sim.close()
 
