@@ -33,7 +33,11 @@ def test_parameter_files_validate_against_the_dataclasses() -> None:
     assert fetch.camera_topic == "/head_camera/rgb/image_raw"
     assert (fetch.odom_topic, fetch.cmd_vel_topic, fetch.action_mode) == ("/odom", "/cmd_vel", "twist")
     assert fetch.control_rate_hz >= 10.0  # the Fetch base zeroes commands older than 0.25 s
-    BridgeParams.from_dict(ros_parameters("bridge.yaml"))
+    bridge = BridgeParams.from_dict(ros_parameters("bridge.yaml"))
+    from icrl_ros.sim.house_render import CAMERA_HEIGHT, FOV_Y_DEG  # constants only, no GL
+
+    # the published CameraInfo and camera transform are the house camera's (the config said 60 deg / 1 m)
+    assert (bridge.camera_fov_y_deg, bridge.camera_height_m) == (FOV_Y_DEG, CAMERA_HEIGHT)
 
 
 def test_memory_parameter_accepts_every_registered_memory_policy() -> None:
