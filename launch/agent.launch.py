@@ -3,10 +3,10 @@
     ros2 launch icrl_ros agent.launch.py bundle:=/path/to/bundle robot:=fetch
     ros2 launch icrl_ros agent.launch.py robot:=fetch device:=cpu backend:=onnxruntime   # no GPU here
     ros2 launch icrl_ros agent.launch.py bundle:=... backend:=tensorrt namespace:=robot1
-    ros2 launch icrl_ros agent.launch.py        # the shipped house_memo bundle (a barely-trained demo policy)
+    ros2 launch icrl_ros agent.launch.py        # the shipped house_relic bundle (an imitated student)
 
 Arguments
-  bundle        export bundle directory; default: the shipped share/icrl_ros/bundles/house_memo
+  bundle        export bundle directory; default: the shipped share/icrl_ros/bundles/house_relic
   backend       onnxruntime | torch | tensorrt; empty = the profile's value
   device        cpu | cuda; empty = the profile's value (fetch: cuda)
   robot         sim (config/agent.yaml) | fetch (config/agent.yaml + config/fetch.yaml)
@@ -48,7 +48,7 @@ def _agent(context, *args, **kwargs):
     parameters = [os.path.join(config, name) for name in PROFILES[robot]]
     if arg["params_file"]:
         parameters.append(arg["params_file"])
-    overrides = {"bundle_path": arg["bundle"] or os.path.join(share, "bundles", "house_memo"),
+    overrides = {"bundle_path": arg["bundle"] or os.path.join(share, "bundles", "house_relic"),
                  "use_sim_time": arg["use_sim_time"].lower() in TRUE}
     for key in ("backend", "device", "action_mode"):
         if arg[key]:
@@ -84,7 +84,7 @@ def _agent(context, *args, **kwargs):
 def generate_launch_description():
     return LaunchDescription([
         DeclareLaunchArgument("bundle", default_value="",
-                              description="Export bundle directory (default: share/icrl_ros/bundles/house_memo)"),
+                              description="Export bundle directory (default: share/icrl_ros/bundles/house_relic)"),
         DeclareLaunchArgument("backend", default_value="", description="onnxruntime | torch | tensorrt"),
         DeclareLaunchArgument("device", default_value="", description="cpu | cuda (default: the profile's)"),
         DeclareLaunchArgument("robot", default_value="sim", choices=["sim", "fetch"], description="Parameter profile"),

@@ -21,10 +21,11 @@ With ``--habitat`` the house the MiniWorld run would use is exported to a Habita
 by ``icrl_ros.sim.env_server`` from the Habitat chroot of ``../shared/habitat`` (root); the bridge
 here drives it through ``icrl_ros/RemoteEnv-v0``, the agent is unchanged.
 
-The default bundle (``bundles/house_memo``) is a real Memo policy exported from a real
-checkpoint: a student of the in-context house teacher after a partial imitation run (131k env
-steps on this CPU). It does not find objects yet (BENCHMARKS.md, issue 12): the demo shows the
-ROS side end to end, not in-context learning. Point ``--bundle`` at a better one.
+The default bundle (``bundles/house_relic``) is a real ReLIC policy exported from a real
+checkpoint: a student of the in-context house teacher (offline behaviour cloning on 262k
+teacher steps on this CPU). It finds the goal in a minority of episodes and does not yet improve
+clearly from episode to episode (BENCHMARKS.md, issue 12): the demo shows the ROS side end to
+end, not yet in-context learning. Point ``--bundle`` at a better one.
 """
 
 from __future__ import annotations
@@ -321,9 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"== icrl_ros demo: {bundle.name} ({args.backend}) in an unseen {sim_name} house over ROS 2 ==")
     print(f"   DDS on loopback only, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, namespace {NAMESPACE}; "
           f"{args.episodes} episodes of at most {args.max_steps} steps, memory kept across them")
-    if bundle.resolve() == (REPO_ROOT / "bundles" / "house_memo").resolve():
-        print("   note: the shipped house_memo policy is a partly imitated student that does not find objects yet: a real "
-              "bundle that exercises the ROS side, not a competent navigator")
+    if bundle.resolve() == (REPO_ROOT / "bundles" / "house_relic").resolve():
+        print("   note: the shipped house_relic policy is an imitated student that finds the goal in a minority of "
+              "episodes (BENCHMARKS.md): a real policy on the ROS side, not yet the in-context learner promised")
 
     tmp = Path(tempfile.mkdtemp(prefix="icrl_demo_"))
     bridge = {"env_id": "icrl_ros/MiniWorldHouse-v0", "env_kwargs": json.dumps({"split": "test"})}
@@ -408,8 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     title = (f"{bundle.name}: one trial in test-split house {house_seed}{' in Habitat' if args.habitat else ''} "
              f"({args.episodes} episodes, "
              f"<= {args.max_steps} steps each)")
-    if bundle.resolve() == (REPO_ROOT / "bundles" / "house_memo").resolve():
-        title += "\npartly imitated student (131k env steps): it does not find objects yet"
+    if bundle.resolve() == (REPO_ROOT / "bundles" / "house_relic").resolve():
+        title += "\nimitated student (offline cloning of the house teacher): finds the goal in a minority of episodes"
     plot_curve(table, out / "icl_curve.png", title)
     plot_top_down(table, ends, house_seed, out / "top_down.png", title)
     frames = []

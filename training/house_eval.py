@@ -1,7 +1,7 @@
 """Evaluate a house policy: per-episode success, SPL and steps over fixed-length trials.
 
     python training/evaluate.py checkpoints/house_memo.pt --trials 100 --episodes 20   # training side
-    python training/evaluate.py bundles/house_memo --trials 100 --episodes 20          # deployed bundle
+    python training/evaluate.py bundles/house_relic --trials 100 --episodes 20          # deployed bundle
 
 Every trial is one held-out house for exactly ``episodes`` episodes (an env that has run its
 episodes takes ``stop`` until the others finish; those steps are not counted), so every
