@@ -159,8 +159,8 @@ def test_bundle_path_resolution(tmp_path, monkeypatch) -> None:
         assert shipped.resolve_bundle_path("")[0] == default  # empty: the checkout's shipped bundle
         monkeypatch.chdir(tmp_path)  # relative: the working directory first, then the checkout
         assert shipped.resolve_bundle_path("bundles/house_relic")[0] == default
-        (tmp_path / "bundles" / "house_memo").mkdir(parents=True)
-        assert shipped.resolve_bundle_path("bundles/house_relic")[0] == str(tmp_path / "bundles" / "house_memo")
+        (tmp_path / "bundles" / "house_relic").mkdir(parents=True)
+        assert shipped.resolve_bundle_path("bundles/house_relic")[0] == str(tmp_path / "bundles" / "house_relic")
     found, tried = shipped.resolve_bundle_path(str(tmp_path / "nope"))
     assert found == "" and tried == [str(tmp_path / "nope")]
     found, tried = shipped.resolve_bundle_path("no/such/bundle")
