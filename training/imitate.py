@@ -85,6 +85,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def concat_trials(trials: list[dict], keys) -> dict[str, torch.Tensor]:
+    """Saved iterations' trials -> one (N, T, ...) tensor per key."""
+    return {k: torch.cat([t[k] for t in trials]) for k in keys}
+
+
 def discounted(reward: torch.Tensor, done: torch.Tensor, gamma: float, trial_returns: bool) -> torch.Tensor:
     """Discounted return of every step (B, T), to the trial end or (trial_returns=False) the episode end."""
     out = torch.zeros_like(reward)
@@ -220,7 +225,7 @@ class Imitator:
         memo = isinstance(policy, MemoPolicy)
         new = self.with_returns(data)
         keys = (*self.keys, "label", "return")
-        old = {k: torch.cat([t[k] for t in pool]) for k in keys} if pool else None
+        old = concat_trials(pool, keys) if pool else None
         T = new["label"].shape[1]
         n_new = batch - batch // 2 if old is not None else batch
         totals = np.zeros(3)
@@ -245,8 +250,9 @@ class Imitator:
         depend on it), with validation on ``val`` every ``log_every`` steps."""
         policy, a = self.policy, self.policy.args
         memo = isinstance(policy, MemoPolicy)
-        data = {k: torch.cat([t[k] for t in trials]) for k in (*self.keys, "label", "return")}
-        held = {k: torch.cat([t[k] for t in val]) for k in (*self.keys, "label", "return")} if val else None
+        keys = (*self.keys, "label", "return")
+        data = concat_trials(trials, keys)
+        held = concat_trials(val, keys) if val else None
         n_trials, T = data["label"].shape
         totals, n, logs = np.zeros(3), 0, {}
         t0 = time.perf_counter()

@@ -37,6 +37,15 @@ def chroot_missing() -> str | None:
     return None
 
 
+def require_chroot() -> None:
+    """Skip (fail under ICRL_REQUIRE_HABITAT=1) where the chroot cannot run."""
+    why = chroot_missing()
+    if why:
+        if REQUIRED:
+            pytest.fail(why)
+        pytest.skip(why)
+
+
 def in_chroot(*cmd: str, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(["nice", "-n", "10", str(SETUP), "run", *cmd], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
@@ -65,11 +74,7 @@ def test_bad_arguments_fail_before_habitat_loads(kwargs, match) -> None:
 
 
 def test_contract_suite_inside_the_chroot() -> None:
-    why = chroot_missing()
-    if why:
-        if REQUIRED:
-            pytest.fail(why)
-        pytest.skip(why)
+    require_chroot()
     r = in_chroot("/opt/hvenv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/habitat/chroot",
                   timeout=240)
     tail = (r.stdout + r.stderr)[-4000:]
@@ -81,11 +86,7 @@ def test_contract_suite_inside_the_chroot() -> None:
 def test_bridge_and_agent_drive_habitat_in_lockstep(tmp_path) -> None:
     # the shipped bundle (agent_node) -> DDS on loopback -> sim_bridge_node (RemoteEnv) -> TCP -> the Habitat
     # env server in the chroot, on the demo's test-split house exported to a Habitat scene
-    why = chroot_missing()
-    if why:
-        if REQUIRED:
-            pytest.fail(why)
-        pytest.skip(why)
+    require_chroot()
     from tests.nodes.ros_support import require_house_bundle, ros_import_error
 
     if ros_import_error():
@@ -121,17 +122,12 @@ def test_twist_executor_drives_habitat_in_real_time(tmp_path) -> None:
     # agent_node in twist mode (scripted runner: forward, left, right, forward, stop) -> cmd_vel -> the bridge
     # integrating it at 20 Hz with RemoteEnv.move_continuous on Habitat's navmesh; each action must come out
     # as 0.25 m / 30 deg of the Habitat agent's true pose, as on the MiniWorld house (tests/nodes/test_sim_agent)
-    why = chroot_missing()
-    if why:
-        if REQUIRED:
-            pytest.fail(why)
-        pytest.skip(why)
+    require_chroot()
     from tests.nodes.ros_support import ros_import_error
 
     if ros_import_error():
         pytest.skip(ros_import_error())
     import json
-    import math
     import random
 
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
@@ -143,12 +139,11 @@ def test_twist_executor_drives_habitat_in_real_time(tmp_path) -> None:
     from rclpy.parameter import Parameter
 
     from icrl_ros.nodes.agent_node import AgentNode
-    from icrl_ros.nodes.convert import relative_pose
     from icrl_ros.nodes.sim_bridge_node import SimBridgeNode
     from icrl_ros.sim.house_layout import GOAL_NAMES
     from tests.nodes.fake_runner import FakeRunner, write_fake_bundle
     from tests.nodes.probe import Probe
-    from tests.nodes.ros_support import assert_loopback_env, spin_until
+    from tests.nodes.ros_support import assert_action_steps, assert_loopback_env, spin_until
     from training.habitat_bridge import export_house, start_server, stop_server
 
     assert_loopback_env()
@@ -188,13 +183,7 @@ def test_twist_executor_drives_habitat_in_real_time(tmp_path) -> None:
             publish(msg)
         agent.pub_action.publish = record
         assert spin_until(ex, lambda: len(poses) >= 5, 60), poses
-        for (action, before), (_, after) in zip(poses[:4], poses[1:5]):
-            rel = relative_pose(before, after)
-            if action == 1:
-                assert abs(rel[0] - 0.25) <= 0.02 and abs(rel[1]) <= 0.01, rel
-            else:
-                assert abs(math.degrees(rel[2]) - (30.0 if action == 2 else -30.0)) <= 2.0, math.degrees(rel[2])
-                assert math.hypot(rel[0], rel[1]) <= 0.01
+        assert_action_steps(poses)
         assert spin_until(ex, lambda: any(e["event"] == "episode_end" for e in probe.events()), 5)
         assert agent.counters["executor_timeouts"] == 0 and agent.counters["watchdog_trips"] == 0
         ex.shutdown()
@@ -210,11 +199,7 @@ def test_both_simulators_agree_on_one_house(tmp_path) -> None:
     # in Habitat. Distances within the stated tolerance, the success rule mostly agreeing, and the two
     # cameras' pictures at the same poses close (unlit Habitat houses measured 27.9 / 255 mean abs difference,
     # lit ones 18.6 on three houses)
-    why = chroot_missing()
-    if why:
-        if REQUIRED:
-            pytest.fail(why)
-        pytest.skip(why)
+    require_chroot()
     import json
 
     work = ROOT / "runs" / "habitat_bridge" / "compare_test"  # inside the checkout: the chroot sees it

@@ -68,3 +68,20 @@ def require_house_bundle() -> str:
     if not os.path.isfile(os.path.join(HOUSE_BUNDLE, "manifest.yaml")):
         pytest.skip(f"{HOUSE_BUNDLE} is missing: export checkpoints/house_memo.pt with training/export.py")
     return HOUSE_BUNDLE
+
+
+def assert_action_steps(poses: list) -> None:
+    """``poses``: (action, pose when it was decided) in order. Each of the first four actions must
+    move the base as the house env does: forward 0.25 m straight on, a turn 30 deg in place."""
+    import math
+
+    from icrl_ros.nodes.convert import relative_pose
+
+    for (action, before), (_, after) in zip(poses[:4], poses[1:5]):
+        rel = relative_pose(before, after)
+        if action == 1:
+            assert abs(rel[0] - 0.25) <= 0.02 and abs(rel[1]) <= 0.01, rel
+        else:
+            sign = 1 if action == 2 else -1
+            assert abs(math.degrees(rel[2]) - sign * 30.0) <= 2.0, math.degrees(rel[2])
+            assert math.hypot(rel[0], rel[1]) <= 0.01

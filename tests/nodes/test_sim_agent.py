@@ -11,11 +11,10 @@ sequence of forward / turn actions, which a trained policy does not promise).
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
-from tests.nodes.ros_support import require_house_bundle, require_ros, spin_until
+from tests.nodes.ros_support import assert_action_steps, require_house_bundle, require_ros, spin_until
 
 require_ros()
 
@@ -24,7 +23,6 @@ from rclpy.lifecycle import TransitionCallbackReturn  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
 from icrl_ros.nodes.agent_node import AgentNode  # noqa: E402
-from icrl_ros.nodes.convert import relative_pose  # noqa: E402
 from icrl_ros.nodes.sim_bridge_node import SimBridgeNode  # noqa: E402
 from tests.nodes.fake_runner import FakeRunner, write_fake_bundle  # noqa: E402
 from tests.nodes.probe import Probe  # noqa: E402
@@ -183,15 +181,7 @@ def test_twist_executor_reaches_steps_against_realtime_bridge(ros_context, tmp_p
             publish(msg)
         agent.pub_action.publish = record
         assert spin_until(ex, lambda: len(poses) >= 5, 40), poses
-        # each step = the pose change between consecutive actions, in the frame of the first
-        for (action, before), (_, after) in zip(poses[:4], poses[1:5]):
-            rel = relative_pose(before, after)
-            if action == 1:
-                assert abs(rel[0] - 0.25) <= 0.02 and abs(rel[1]) <= 0.01, rel
-            else:
-                sign = 1 if action == 2 else -1
-                assert abs(math.degrees(rel[2]) - sign * 30.0) <= 2.0, math.degrees(rel[2])
-                assert math.hypot(rel[0], rel[1]) <= 0.01
+        assert_action_steps(poses)  # the pose change between consecutive actions, in the frame of the first
         # the stop action ends the episode in the bridge
         assert spin_until(ex, lambda: any(e["event"] == "episode_end" for e in probe.events()), 5)
         twists = probe.got["cmd_vel"]
