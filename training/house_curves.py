@@ -96,6 +96,8 @@ def plot(curves: dict[str, dict], path: Path, title: str) -> None:
         ax.set_ylabel(ylab)
         if k != "steps":
             ax.set_ylim(0, 1.02)
+        else:
+            ax.set_ylim(bottom=0)  # from zero: a cropped axis made a 10-step wobble look like a fall
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, loc="lower right")
     fig.suptitle(title + "  (bands: 95% CI)")
