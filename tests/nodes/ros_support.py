@@ -9,6 +9,8 @@ from functools import lru_cache
 
 import pytest
 
+from icrl_ros.nodes.shipped import DEFAULT_BUNDLE
+
 
 def assert_loopback_env() -> None:
     """Refuse to start DDS unless discovery is loopback-only on a private domain."""
@@ -59,15 +61,26 @@ def spin_for(executor, seconds: float, step: float = 0.02) -> None:
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HOUSE_BUNDLE = os.path.join(REPO, "bundles", "house_memo")
-"""The shipped Memo bundle for the MiniWorld house (barely trained: a real bundle, not a good navigator)."""
+HOUSE_BUNDLE = os.path.join(REPO, "bundles", DEFAULT_BUNDLE)
+"""The shipped default bundle for the MiniWorld house (what an empty ``bundle_path`` resolves to)."""
 
 
 def require_house_bundle() -> str:
     """The shipped house bundle's path; skips the test when it (or the house env) is unavailable."""
     if not os.path.isfile(os.path.join(HOUSE_BUNDLE, "manifest.yaml")):
-        pytest.skip(f"{HOUSE_BUNDLE} is missing: export checkpoints/house_memo.pt with training/export.py")
+        pytest.skip(f"{HOUSE_BUNDLE} is missing: export checkpoints/{DEFAULT_BUNDLE}.pt with training/export.py")
     return HOUSE_BUNDLE
+
+
+MEMO_BUNDLE = os.path.join(REPO, "bundles", "house_memo")
+"""The shipped Memo bundle for the house (weakly trained): for checks of Memo's summary memory."""
+
+
+def require_memo_bundle() -> str:
+    """The shipped Memo house bundle's path; skips the test when it is missing."""
+    if not os.path.isfile(os.path.join(MEMO_BUNDLE, "manifest.yaml")):
+        pytest.skip(f"{MEMO_BUNDLE} is missing: export checkpoints/house_memo.pt with training/export.py")
+    return MEMO_BUNDLE
 
 
 def assert_action_steps(poses: list) -> None:

@@ -1,7 +1,7 @@
 """agent_node over real rclpy / DDS on loopback.
 
-With the real ``PolicyRunner`` and the shipped Memo bundle (``bundles/house_memo``, ONNX
-Runtime): lifecycle transitions (through the standard lifecycle services), a bundle path that
+With the real ``PolicyRunner`` and the shipped default bundle (``bundles/house_relic``,
+ONNX Runtime): lifecycle transitions (through the standard lifecycle services), a bundle path that
 does not exist, every kind of bad input (counted, logged once per throttle period, memory
 untouched), and memory saved -> node process killed -> new process -> memory loaded -> the
 same next action. The watchdog test keeps the scripted ``FakeRunner``: it needs the robot to
@@ -124,11 +124,11 @@ def test_lifecycle_transitions_and_missing_bundle(ros_context, tmp_path) -> None
         assert not change(ex, change_client, Transition.TRANSITION_CONFIGURE)
         assert agent.counters["bundle_errors"] == 2 and agent.runner is None
 
-        # empty = the shipped default bundle (bundles/house_memo of this checkout)
+        # empty = the shipped default bundle (bundles/house_relic of this checkout)
         agent.set_parameters([Parameter("bundle_path", value="")])
         assert change(ex, change_client, Transition.TRANSITION_CONFIGURE)
         runner = agent.runner
-        assert isinstance(runner, PolicyRunner) and runner.memory_policy == "memo"
+        assert isinstance(runner, PolicyRunner) and runner.memory_policy == "full"  # ReLIC: full memory
         assert os.path.samefile(runner.bundle.path, require_house_bundle())
         assert runner.greedy is False  # action_selection: sample (seeded)
         assert state_id(ex, get_client) == State.PRIMARY_STATE_INACTIVE
@@ -334,11 +334,6 @@ def test_memory_saved_process_killed_restarted_loaded_same_next_action(ros_conte
         assert os.path.exists(tmp_path / "mem" / "snapshot.npz")
         assert os.path.exists(str(tmp_path / "mem" / "snapshot.npz") + ".node.json")
         expected = step(70)  # what the original node does next
-        assert spin_until(ex, lambda: probe.status().get("memory_tokens") == "15", 3)  # 8 summary + 7 segment
-        expected_value = float(probe.status()["value"])  # the critic's estimate: sensitive to every memory bit
-        first.kill()  # SIGKILL: no clean-up, no chance to save anything more
-        first.wait(timeout=10)
-
         # the reference: a PolicyRunner with the same seed fed the same 71 inputs
         ref = PolicyRunner.from_bundle(require_house_bundle())
         ref.greedy = False
@@ -350,6 +345,12 @@ def test_memory_saved_process_killed_restarted_loaded_same_next_action(ros_conte
                    "odom": np.array([poses[k][0], poses[k][1], poses[k][2]], np.float32)}
             action, info = ref.act(obs)
             ref_actions.append(action)
+        # the node's memory holds what the reference's holds after the same 71 steps (ReLIC: 71
+        # tokens; Memo: its summaries + the open segment)
+        assert spin_until(ex, lambda: probe.status().get("memory_tokens") == str(info["memory_tokens"]), 3)
+        expected_value = float(probe.status()["value"])  # the critic's estimate: sensitive to every memory bit
+        first.kill()  # SIGKILL: no clean-up, no chance to save anything more
+        first.wait(timeout=10)
         assert actions + [expected] == ref_actions
         assert abs(info["value"] - expected_value) < 1e-5
         # (the shipped policy nearly always samples stop, so actions alone would hardly tell a
@@ -374,7 +375,8 @@ def test_memory_saved_process_killed_restarted_loaded_same_next_action(ros_conte
         assert step(70) == expected
         assert spin_until(ex, lambda: probe.status().get("actions") == "1", 3)
         s = probe.status()
-        assert (s["memory_tokens"], s["episode"], s["step"], s["memory_loads"]) == ("15", "0", "70", "1"), s
+        tokens_71 = info["memory_tokens"]
+        assert (s["memory_tokens"], s["episode"], s["step"], s["memory_loads"]) == (str(tokens_71), "0", "70", "1"), s
         assert abs(float(s["value"]) - expected_value) < 1e-5  # the restored memory, bit for bit in effect
 
         # a corrupt snapshot is refused and the memory stays as it was
@@ -383,7 +385,8 @@ def test_memory_saved_process_killed_restarted_loaded_same_next_action(ros_conte
         assert not answer.success and "snapshot.npz" in answer.message
         assert step(71) == ref.act({"rgb": np.frombuffer(images[71], np.uint8).reshape(64, 64, 3).copy(),
                                     "odom": np.array(poses[71], np.float32)})[0]
-        assert spin_until(ex, lambda: probe.status().get("memory_tokens") == "16", 3)
+        assert spin_until(ex, lambda: probe.status().get("memory_tokens") == str(ref.memory.tokens), 3)
+        assert ref.memory.tokens > tokens_71
         assert probe.status()["memory_errors"] == "1"
 
         # reset: a new trial; the same goal starts its episode 0 at the next image

@@ -9,20 +9,22 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
-from tests.nodes.ros_support import REPO, require_house_bundle
+from tests.nodes.ros_support import REPO, require_house_bundle, require_memo_bundle
 
 
-def test_shipped_bundle_is_the_shipped_checkpoint_and_passes_its_self_check() -> None:
-    bundle = require_house_bundle()
+@pytest.mark.parametrize("require,kind", [(require_house_bundle, "relic"), (require_memo_bundle, "memo")])
+def test_shipped_bundle_is_the_shipped_checkpoint_and_passes_its_self_check(require, kind) -> None:
+    bundle = require()
     from icrl_ros.models import load_checkpoint
     from icrl_ros.runtime.bundle import load_bundle, model_hash
 
     b = load_bundle(bundle)
-    assert b.manifest["model"]["kind"] == "memo" and b.manifest["precision"] == "fp32"
+    assert b.manifest["model"]["kind"] == kind and b.manifest["precision"] == "fp32"
     assert b.manifest["observation"]["image_size"] == [64, 64]
     assert b.manifest["action"]["names"] == ["stop", "forward", "turn_left", "turn_right"]
-    ckpt = os.path.join(REPO, "checkpoints", "house_memo.pt")
+    ckpt = os.path.join(REPO, "checkpoints", os.path.basename(bundle) + ".pt")
     if os.path.exists(ckpt):
         policy, _ = load_checkpoint(ckpt)
         assert model_hash(policy) == b.manifest["model"]["hash"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.nodes.ros_support import assert_action_steps, require_house_bundle, require_ros, spin_until
+from tests.nodes.ros_support import assert_action_steps, require_memo_bundle, require_ros, spin_until
 
 require_ros()
 
@@ -52,7 +52,7 @@ def memo_tokens(steps: int, l_seg: int, l_sum: int) -> int:
 
 
 def test_lockstep_house_episodes_with_the_shipped_bundle_memory_carries(ros_context, tmp_path) -> None:
-    bundle = require_house_bundle()
+    bundle = require_memo_bundle()
     ex, bridge, agent, probe = nodes(
         ros_context, tmp_path, fake=False,
         bridge={"env_kwargs": '{"split": "test"}', "seed": 11, "max_episode_steps": 40, "republish_period_s": 0.3},
