@@ -91,6 +91,14 @@ def test_house_offline_imitation_from_saved_trials(tmp_path):
     assert "update 4/4" in r.stdout and "val_agreement=" in r.stdout
     blob = torch.load(tmp_path / "off" / "checkpoints" / "final.pt", weights_only=False)
     assert blob["offline_updates"] == 4
+    # the object-memory model on the same trials, with its auxiliary head trained
+    r = run(["training/imitate.py", "--config", "config/train/house_relic_mem.yaml", "--run-dir", str(tmp_path / "mem"),
+             *TINY, "--offline", str(data), "--updates", "2", "--val-files", "1", "--aux-coef", "0.5"])
+    assert r.returncode == 0, r.stderr
+    assert "aux_loss=" in r.stdout and "val_agree_remembered=" in r.stdout and "val_aux_err_m=" in r.stdout
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "noaux"), *TINY,
+             "--offline", str(data), "--updates", "1", "--aux-coef", "0.5"])
+    assert r.returncode != 0 and "--aux-coef needs a model with memory_aux" in r.stderr
 
     r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "agg"), "--set", "total_steps=96",
              *TINY, "--pool", str(data), "--updates", "3", "--init", str(tmp_path / "off" / "checkpoints" / "final.pt")])
@@ -101,3 +109,73 @@ def test_house_offline_imitation_from_saved_trials(tmp_path):
     r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "bad"), *TINY,
              "--offline", str(noisy), "--val-files", "1"])
     assert r.returncode != 0 and "need more than --val-files 1" in r.stderr
+
+
+class FakeHeads:
+    """object_estimates of fixed tensors (what the frozen heads would say per step)."""
+
+    def __init__(self, p, xy, dist) -> None:
+        self.out = (p, xy, dist)
+
+    def object_estimates(self, f, odom):
+        return self.out
+
+
+def test_remembered_goal_targets_follow_the_nearest_sighting_into_later_episodes():
+    """The memory_aux targets: the goal counts as seen from the first confident sighting on, the
+    nearest sighting names its position, the offset is in the robot's frame, and a sighting in an
+    earlier episode is flagged (only memory can give that one)."""
+    import math
+
+    from training.imitate import remembered_goal
+
+    T, C = 6, 2
+    p, xy, dist = torch.zeros(1, T, C), torch.zeros(1, T, C, 2), torch.full((1, T, C), 9.0)
+    p[0, 1, 0], xy[0, 1, 0], dist[0, 1, 0] = 0.95, torch.tensor([3.0, 0.0]), 2.0  # goal 0 seen at step 1
+    p[0, 0, 1], xy[0, 0, 1], dist[0, 0, 1] = 0.95, torch.tensor([0.0, 4.0]), 1.0  # category 1, near
+    p[0, 2, 1], xy[0, 2, 1], dist[0, 2, 1] = 0.95, torch.tensor([0.0, 5.0]), 3.0  # ... and far: ignored
+    p[0, 3, 1] = 0.6  # below the sighting threshold
+    odom = torch.zeros(1, T, 3)
+    odom[0, 4, 2] = math.pi / 2  # facing +y
+    data = {"rgb_feat": torch.zeros(1, T, 4), "odom": odom, "goal": torch.tensor([[0, 0, 0, 1, 1, 1]]),
+            "episode_index": torch.tensor([[0, 0, 0, 1, 1, 1]])}
+    out = remembered_goal(FakeHeads(p, xy, dist), data)
+    assert out["aux_seen"][0].tolist() == [0, 1, 1, 1, 1, 1]
+    assert out["aux_earlier"][0].tolist() == [False, False, False, True, True, True]
+    vec = out["aux_vec"][0] * 5.0
+    assert vec[1].tolist() == pytest.approx([3.0, 0.0]) and vec[3].tolist() == pytest.approx([0.0, 4.0])
+    assert vec[4].tolist() == pytest.approx([4.0, 0.0], abs=1e-5)  # straight ahead once facing +y
+
+
+def test_object_estimates_of_the_shipped_encoder_land_on_the_objects():
+    """The frozen heads' sightings (P(in view) > SIGHTING_P) placed in the house frame by
+    object_estimates fall near a real instance of the category: the frames of odometry, bearing
+    and the env agree. Teacher-driven steps in a test house; the shipped encoder."""
+    from icrl_ros.models.encoders import VIEW_FOV_DEG, FeatureEncoder, FeatureHeads, load_frozen
+    from icrl_ros.sim.house import HouseEnv
+    from icrl_ros.sim.house_layout import CATEGORIES
+    from icrl_ros.sim.house_nav import episode_odometry
+    from icrl_ros.sim.house_render import FOV_Y_DEG
+    from training.imitate import SIGHTING_P
+
+    assert VIEW_FOV_DEG == FOV_Y_DEG
+    enc, heads = FeatureEncoder(128, 64), FeatureHeads(128, len(CATEGORIES))
+    load_frozen(enc, "checkpoints/house_encoder.pt")
+    load_frozen(heads, "checkpoints/house_encoder.pt", prefix="heads.")
+    env = HouseEnv(split="test", teacher="memory")
+    obs, info = env.reset(seed=0)
+    errors = []
+    with torch.no_grad():
+        for _ in range(300):
+            p, xy, _ = heads.object_estimates(enc(torch.as_tensor(obs["rgb"])[None]), torch.as_tensor(obs["odom"])[None])
+            for c in np.flatnonzero(p[0].numpy() > SIGHTING_P):
+                true = [episode_odometry(env.house_origin, (o.x, o.z, 0.0))[:2]
+                        for o in env.layout.objects if o.category == c]
+                errors.append(min((float(np.hypot(*(xy[0, c].numpy() - t))) for t in true), default=99.0))
+            obs, _, term, trunc, info = env.step(info["teacher_action"])
+            if term or trunc:
+                obs, info = env.reset()
+    env.close()
+    errors = np.array(errors)
+    assert len(errors) >= 30, len(errors)
+    assert np.median(errors) < 1.0 and (errors < 1.5).mean() > 0.6, (np.median(errors), (errors < 1.5).mean())

@@ -210,3 +210,71 @@ def test_goal_readout_feeds_the_encoder_heads_for_the_goal(tmp_path):
         build_policy(small_args(kind="relic", obs_type="image", image_size=24, n_goals=12, sink="kv0",
                                 visual_encoder="features", feature_dim=16, goal_readout=True,
                                 pretrained_encoder=str(tmp_path / "bare.pt")), load_pretrained=True)
+
+
+def sharp_heads(n_feat: int, n_cat: int, category: int, bearing_bin: int, dist_bin: int):
+    """Label heads that, whatever the features, see ``category`` in one bearing and distance bin."""
+    from icrl_ros.models.encoders import BEARING_BINS, DIST_BINS, FeatureHeads
+
+    heads = FeatureHeads(n_feat, n_cat)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.zero_()
+        heads.present.bias.fill_(-20.0)
+        heads.present.bias[category] = 20.0
+        heads.bearing.bias.view(n_cat, BEARING_BINS)[category, bearing_bin] = 50.0
+        heads.dist.bias.view(n_cat, DIST_BINS)[category, dist_bin] = 50.0
+    return heads
+
+
+def test_object_readout_places_what_the_heads_see_in_the_odometry_frame(tmp_path):
+    """object_readout: per category P(in view) and the position it implies (robot pose + the
+    expected bearing and distance), in the odometry frame (x forward, y left, yaw CCW). A robot
+    at (1, 2) facing +y that sees category 3 straight ahead 1.5 m away places it at (1, 3.5);
+    in the leftmost bearing bin, to its left (x < 1). The policy builds with it, the heads stay
+    frozen, and cached features give the same forward as images."""
+    import math
+
+    from icrl_ros.models import build_policy
+    from icrl_ros.models.encoders import BEARING_CENTRES, DIST_CENTRES, OBJECT_SCALE_M, FeatureEncoder
+
+    f, odom = torch.randn(1, 16), torch.tensor([[1.0, 2.0, math.pi / 2]])
+    with torch.no_grad():
+        p, xy, dist = sharp_heads(16, 12, 3, 2, 1).object_estimates(f, odom)
+        assert p[0, 3] > 0.99 and p[0, [0, 1, 2, 4]].max() < 1e-6 and dist[0, 3] == pytest.approx(DIST_CENTRES[1])
+        assert xy[0, 3].tolist() == pytest.approx([1.0, 3.5], abs=1e-4)
+        _, xy_left, _ = sharp_heads(16, 12, 3, 0, 1).object_estimates(f, odom)
+        b = BEARING_CENTRES[0]
+        assert b > 0 and xy_left[0, 3].tolist() == pytest.approx([1 - 1.5 * math.sin(b), 2 + 1.5 * math.cos(b)], abs=1e-4)
+        view = sharp_heads(16, 12, 3, 2, 1).object_view(f, odom)
+        assert view.shape == (1, 36) and view[0, 3] > 0.99
+        assert view[0, 12 + 2 * 3: 12 + 2 * 3 + 2].tolist() == pytest.approx([1.0 / OBJECT_SCALE_M, 3.5 / OBJECT_SCALE_M], abs=1e-3)
+
+    enc = FeatureEncoder(16, 24)
+    torch.save({**enc.state_dict(), **{f"heads.{k}": v for k, v in sharp_heads(16, 12, 3, 2, 1).state_dict().items()}},
+               tmp_path / "enc.pt")
+    args = small_args(kind="relic", obs_type="image", image_size=24, n_goals=12, sink="kv0", visual_encoder="features",
+                      feature_dim=16, object_readout=True, pretrained_encoder=str(tmp_path / "enc.pt"))
+    policy = build_policy(args, load_pretrained=True).eval()
+    assert not any(q.requires_grad for q in policy.encoder.heads.parameters())
+    assert policy.encoder.object_view_proj.weight.requires_grad and not hasattr(policy.encoder, "goal_view_proj")
+    inp = random_trial(args, batch=2, steps=9, episode_len=4)
+    with torch.no_grad():
+        a = policy.forward_sequence(inp)[0]
+        b = policy.forward_sequence(policy.rollout_inputs(inp))[0]
+    assert (a - b).abs().max() <= 1e-5
+
+
+def test_memory_aux_head_is_relic_only_and_returned_on_request():
+    from icrl_ros.models import build_policy
+
+    args = small_args(kind="relic", memory_aux=True)
+    policy = build_policy(args).eval()
+    inp = random_trial(args, batch=2, steps=9, episode_len=4)
+    out = policy.forward_sequence(inp, aux=True)
+    assert len(out) == 5 and out[4].shape == (2, 9, 3)
+    assert torch.equal(policy.forward_sequence(inp)[0], out[0])  # the head does not change the policy
+    with pytest.raises(ValueError, match="memory_aux head"):
+        build_policy(small_args(kind="relic")).forward_sequence(inp, aux=True)
+    with pytest.raises(ValueError, match="model.memory_aux: only for kind relic"):
+        small_args(kind="memo", memory_aux=True).validate()

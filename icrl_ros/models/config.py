@@ -78,6 +78,15 @@ class ModelArgs:
     category (in view, bearing bins, distance bins) and the free space ahead, read from
     ``pretrained_encoder``'s ``heads.*`` weights: "is my goal in view, where, how far" is then an
     input rather than a product of the goal and 128 features the policy must learn."""
+    object_readout: bool = False
+    """``visual_encoder: features``: also feed, for every category, the heads' P(in view) and the
+    house-frame position it implies (odometry + expected bearing and distance). A token then
+    says "a cone was about there", whatever the goal of its episode was, so a later episode can
+    find a remembered object by attention (the product's memory) instead of search."""
+    memory_aux: bool = False
+    """A training-only head that predicts, at every step, whether the goal category was seen
+    earlier in the trial and where it is relative to the robot (``training/imitate.py
+    --aux-coef``); deployment ignores it."""
     use_reward: bool = True
     """Feed the previous reward to the encoder (False for robots, which get no reward)."""
     pretrained_encoder: str = ""
@@ -159,6 +168,8 @@ class ModelArgs:
             raise ValueError("model.iea: hcam's chunk memory spans episodes; iea must be true")
         if self.kind == "hcam" and self.sink == "token":
             raise ValueError(f"model.sink: hcam supports {[s for s in SINKS if s != 'token']}, got 'token'")
+        if self.memory_aux and self.kind != "relic":
+            raise ValueError(f"model.memory_aux: only for kind relic, got {self.kind!r}")
         if not 0.0 <= self.depth_dropout < 1.0:
             raise ValueError(f"model.depth_dropout: must be in [0, 1), got {self.depth_dropout}")
 

@@ -76,6 +76,12 @@ class FeatureEncoder(nn.Module):
 BEARING_BINS = 5  # left to right across the view
 DIST_BINS = 5  # < 1, 1-2, 2-3.5, 3.5-6, >= 6 m to the object's surface
 FREE_BANDS = 8  # column bands of the image: free distance ahead (log metres)
+VIEW_FOV_DEG = 79.0  # the house camera's horizontal field of view (house_render.FOV_Y_DEG; a test ties them)
+BEARING_CENTRES = tuple(math.radians(VIEW_FOV_DEG) * (0.5 - (k + 0.5) / BEARING_BINS) for k in range(BEARING_BINS))
+"""Each bearing bin's centre (radians, counter-clockwise from straight ahead; bin 0 = left)."""
+DIST_CENTRES = (0.5, 1.5, 2.75, 4.75, 7.0)
+"""A representative distance (m) per distance bin."""
+OBJECT_SCALE_M = 5.0  # house-frame positions enter the network in units of 5 m
 
 
 class FeatureHeads(nn.Module):
@@ -108,6 +114,24 @@ class FeatureHeads(nn.Module):
         bearing = out["bearing"].gather(-2, idx.expand(*idx.shape[:-1], BEARING_BINS)).squeeze(-2).softmax(-1)
         dist = out["dist"].gather(-2, idx.expand(*idx.shape[:-1], DIST_BINS)).squeeze(-2).softmax(-1)
         return torch.cat([present, bearing, dist, out["free"], out["blocked"].unsqueeze(-1).sigmoid()], -1)
+
+
+    def object_estimates(self, f: Tensor, odom: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Features (..., F) and odometry (..., 3) -> per category P(in view) (..., C), the
+        position it implies in the odometry frame (..., C, 2; expected bearing and distance
+        from the robot's pose) and the expected distance (..., C)."""
+        out = self.forward(f)
+        bearing = (out["bearing"].softmax(-1) * f.new_tensor(BEARING_CENTRES)).sum(-1)
+        dist = (out["dist"].softmax(-1) * f.new_tensor(DIST_CENTRES)).sum(-1)
+        ang = odom[..., 2:3] + bearing
+        xy = odom[..., None, :2] + dist[..., None] * torch.stack([ang.cos(), ang.sin()], -1)
+        return out["present"].sigmoid(), xy, dist
+
+    def object_view(self, f: Tensor, odom: Tensor) -> Tensor:
+        """(..., F) features and (..., 3) odometry -> (..., 3 C): per category P(in view) and
+        that probability times the implied position (in units of ``OBJECT_SCALE_M``)."""
+        p, xy, _ = self.object_estimates(f, odom)
+        return torch.cat([p, (p[..., None] * xy / OBJECT_SCALE_M).flatten(-2)], -1)
 
 
 GOAL_VIEW_DIM = 1 + BEARING_BINS + DIST_BINS + FREE_BANDS + 1
@@ -184,19 +208,23 @@ class StepEncoder(nn.Module):
     def __init__(self, a: ModelArgs) -> None:
         super().__init__()
         self.args = a
-        if a.goal_readout and (a.obs_type != "image" or a.visual_encoder != "features"):
-            raise ValueError("model.goal_readout: needs an image env and visual_encoder: features")
+        for flag in ("goal_readout", "object_readout"):
+            if getattr(a, flag) and (a.obs_type != "image" or a.visual_encoder != "features"):
+                raise ValueError(f"model.{flag}: needs an image env and visual_encoder: features")
         if a.obs_type == "image":
             if a.visual_encoder == "features":
                 self.image = FeatureEncoder(a.feature_dim, a.image_size)
                 self.image.requires_grad_(False)  # frozen: pretrained on simulator labels
                 self.image_proj = nn.Linear(a.feature_dim, a.d_model)
-                if a.goal_readout:
+                if self.readout:
                     if not a.n_goals:
-                        raise ValueError("model.goal_readout: the env has no goal categories (n_goals 0)")
+                        raise ValueError("model.goal_readout / object_readout: the env has no goal categories (n_goals 0)")
                     self.heads = FeatureHeads(a.feature_dim, a.n_goals)
                     self.heads.requires_grad_(False)  # frozen with the encoder it was trained with
+                if a.goal_readout:
                     self.goal_view_proj = nn.Linear(GOAL_VIEW_DIM, a.d_model)
+                if a.object_readout:
+                    self.object_view_proj = nn.Linear(3 * a.n_goals, a.d_model)
             else:
                 self.image = ImageEncoder(a.d_model, a.image_size)
             self.odom = nn.Linear(4 + 4 * a.odom_fourier, a.d_model)  # x, y, cos(yaw), sin(yaw)[, Fourier]
@@ -215,8 +243,13 @@ class StepEncoder(nn.Module):
         carry the weights, so deployment never needs the file)."""
         if self.args.obs_type == "image" and self.args.pretrained_encoder:
             load_frozen(self.image, self.args.pretrained_encoder)
-            if self.args.goal_readout:
+            if self.readout:
                 load_frozen(self.heads, self.args.pretrained_encoder, prefix="heads.")
+
+    @property
+    def readout(self) -> bool:
+        """Whether the frozen encoder's label heads are policy inputs."""
+        return self.args.goal_readout or self.args.object_readout
 
     @property
     def frozen_features(self) -> bool:
@@ -236,6 +269,8 @@ class StepEncoder(nn.Module):
                 img = self.image_proj(feat.float())
                 if a.goal_readout:
                     img = img + self.goal_view_proj(self.heads.goal_view(feat.float(), inp["goal"]))
+                if a.object_readout:
+                    img = img + self.object_view_proj(self.heads.object_view(feat.float(), inp["odom"].float()))
             else:
                 img = self.image(inp["rgb"])
             x = img + self.odom(odom_features(inp["odom"], a.odom_fourier))

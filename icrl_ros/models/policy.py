@@ -34,6 +34,8 @@ class ICLPolicy(nn.Module):
         self.actor = nn.Linear(args.d_model, args.n_actions)
         self.critic = nn.Linear(args.d_model, 1)
         self.sink_token = nn.Parameter(torch.randn(args.d_model) * 0.02) if args.sink == "token" else None
+        # training only: P(goal seen earlier in the trial) logit and its (forward, left) offset
+        self.memory_aux = nn.Linear(args.d_model, 3) if args.memory_aux else None
         self.apply(self._init)
         nn.init.normal_(self.actor.weight, std=0.01)
         nn.init.zeros_(self.actor.bias)
@@ -103,9 +105,10 @@ class ICLPolicy(nn.Module):
         _, k, v = self.core(x, zeros, torch.ones(batch, 1, 1, dtype=torch.bool, device=x.device))
         return k, v
 
-    def forward_sequence(self, inp: dict[str, Tensor], segments: list[int] | None = None):
+    def forward_sequence(self, inp: dict[str, Tensor], segments: list[int] | None = None, aux: bool = False):
         """Whole trials from their start. Returns logits (B, T, A), values (B, T), and the
-        keys/values of the steps (L, B, H, T, hd), sink-token slot excluded.
+        keys/values of the steps (L, B, H, T, hd), sink-token slot excluded; with ``aux``, also
+        the ``memory_aux`` head's output (B, T, 3).
         ``segments`` is accepted for interface parity with Memo and ignored."""
         x = self.encode(inp)
         ep = inp["episode_index"]
@@ -116,6 +119,10 @@ class ICLPolicy(nn.Module):
         else:
             h, k, v = self.core(x, ep, mask)
         logits, value = self.heads(h)
+        if aux:
+            if self.memory_aux is None:
+                raise ValueError("forward_sequence(aux=True): the model has no memory_aux head (model.memory_aux)")
+            return logits, value, k, v, self.memory_aux(self.norm(h))
         return logits, value, k, v
 
     def step(
