@@ -278,3 +278,62 @@ def test_memory_aux_head_is_relic_only_and_returned_on_request():
         build_policy(small_args(kind="relic")).forward_sequence(inp, aux=True)
     with pytest.raises(ValueError, match="model.memory_aux: only for kind relic"):
         small_args(kind="memo", memory_aux=True).validate()
+
+
+def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tmp_path):
+    """object_memory: head 0 of layer 0 is a fixed lookup. A robot at (1, 2) facing +y that sees
+    category 3 straight ahead 1.5 m away in episode 0 remembers it at (1, 3.5): in episode 1,
+    from (0, 0) facing +x, with goal 3 the block reads an offset of 1 m forward and 3.5 m left
+    (attention mass 1); before the sighting, and for a goal never seen, mass 0 and no offset.
+    Cached stepping (the runtime's path) equals the full-sequence pass."""
+    import math
+
+    from icrl_ros.models import build_policy
+    from icrl_ros.models.encoders import FeatureEncoder
+    from icrl_ros.models.object_memory import STRUCT_DIM
+
+    heads = sharp_heads(16, 12, 3, 2, 1)
+    with torch.no_grad():  # category 3 in view only when feature 0 is 1
+        heads.present.bias[3] = -20.0
+        heads.present.weight[3, 0] = 40.0
+    torch.save({**FeatureEncoder(16, 24).state_dict(), **{f"heads.{k}": v for k, v in heads.state_dict().items()}},
+               tmp_path / "enc.pt")
+    args = small_args(kind="relic", obs_type="image", image_size=24, n_goals=12, sink="kv0", visual_encoder="features",
+                      feature_dim=16, object_memory=True, d_model=64, n_heads=2,
+                      pretrained_encoder=str(tmp_path / "enc.pt"))
+    torch.manual_seed(0)
+    policy = build_policy(args, load_pretrained=True).eval()
+    T = 8
+    feat = torch.zeros(1, T, 16)
+    feat[0, 1, 0] = 1.0  # the sighting
+    odom = torch.tensor([[1.0, 2.0, math.pi / 2]] * 4 + [[0.0, 0.0, 0.0]] * 4).unsqueeze(0)
+    goal = torch.tensor([[3, 3, 3, 3, 3, 3, 5, 3]])
+    t = torch.arange(T)[None]
+    inp = {"rgb_feat": feat, "odom": odom, "goal": goal, "prev_action": torch.zeros(1, T, dtype=torch.long),
+           "prev_reward": torch.zeros(1, T), "episode_step": t % 4, "episode_index": t // 4}
+    seen = {}
+    hook = policy.core.blocks[0].object_memory.out.register_forward_hook(lambda m, i, o: seen.update(f=i[0]))
+    with torch.no_grad():
+        logits = policy.forward_sequence(inp)[0]
+    hook.remove()
+    f = seen["f"][0]  # (T, 6): forward, left, unit bearing (2), length, mass (units of 5 m)
+    assert f[0].abs().max() < 1e-4  # nothing seen yet
+    assert f[1, 5] > 0.99 and f[1, :2].tolist() == pytest.approx([1.5 / 5, 0.0], abs=1e-3)
+    for step in (4, 5, 7):
+        assert f[step, 5] > 0.99 and f[step, :2].tolist() == pytest.approx([1.0 / 5, 3.5 / 5], abs=1e-3)
+        assert f[step, 2:4].tolist() == pytest.approx([1 / math.hypot(1, 3.5), 3.5 / math.hypot(1, 3.5)], abs=1e-3)
+    assert f[6].abs().max() < 1e-4  # goal 5 was never seen
+    x = policy.encode(inp)
+    assert x.shape[-1] == 64 and x[0, 1, -STRUCT_DIM:][2] > 0.99  # the token carries the sighting
+    steps = [{k: v[:, i] for k, v in inp.items()} for i in range(T)]
+    from icrl_ros.models.stepping import act, make_memory
+
+    mem = make_memory(policy, 1, T)
+    with torch.no_grad():
+        cached = torch.stack([act(policy, s, mem)[0] for s in steps], 1)
+    assert (cached - logits).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match="model.object_memory"):
+        small_args(kind="memo", object_memory=True).validate()
+    with pytest.raises(ValueError, match="head size"):
+        build_policy(small_args(kind="relic", obs_type="image", image_size=24, n_goals=12, sink="kv0",
+                                visual_encoder="features", feature_dim=16, object_memory=True, d_model=32, n_heads=4))

@@ -70,6 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "aggregation, bounded); 1 = only the trials just collected")
     p.add_argument("--init", help="start from the weights of a checkpoint (e.g. a shipped checkpoints/house_*.pt), "
                    "with a fresh optimiser and schedule; its model must match the config's")
+    p.add_argument("--init-partial", action="store_true",
+                   help="with --init: the checkpoint may differ from the config; copy the weights whose names and "
+                        "shapes match (printed), keep the rest fresh")
     p.add_argument("--beta", type=float, help="a constant teacher share of executed actions instead of the 1 -> 0 schedule")
     p.add_argument("--noise", type=float, default=0.0,
                    help="probability that a teacher-chosen action is replaced by a random one of --noise-actions")
@@ -425,7 +428,7 @@ def main(argv=None) -> int:
     if args.init and args.resume:
         fail("--init and --resume: give one (--resume continues a run, --init starts one from given weights)")
     if args.init:
-        load_init_weights(args.init, policy)
+        load_init_weights(args.init, policy, partial=args.init_partial)
         print(f"initialised from {args.init}", flush=True)
     if args.resume:
         blob = torch.load(args.resume, map_location="cpu", weights_only=False)

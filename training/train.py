@@ -40,6 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--config", help="YAML file in config/train/")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.add_argument("--resume", help="checkpoint to resume from (weights, optimiser, progress)")
+    p.add_argument("--init-partial", action="store_true",
+                   help="with --init: the checkpoint may differ from the config; copy the weights whose names and "
+                        "shapes match (printed), keep the rest fresh")
     p.add_argument("--init", help="start from this checkpoint's weights (a fresh optimiser and schedule; the "
                    "model arguments must match the config's), e.g. one from training/imitate.py")
     p.add_argument("--run-dir", help="output directory (overrides run_dir)")
@@ -99,7 +102,7 @@ def main(argv=None) -> int:
         fail(f"ppo.teacher: {e}")
     start = 0
     if args.init:
-        load_init_weights(args.init, policy, map_location=device)
+        load_init_weights(args.init, policy, map_location=device, partial=args.init_partial)
     if args.resume:
         blob = torch.load(args.resume, map_location=device, weights_only=False)
         if blob.get("format") != FORMAT or "optimizer" not in blob:

@@ -64,29 +64,41 @@ class SinkAttention(nn.Module):
             self.register_buffer("sink_v", torch.zeros(shape), persistent=False)
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, mask_add: Tensor, past_k: Tensor, past_v: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
+        self, x: Tensor, cos: Tensor, sin: Tensor, mask_add: Tensor, past_k: Tensor, past_v: Tensor,
+        fixed: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
+    ):
         """x (B, T, D); mask_add (B, 1, T, P + T) additive; past_k/v (B, H, P, hd).
 
         Returns the attention output (B, T, D) and this step's rotated keys and values
-        (B, H, T, hd), which the caller appends to its cache.
+        (B, H, T, hd), which the caller appends to its cache. ``fixed`` = (query, key, value
+        (B, T, hd), sink key (hd,)) replaces head 0's own (unrotated, sink value 0; the object
+        memory); its output (B, T, hd) is then returned fourth.
         """
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        sink_k, sink_v = self.sink_k, self.sink_v
+        if fixed is not None:
+            q0, k0, v0, s0 = fixed
+            q, k, v = (torch.cat([f.unsqueeze(1), t[:, 1:]], dim=1) for f, t in ((q0, q), (k0, k), (v0, v)))
+            if self.n_sink:
+                sink_k = torch.cat([s0.to(sink_k.dtype).expand(1, self.n_sink, -1), sink_k[1:]], dim=0)
+                sink_v = torch.cat([torch.zeros_like(sink_v[:1]), sink_v[1:]], dim=0)
         if past_k.shape[2] == 0:  # full-sequence pass: fused attention over [sink | new]
             keys, vals = k, v
             if self.n_sink:
-                sk = self.sink_k.to(k.dtype).unsqueeze(0).expand(B, -1, -1, -1)
-                sv = self.sink_v.to(v.dtype).unsqueeze(0).expand(B, -1, -1, -1)
+                sk = sink_k.to(k.dtype).unsqueeze(0).expand(B, -1, -1, -1)
+                sv = sink_v.to(v.dtype).unsqueeze(0).expand(B, -1, -1, -1)
                 keys, vals = torch.cat([sk, k], dim=2), torch.cat([sv, v], dim=2)
                 mask_add = F.pad(mask_add, (self.n_sink, 0), value=0.0)
             y = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask_add.to(q.dtype))  # (B, H, T, hd)
         else:
-            y = self._attend_split(q, k, v, mask_add, past_k, past_v)
-        return self.proj(y.transpose(1, 2).reshape(B, T, D)), k, v
+            y = self._attend_split(q, k, v, mask_add, past_k, past_v, sink_k, sink_v)
+        out = self.proj(y.transpose(1, 2).reshape(B, T, D))
+        return (out, k, v) if fixed is None else (out, k, v, y[:, 0])
 
-    def _attend_split(self, q: Tensor, k: Tensor, v: Tensor, mask_add: Tensor, past_k: Tensor, past_v: Tensor) -> Tensor:
+    def _attend_split(self, q: Tensor, k: Tensor, v: Tensor, mask_add: Tensor, past_k: Tensor, past_v: Tensor,
+                      sink_k: Tensor, sink_v: Tensor) -> Tensor:
         """Softmax over [sink | past | new] keys without concatenating the cache.
 
         A cached step reads the (possibly 64k-slot) cache once instead of copying it into a
@@ -98,10 +110,10 @@ class SinkAttention(nn.Module):
         parts = [torch.matmul(qs, past_k.to(q.dtype).transpose(-1, -2)) + mask_add[..., :P],
                  torch.matmul(qs, k.transpose(-1, -2)) + mask_add[..., P:]]
         if self.n_sink:
-            parts.insert(0, torch.matmul(qs, self.sink_k.to(q.dtype).unsqueeze(0).transpose(-1, -2)))
+            parts.insert(0, torch.matmul(qs, sink_k.to(q.dtype).unsqueeze(0).transpose(-1, -2)))
         p = torch.softmax(torch.cat(parts, dim=-1), dim=-1)
         n = self.n_sink
         y = torch.matmul(p[..., n:n + P], past_v.to(q.dtype)) + torch.matmul(p[..., n + P:], v)
         if n:
-            y = y + torch.matmul(p[..., :n], self.sink_v.to(q.dtype).unsqueeze(0))
+            y = y + torch.matmul(p[..., :n], sink_v.to(q.dtype).unsqueeze(0))
         return y

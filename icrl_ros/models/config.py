@@ -83,6 +83,10 @@ class ModelArgs:
     house-frame position it implies (odometry + expected bearing and distance). A token then
     says "a cone was about there", whatever the goal of its episode was, so a later episode can
     find a remembered object by attention (the product's memory) instead of search."""
+    object_memory: bool = False
+    """ReLIC with the frozen heads: head 0 of layer 0 becomes a fixed "where did I see my goal"
+    lookup over the KV cache (:mod:`icrl_ros.models.object_memory`); the block adds the goal's
+    remembered offset in the robot frame. The token's last few entries carry what it reads."""
     memory_aux: bool = False
     """A training-only head that predicts, at every step, whether the goal category was seen
     earlier in the trial and where it is relative to the robot (``training/imitate.py
@@ -168,6 +172,9 @@ class ModelArgs:
             raise ValueError("model.iea: hcam's chunk memory spans episodes; iea must be true")
         if self.kind == "hcam" and self.sink == "token":
             raise ValueError(f"model.sink: hcam supports {[s for s in SINKS if s != 'token']}, got 'token'")
+        if self.object_memory and (self.kind != "relic" or self.sink not in ("kv", "kv0", "k0v0")):
+            raise ValueError(f"model.object_memory: only for kind relic with a sink slot (kv, kv0, k0v0), "
+                             f"got kind {self.kind!r}, sink {self.sink!r}")
         if self.memory_aux and self.kind != "relic":
             raise ValueError(f"model.memory_aux: only for kind relic, got {self.kind!r}")
         if not 0.0 <= self.depth_dropout < 1.0:

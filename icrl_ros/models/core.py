@@ -13,17 +13,24 @@ from torch import Tensor, nn
 
 from icrl_ros.models.attention import MASK_NEG, RMSNorm, SinkAttention, rope_angles
 from icrl_ros.models.config import ModelArgs
+from icrl_ros.models.object_memory import ObjectMemoryHead
 
 
 class Block(nn.Module):
-    def __init__(self, a: ModelArgs) -> None:
+    def __init__(self, a: ModelArgs, object_memory: bool = False) -> None:
         super().__init__()
         self.norm1, self.norm2 = RMSNorm(a.d_model), RMSNorm(a.d_model)
         self.attn = SinkAttention(a.d_model, a.n_heads, a.sink, a.n_sink)
         self.mlp = nn.Sequential(nn.Linear(a.d_model, a.d_mlp), nn.GELU(), nn.Linear(a.d_mlp, a.d_model))
+        self.object_memory = ObjectMemoryHead(a.n_goals, a.head_dim, a.d_model) if object_memory else None
 
     def forward(self, x, cos, sin, mask_add, past_k, past_v, keep: Tensor | None):
-        a, k, v = self.attn(self.norm1(x), cos, sin, mask_add, past_k, past_v)
+        if self.object_memory is None:
+            a, k, v = self.attn(self.norm1(x), cos, sin, mask_add, past_k, past_v)
+        else:  # head 0 is the object memory: its query / key / value come from the token's last entries
+            om = self.object_memory
+            a, k, v, y0 = self.attn(self.norm1(x), cos, sin, mask_add, past_k, past_v, (*om.qkv(x), om.sink_key))
+            a = a + om.readout(y0, x)
         delta = a
         delta = delta + self.mlp(self.norm2(x + a))
         if keep is not None:  # depth dropout: drop the whole layer for some samples
@@ -35,7 +42,7 @@ class TransformerCore(nn.Module):
     def __init__(self, a: ModelArgs) -> None:
         super().__init__()
         self.args = a
-        self.blocks = nn.ModuleList(Block(a) for _ in range(a.n_layers))
+        self.blocks = nn.ModuleList(Block(a, object_memory=a.object_memory and i == 0) for i in range(a.n_layers))
 
     def empty_cache(self, batch: int, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
         a = self.args

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from icrl_ros.models.config import ModelArgs
+from icrl_ros.models.object_memory import STRUCT_DIM, object_struct
 
 
 def strided_convs(channels: tuple[int, ...]) -> nn.Sequential:
@@ -208,7 +209,7 @@ class StepEncoder(nn.Module):
     def __init__(self, a: ModelArgs) -> None:
         super().__init__()
         self.args = a
-        for flag in ("goal_readout", "object_readout"):
+        for flag in ("goal_readout", "object_readout", "object_memory"):
             if getattr(a, flag) and (a.obs_type != "image" or a.visual_encoder != "features"):
                 raise ValueError(f"model.{flag}: needs an image env and visual_encoder: features")
         if a.obs_type == "image":
@@ -218,7 +219,8 @@ class StepEncoder(nn.Module):
                 self.image_proj = nn.Linear(a.feature_dim, a.d_model)
                 if self.readout:
                     if not a.n_goals:
-                        raise ValueError("model.goal_readout / object_readout: the env has no goal categories (n_goals 0)")
+                        raise ValueError("model.goal_readout / object_readout / object_memory: the env has no goal "
+                                         "categories (n_goals 0)")
                     self.heads = FeatureHeads(a.feature_dim, a.n_goals)
                     self.heads.requires_grad_(False)  # frozen with the encoder it was trained with
                 if a.goal_readout:
@@ -249,7 +251,7 @@ class StepEncoder(nn.Module):
     @property
     def readout(self) -> bool:
         """Whether the frozen encoder's label heads are policy inputs."""
-        return self.args.goal_readout or self.args.object_readout
+        return self.args.goal_readout or self.args.object_readout or self.args.object_memory
 
     @property
     def frozen_features(self) -> bool:
@@ -284,4 +286,8 @@ class StepEncoder(nn.Module):
         x = x + self.step(inp["episode_step"].clamp(max=a.max_episode_steps - 1))
         if self.goal is not None:
             x = x + self.goal(inp["goal"])
+        if a.object_memory:  # the last entries carry what the object memory head reads
+            p, xy, _ = self.heads.object_estimates(feat.float(), inp["odom"].float())
+            s = object_struct(p, xy, inp["odom"].float(), inp["goal"], OBJECT_SCALE_M).to(x.dtype)
+            x = torch.cat([x[..., :-STRUCT_DIM], s], -1)
         return x
