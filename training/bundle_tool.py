@@ -21,13 +21,16 @@ import argparse
 import sys
 
 from icrl_ros.runtime import BundleError, available_backends, build_memory, load_bundle
+from icrl_ros.runtime.manifest import V1_DEFAULTS
 from training._cli import fail
 
 
 def inspect(path: str) -> int:
     b = load_bundle(path)
     m, a = b.manifest, b.args
-    print(f"bundle    {b.path}  ({m['format']}, precision {b.precision})")
+    print(f"bundle    {b.path}  ({m.format} version {m.version}, precision {b.precision})")
+    if m.migrated_from is not None:
+        print(f"          written as version {m.migrated_from}: read with the defaults {V1_DEFAULTS}")
     if a.kind == "radt":
         detail = f"window {a.context}, top-{a.top_k} retrieved sub-trajectories of {2 * a.context} steps, keys {a.key_dim}"
     else:
@@ -35,23 +38,25 @@ def inspect(path: str) -> int:
                                                   if a.kind == "memo" else "")
     print(f"model     {a.kind}: {a.n_layers} layers, d_model {a.d_model}, {a.n_heads} heads, MLP {a.d_mlp}, {detail}")
     print(f"hash      {b.model_hash}")
-    obs = m["observation"]
-    ins = ", ".join(f"{n} {v['dtype']}{v['shape']}" for n, v in obs["inputs"].items())
+    obs = m.observation
+    ins = ", ".join(f"{n} {v['dtype']}{v['shape']}" for n, v in obs.inputs.items())
     print(f"inputs    {ins}")
-    print(f"obs keys  {obs['from_observation']}" + (f"  image {obs['image_size']}" if "image_size" in obs else ""))
-    if obs.get("goal_names"):
-        print(f"goals     {obs['goal_names']}")
-    act = m["action"]
-    extra = "".join(f", {k} {act[k]}" for k in ("forward_m", "turn_deg") if k in act)
-    print(f"actions   {act['names']}{extra}")
-    mem = m["memory"]
-    print(f"memory    default {mem['policy']}, budget {mem.get('budget_bytes')}; "
-          + "; ".join(f"{k}: {v}" for k, v in mem.items() if isinstance(v, dict)))
+    print(f"obs keys  {obs.from_observation}" + (f"  image {obs.image_size}" if obs.image_size else ""))
+    if obs.goal_names:
+        print(f"goals     {obs.goal_names}")
+    act = m.action
+    extra = "".join(f", {k} {getattr(act, k)}" for k in ("forward_m", "turn_deg") if getattr(act, k) is not None)
+    print(f"actions   {act.names}{extra}")
+    choice = "greedy" if act.selection == "greedy" else f"sampled at temperature {act.temperature:g}"
+    print(f"acting    default: {choice}")
+    mem = m.memory
+    print(f"memory    default {mem.policy}, budget {mem.budget_bytes}; "
+          + "; ".join(f"{k}: {v}" for k, v in mem.sizes.items()))
     default = build_memory(b)
     print(f"          default memory: {default.slots} slots, {default.nbytes:,} bytes")
-    print(f"positions {m['positions']}")
-    print(f"onnx      opset {m['onnx']['opset']}: " + ", ".join(g["file"] for g in m["onnx"]["graphs"].values()))
-    print(f"files     " + ", ".join(f"{n} ({r['bytes']:,} B)" for n, r in m["files"].items()))
+    print(f"positions {m.positions}")
+    print(f"onnx      opset {m.onnx.opset}: " + ", ".join(g.file for g in m.onnx.graphs.values()))
+    print("files     " + ", ".join(f"{n} ({r.bytes:,} B)" for n, r in m.files.items()))
     print(f"backends  available here: {available_backends()}")
     return 0
 

@@ -9,7 +9,8 @@
 
 Bundle directory::
 
-    manifest.yaml        model kind + args + hash, dims, observation / action spec,
+    manifest.yaml        (icrl_ros.runtime.manifest.Manifest) model kind + args + hash, dims,
+                         observation / action spec, default action selection + temperature,
                          memory policy + budget defaults, position scheme, precision,
                          ONNX opset and every graph's input / output names, dtypes, shapes,
                          SHA-256 of every file
@@ -51,12 +52,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from icrl_ros.memory import KIND_POLICIES, ON_FULL
 from icrl_ros.models import HCAMPolicy, ICLPolicy, MemoPolicy, ModelArgs, act, load_checkpoint, make_memory
 from icrl_ros.models.radt import RADTPolicy
 from icrl_ros.runtime import bundle as B
+from icrl_ros.runtime import manifest as M
 from icrl_ros.runtime.graphs import PRECISIONS, TRACKED_INPUTS, build_graphs, dtype_name, export_onnx, graph_specs
 from training._cli import fail
 
@@ -113,30 +114,38 @@ def env_metadata(env_id: str | None) -> dict:
     return out
 
 
+def memory_section(memory: dict) -> M.Memory:
+    """The manifest's typed ``memory`` from :func:`default_memory`'s dict (policy, budget, sizes)."""
+    sizes = {k: dict(v) for k, v in memory.items() if k not in ("policy", "budget_bytes")}
+    return M.Memory(policy=memory["policy"], budget_bytes=memory.get("budget_bytes"), sizes=sizes)
+
+
 def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, memory: dict, config: dict,
-                   sample_steps: int) -> dict:
+                   sample_steps: int, selection: str = "sample", temperature: float = 1.0) -> M.Manifest:
+    """The bundle's manifest before its graphs and files are added (``selection`` /
+    ``temperature``: the action choice the bundle runs with by default)."""
     a = policy.args
     spec = policy.input_spec()
-    obs = {"inputs": {n: {"dtype": dtype_name(dt), "shape": list(shape)} for n, (shape, dt) in spec.items()},
-           "from_observation": [n for n in spec if n not in TRACKED_INPUTS and n != "goal"],
-           "goal_names": env.get("goal_names", [f"goal_{i}" for i in range(a.n_goals)])[: a.n_goals] if a.n_goals else []}
+    obs = M.Observation(
+        inputs={n: {"dtype": dtype_name(dt), "shape": list(shape)} for n, (shape, dt) in spec.items()},
+        from_observation=[n for n in spec if n not in TRACKED_INPUTS and n != "goal"],
+        goal_names=env.get("goal_names", [f"goal_{i}" for i in range(a.n_goals)])[: a.n_goals] if a.n_goals else [])
     if getattr(a, "obs_type", None) == "image":
-        obs["image_size"] = [a.image_size, a.image_size]
+        obs.image_size = [a.image_size, a.image_size]
         # The odometry frame the policy was trained with: "episode" (restarts at every episode
         # start) or "house" (one frame per trial: odometry since boot / the map frame).
-        obs["pose_frame"] = ((config.get("env") or {}).get("options") or {}).get("pose_frame", "episode")
-    action = {"names": env.get("action_names", [f"action_{i}" for i in range(a.n_actions)])}
-    for key in ("forward_m", "turn_deg"):
-        if key in env:
-            action[key] = env[key]
-    extra = {}
+        obs.pose_frame = ((config.get("env") or {}).get("options") or {}).get("pose_frame", "episode")
+    action = M.Action(names=env.get("action_names", [f"action_{i}" for i in range(a.n_actions)]),
+                      forward_m=env.get("forward_m"), turn_deg=env.get("turn_deg"), selection=selection,
+                      temperature=float(temperature))
+    retrieval = None
     if a.kind == "radt":  # no RoPE: step embeddings inside the window and the retrieved slots
         positions = {"step_embedding": "episode_step", "max_episode_steps": a.max_episode_steps,
                      "window": a.context, "retrieved": a.top_k, "retrieved_len": 2 * a.context, "null_slot": True}
-        extra["retrieval"] = {"key_projection": B.KEY_PROJECTION, "key_dim": a.key_dim, "key_seed": a.key_seed,
-                              "l": int(config.get("retrieve_l", 50)), "relevance_weight": 1.0,
-                              "utility_weight": float(config.get("utility_weight", 1.0)),
-                              "target_return": float(config.get("target_return", 90.0)), "utility": "episode_return"}
+        retrieval = M.Retrieval(key_projection=B.KEY_PROJECTION, key_dim=a.key_dim, key_seed=a.key_seed,
+                                l=int(config.get("retrieve_l", 50)), relevance_weight=1.0,
+                                utility_weight=float(config.get("utility_weight", 1.0)),
+                                target_return=float(config.get("target_return", 90.0)), utility="episode_return")
     elif a.kind == "memo":
         positions = {"rope": "memo_slots", "l_seg": a.l_seg, "l_sum": a.l_sum, "variant": a.memo_variant,
                      "step_embedding": "episode_step", "max_episode_steps": a.max_episode_steps, "rope_base": a.rope_base}
@@ -148,25 +157,17 @@ def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, mem
                          memory_layers=list(a.memory_layers))
     import onnx
 
-    return {
-        "format": B.FORMAT,
-        "version": B.VERSION,
-        "created": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                    "torch": str(torch.__version__), "onnx": str(onnx.__version__), "env_id": (config.get("env") or {}).get("id")},
-        "model": {"kind": a.kind, "args": a.to_dict(), "hash": B.model_hash(policy), "n_prefix": getattr(policy, "n_prefix", 0),
-                  "trained_context": (config.get("ppo") or {}).get("rollout_length")},
-        "dims": {"n_layers": a.n_layers, "n_heads": a.n_heads, "head_dim": a.head_dim, "d_model": a.d_model,
-                 "n_actions": a.n_actions},
-        "observation": obs,
-        "action": action,
-        "memory": memory,
-        "positions": positions,
-        **extra,
-        "precision": precision,
-        "onnx": {"opset": opset, "graphs": {}},
-        "sample": {"file": B.SAMPLE, "steps": sample_steps, "tolerance": 1e-4 if precision == "fp32" else 2e-2},
-        "files": {},
-    }
+    return M.Manifest(
+        format=M.FORMAT, version=M.VERSION,
+        created={"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                 "torch": str(torch.__version__), "onnx": str(onnx.__version__), "env_id": (config.get("env") or {}).get("id")},
+        model=M.ModelInfo(kind=a.kind, args=a.to_dict(), hash=B.model_hash(policy), n_prefix=getattr(policy, "n_prefix", 0),
+                          trained_context=(config.get("ppo") or {}).get("rollout_length")),
+        dims=M.Dims(n_layers=a.n_layers, n_heads=a.n_heads, head_dim=a.head_dim, d_model=a.d_model, n_actions=a.n_actions),
+        observation=obs, action=action, memory=memory_section(memory), positions=positions, retrieval=retrieval,
+        precision=precision, onnx=M.Onnx(opset=opset, graphs={}),
+        sample=M.Sample(file=B.SAMPLE, steps=sample_steps, tolerance=1e-4 if precision == "fp32" else 2e-2),
+        files={})
 
 
 # -- rollouts ---------------------------------------------------------------------------------
@@ -235,8 +236,11 @@ def sample_length(policy: ICLPolicy) -> tuple[int, int]:
 # -- the bundle ---------------------------------------------------------------------------------
 def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = None, env: dict | None = None,
                   precision: str = "fp32", opset: int = DEFAULT_OPSET, memory: dict | None = None,
-                  overwrite: bool = False, tensorrt: bool = False) -> Path:
-    """Write the bundle directory ``out`` (built in a temp dir, then renamed into place)."""
+                  overwrite: bool = False, tensorrt: bool = False, selection: str = "sample",
+                  temperature: float = 1.0) -> Path:
+    """Write the bundle directory ``out`` (built in a temp dir, then renamed into place).
+    ``memory`` (default :func:`default_memory`), ``selection`` and ``temperature`` are what the
+    bundle runs with unless its user says otherwise: record the ones it was evaluated with."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
     out = Path(out)
@@ -247,7 +251,7 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
     if memory is None:
         memory = default_memory(policy.args)
     steps, ep_len = sample_length(policy)
-    manifest = build_manifest(policy, precision, opset, env or {}, memory, config, steps)
+    manifest = build_manifest(policy, precision, opset, env or {}, memory, config, steps, selection, temperature)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
     try:
@@ -257,7 +261,7 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
         radt = isinstance(policy, RADTPolicy)
         for name, module in build_graphs(policy, precision).items():
             export_onnx(module, specs[name], tmp / f"{name}.onnx", opset, cache=trace_cache)
-            manifest["onnx"]["graphs"][name] = {"file": f"{name}.onnx", **specs[name]}
+            manifest.onnx.graphs[name] = M.Graph(file=f"{name}.onnx", **specs[name])
         if getattr(policy, "n_prefix", 0):
             with torch.no_grad():
                 k, v = policy.initial_cache(1)
@@ -270,7 +274,7 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
 
                 rec = record_radt_images(B.Bundle(tmp, manifest, policy.args, specs, _policy=policy), steps)
             else:
-                rec = radt_rollout(policy, steps, manifest["retrieval"], seed=0)
+                rec = radt_rollout(policy, steps, manifest.retrieval, seed=0)
             np.savez(tmp / B.SAMPLE, **rec)
         else:
             inp = record_rollout(policy, steps, ep_len, seed=0)
@@ -278,8 +282,8 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
             np.savez(tmp / B.SAMPLE, logits=logits, values=values, **{k: v.numpy() for k, v in inp.items()})
         for f in sorted(tmp.iterdir()):
             if f.is_file():
-                manifest["files"][f.name] = {"sha256": B.sha256_file(f), "bytes": f.stat().st_size}
-        (tmp / B.MANIFEST).write_text(yaml.safe_dump(manifest, sort_keys=False))
+                manifest.files[f.name] = M.FileRecord(sha256=B.sha256_file(f), bytes=f.stat().st_size)
+        manifest.validate(tmp / B.MANIFEST).save(tmp / B.MANIFEST)
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
@@ -325,13 +329,13 @@ def verify_bundle(path: str | Path, steps: int = 2000, backends: tuple[str, ...]
     return out
 
 
-def radt_rollout(policy: RADTPolicy, steps: int, retrieval: dict, seed: int) -> dict[str, np.ndarray]:
+def radt_rollout(policy: RADTPolicy, steps: int, retrieval: M.Retrieval, seed: int) -> dict[str, np.ndarray]:
     """RA-DT's recorded rollout + reference logits: the evaluation loop on a replay
     (``training/radt_eval.py``), with the manifest's retrieval settings."""
     from training.radt_eval import record_rollout as record_radt
 
-    return record_radt(policy, steps, seed=seed, target_return=retrieval["target_return"], retrieve_l=retrieval["l"],
-                       utility_weight=retrieval["utility_weight"])
+    return record_radt(policy, steps, seed=seed, target_return=retrieval.target_return, retrieve_l=retrieval.l,
+                       utility_weight=retrieval.utility_weight)
 
 
 def verify_radt(bundle, policy: RADTPolicy, steps: int, backends: tuple[str, ...], seed: int) -> dict[str, dict]:
@@ -344,7 +348,7 @@ def verify_radt(bundle, policy: RADTPolicy, steps: int, backends: tuple[str, ...
     if bundle.args.obs_type == "image":  # no evaluation loop for images: the torch runner's recording
         rec = record_radt_images(bundle, min(steps, 4 * bundle.args.context), seed)
     else:
-        rec = radt_rollout(policy, steps, bundle.manifest["retrieval"], seed)
+        rec = radt_rollout(policy, steps, bundle.manifest.retrieval, seed)
     episodes = int(rec["episode_index"].max()) + 1
     out = {}
     for backend in backends:
@@ -371,6 +375,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "steps' worth)")
     p.add_argument("--on-full", choices=ON_FULL, help="full / memo / retrieval: what happens at the bound")
     p.add_argument("--budget-bytes", type=int, help="default memory byte budget (sizes derive from it)")
+    p.add_argument("--greedy", action="store_true",
+                   help="the bundle acts greedily by default (argmax) instead of sampling; record what it was "
+                        "evaluated with (training/evaluate.py samples unless --greedy)")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="default sampling temperature of the bundle (default 1: the policy's own distribution)")
     p.add_argument("--action-names", help="comma-separated, when the env does not name its actions")
     p.add_argument("--goal-names", help="comma-separated, when the env does not name its goals")
     p.add_argument("--verify", action="store_true", help="compare ONNX Runtime and torch stepping with the torch forward")
@@ -420,15 +429,19 @@ def main(argv=None) -> int:
         except ImportError:
             fail("--tensorrt: the tensorrt Python package is not installed here; build engines on the target "
                  "(the runner builds them on first use) or drop --tensorrt")
+    if not args.temperature > 0:
+        fail(f"--temperature: must be > 0, got {args.temperature}")
     precision = "fp16" if args.fp16 else "fp32"
     if a.kind == "radt" and args.fp16:
         fail("--fp16: RA-DT bundles are fp32 only (a 0.2M-parameter model; its step is dominated by retrieval)")
     try:
         out = export_bundle(policy, args.out, config=config, env=env, precision=precision, opset=args.opset,
-                            memory=memory, overwrite=args.force, tensorrt=args.tensorrt)
+                            memory=memory, overwrite=args.force, tensorrt=args.tensorrt,
+                            selection="greedy" if args.greedy else "sample", temperature=args.temperature)
     except FileExistsError as e:
         fail(str(e))
-    print(f"wrote {out} ({a.kind}, {precision}, memory {memory['policy']})")
+    acting = "greedy" if args.greedy else f"sampled at temperature {args.temperature:g}"
+    print(f"wrote {out} ({a.kind}, {precision}, memory {memory['policy']}, actions {acting})")
     if args.verify:
         results = verify_bundle(out, args.verify_steps)
         bad = False

@@ -1,5 +1,8 @@
 """Deploy bundles: a directory with ``manifest.yaml`` plus the files it lists.
 
+The manifest is a :class:`~icrl_ros.runtime.manifest.Manifest` (typed, versioned, its fields
+documented there); :attr:`Bundle.manifest` is that object.
+
 ``load_bundle(path)`` validates everything the runtime relies on before anything runs,
 and every refusal is a :class:`BundleError` whose message starts with the file and
 names the field: ``core.onnx: field 'inputs' ...``, ``manifest.yaml: field 'dims.n_heads' ...``.
@@ -24,16 +27,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from icrl_ros.models.checkpoint import model_args_from_dict
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.policy import ICLPolicy
 from icrl_ros.models.radt import RADTArgs
+from icrl_ros.runtime.manifest import FORMAT, MANIFEST, VERSION, Manifest, ManifestError
 
-FORMAT = "icrl_ros.bundle/1"
-VERSION = 1
-MANIFEST = "manifest.yaml"
 WEIGHTS = "weights.pt"
 SINK_CACHE = "sink_cache.npz"
 SAMPLE = "sample.npz"
@@ -46,8 +46,8 @@ RADT_SAMPLE_KEYS = ("obs", "prev_reward", "episode_index", "action", "logits")
 _ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 9: "bool", 2: "uint8", 6: "int32"}
 
 
-class BundleError(ValueError):
-    """A bundle cannot be used; the message names the file and the field."""
+class BundleError(ManifestError):
+    """A bundle cannot be used; the message names the file and the field (a ``ValueError``)."""
 
 
 def sha256_file(path: str | Path) -> str:
@@ -68,23 +68,12 @@ def model_hash(policy: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def _get(manifest: dict, dotted: str, types: type | tuple = object):
-    cur = manifest
-    for part in dotted.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            raise BundleError(f"{MANIFEST}: field '{dotted}' is missing")
-        cur = cur[part]
-    if not isinstance(cur, types):
-        raise BundleError(f"{MANIFEST}: field '{dotted}' is {cur!r}, expected {types}")
-    return cur
-
-
 @dataclass
 class Bundle:
     """A validated bundle: its directory, manifest and the model it describes."""
 
     path: Path
-    manifest: dict
+    manifest: Manifest
     args: ModelArgs | RADTArgs
     specs: dict = field(repr=False)
     _policy: ICLPolicy | None = field(default=None, repr=False)
@@ -95,11 +84,11 @@ class Bundle:
 
     @property
     def precision(self) -> str:
-        return self.manifest["precision"]
+        return self.manifest.precision
 
     @property
     def model_hash(self) -> str:
-        return self.manifest["model"]["hash"]
+        return self.manifest.model.hash
 
     @property
     def n_prefix(self) -> int:
@@ -109,7 +98,7 @@ class Bundle:
         return self.path / name
 
     def graph_path(self, graph: str) -> Path:
-        return self.path / self.manifest["onnx"]["graphs"][graph]["file"]
+        return self.path / self.manifest.onnx.graphs[graph].file
 
     def load_policy(self) -> ICLPolicy:
         """The torch policy (fp32, eval) from ``weights.pt``, checked against ``model.hash``."""
@@ -144,7 +133,7 @@ class Bundle:
             return z["key_proj"].copy()
 
     def sample(self) -> dict[str, np.ndarray]:
-        with np.load(self.file(self.manifest["sample"]["file"]), allow_pickle=False) as z:
+        with np.load(self.file(self.manifest.sample.file), allow_pickle=False) as z:
             return {k: z[k].copy() for k in z.files}
 
 
@@ -157,58 +146,45 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
     if not mpath.is_file():
         raise BundleError(f"{MANIFEST}: missing in {path}")
     try:
-        manifest = yaml.safe_load(mpath.read_text())
-    except yaml.YAMLError as e:
-        raise BundleError(f"{MANIFEST}: not valid YAML ({e})") from e
-    if not isinstance(manifest, dict):
-        raise BundleError(f"{MANIFEST}: field '<root>' is not a mapping")
-    fmt = manifest.get("format")
-    if fmt != FORMAT:
-        raise BundleError(f"{MANIFEST}: field 'format' is {fmt!r}, expected {FORMAT!r}")
-    if _get(manifest, "version", int) > VERSION:
-        raise BundleError(f"{MANIFEST}: field 'version' is {manifest['version']}, this runtime reads <= {VERSION}")
+        manifest = Manifest.load(mpath)
+    except ManifestError as e:
+        raise BundleError(str(e)) from e
+    m = manifest
     try:
-        args = model_args_from_dict(dict(_get(manifest, "model.args", dict)), _get(manifest, "model.kind", str))
+        args = model_args_from_dict(dict(m.model.args), m.model.kind)
     except (TypeError, ValueError) as e:
         raise BundleError(f"{MANIFEST}: field 'model.args' is invalid ({e})") from e
-    if _get(manifest, "model.kind", str) != args.kind:
-        raise BundleError(f"{MANIFEST}: field 'model.kind' is {manifest['model']['kind']!r}, model.args says {args.kind!r}")
+    if m.model.kind != args.kind:
+        raise BundleError(f"{MANIFEST}: field 'model.kind' is {m.model.kind!r}, model.args says {args.kind!r}")
     radt = args.kind == "radt"
-    _get(manifest, "model.hash", str)
     dims = {"n_layers": args.n_layers, "n_heads": args.n_heads, "head_dim": args.head_dim, "d_model": args.d_model,
             "n_actions": args.n_actions}
     for key, want in dims.items():
-        got = _get(manifest, f"dims.{key}", int)
+        got = getattr(m.dims, key)
         if got != want:
             raise BundleError(f"{MANIFEST}: field 'dims.{key}' is {got}, model.args gives {want}")
-    precision = _get(manifest, "precision", str)
+    precision = m.precision
     from icrl_ros.runtime.graphs import PRECISIONS, graph_specs
 
     if precision not in PRECISIONS:
         raise BundleError(f"{MANIFEST}: field 'precision' is {precision!r}, expected one of {list(PRECISIONS)}")
-    names = _get(manifest, "action.names", list)
-    if len(names) != args.n_actions:
-        raise BundleError(f"{MANIFEST}: field 'action.names' has {len(names)} names, the model has {args.n_actions} actions")
-    goals = _get(manifest, "observation.goal_names", list)
+    goals = m.observation.goal_names
     if args.n_goals and len(goals) != args.n_goals:
         raise BundleError(f"{MANIFEST}: field 'observation.goal_names' has {len(goals)} names, the model has "
                           f"{args.n_goals} goals")
-    _get(manifest, "memory.policy", str)
 
     # files and hashes
-    files = _get(manifest, "files", dict)
+    files = m.files
     for name, rec in files.items():
         fpath = path / name
         if not fpath.is_file():
             raise BundleError(f"{name}: listed in {MANIFEST} field 'files' but missing from {path}")
-        if check_hashes:
-            want = rec.get("sha256") if isinstance(rec, dict) else None
-            if sha256_file(fpath) != want:
-                raise BundleError(f"{name}: SHA-256 does not match {MANIFEST} field 'files.{name}.sha256' "
-                                  "(file changed or corrupt)")
+        if check_hashes and sha256_file(fpath) != rec.sha256:
+            raise BundleError(f"{name}: SHA-256 does not match {MANIFEST} field 'files.{name}.sha256' "
+                              "(file changed or corrupt)")
     sink_token = getattr(args, "sink", None) == "token"
     extra = [SINK_CACHE] if sink_token else [KEY_PROJECTION] if radt else []
-    for needed in [WEIGHTS, manifest.get("sample", {}).get("file", SAMPLE)] + extra:
+    for needed in [WEIGHTS, m.sample.file] + extra:
         if needed not in files:
             raise BundleError(f"{MANIFEST}: field 'files' does not list {needed}")
 
@@ -224,17 +200,16 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
     else:
         policy = _shape_only_policy(args)
         specs, sample_keys = graph_specs(policy, precision), ("logits", "values", "episode_index", *policy.input_spec())
-    opset = _get(manifest, "onnx.opset", int)
-    graphs = _get(manifest, "onnx.graphs", dict)
+    opset, graphs = m.onnx.opset, m.onnx.graphs
     for gname, spec in specs.items():
         if gname not in graphs:
             raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}' is missing")
         rec = graphs[gname]
         for part in ("inputs", "outputs"):
-            if rec.get(part) != spec[part]:
+            if getattr(rec, part) != spec[part]:
                 raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}.{part}' does not match model.args "
                                   f"(expected {[io['name'] for io in spec[part]]})")
-        fname = rec.get("file")
+        fname = rec.file
         if fname not in files:
             raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}.file' ({fname!r}) is not listed in 'files'")
         _check_onnx(path / fname, fname, spec, opset)
@@ -244,8 +219,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
     if sink_token:
         _check_npz(path / SINK_CACHE, SINK_CACHE, {"k": (args.n_layers, 1, args.n_heads, 1, args.head_dim),
                                                    "v": (args.n_layers, 1, args.n_heads, 1, args.head_dim)})
-    sample = manifest.get("sample", {})
-    _check_npz(path / sample.get("file", SAMPLE), sample.get("file", SAMPLE), dict.fromkeys(sample_keys))
+    _check_npz(path / m.sample.file, m.sample.file, dict.fromkeys(sample_keys))
     return Bundle(path, manifest, args, specs)
 
 

@@ -39,8 +39,8 @@ from icrl_ros.runtime.runner_base import RunnerBase
 class RADTRunner(RunnerBase):
     def __init__(self, bundle: Bundle, engine: Engine, memory: SubTrajectoryMemory) -> None:
         super().__init__(bundle, engine, memory)
-        r = bundle.manifest["retrieval"]
-        self.retrieve_l, self.target_return = int(r["l"]), float(r["target_return"])
+        r = bundle.manifest.retrieval
+        self.retrieve_l, self.target_return = int(r.l), float(r.target_return)
         self.batch = 1
         # static graph inputs (ORT / TensorRT bind them by address), in radt_graph_specs order
         buffers = lambda graph: {io["name"]: torch.zeros([1, *io["shape"][1:]], dtype=TORCH_DTYPES[io["dtype"]],  # noqa: E731

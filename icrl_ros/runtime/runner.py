@@ -40,21 +40,21 @@ def build_memory(bundle: Bundle, name: str | None = None, budget_bytes: int | No
                  device: str | torch.device = "cpu", **overrides) -> Memory:
     """The memory a runner of ``bundle`` uses: policy ``name`` (default: the manifest's),
     sized by ``budget_bytes`` when given (else the manifest's sizes), sink token pinned."""
-    mcfg = bundle.manifest["memory"]
-    name = name or mcfg["policy"]
-    cfg = dict(mcfg.get(name) or {})
-    budget = budget_bytes if budget_bytes is not None else mcfg.get("budget_bytes")
+    mcfg = bundle.manifest.memory
+    name = name or mcfg.policy
+    cfg = mcfg.config(name)
+    budget = budget_bytes if budget_bytes is not None else mcfg.budget_bytes
     if budget is not None:
         for key in SIZE_FIELDS:
             cfg.pop(key, None)
     cfg.update(overrides)
     a = bundle.args
     if bundle.kind == "radt":  # the retrieval memory: keys from the bundle's projection, numpy on the CPU
-        r = bundle.manifest["retrieval"]
+        r = bundle.manifest.retrieval
         return create_memory(name, kind="radt", n_layers=a.n_layers, n_heads=a.n_heads, head_dim=a.head_dim,
                              budget_bytes=budget, key_proj=bundle.key_projection(), context=a.context,
                              horizon=a.max_episode_steps, n_actions=a.n_actions, obs_features=a.obs_features,
-                             relevance_weight=r["relevance_weight"], utility_weight=r["utility_weight"], **cfg)
+                             relevance_weight=r.relevance_weight, utility_weight=r.utility_weight, **cfg)
     dtype = torch.float16 if bundle.precision == "fp16" else torch.float32
     mem = create_memory(name, kind=a.kind, n_layers=a.n_layers, n_heads=a.n_heads, head_dim=a.head_dim, batch=batch,
                         n_prefix=bundle.n_prefix, l_seg=a.l_seg, l_sum=a.l_sum, variant=a.memo_variant,
@@ -93,21 +93,25 @@ class PolicyRunner(RunnerBase):
     # -- construction ----------------------------------------------------------------------
     @classmethod
     def from_bundle(cls, path: str | Path, backend: str = "onnxruntime", device: str = "cpu",
-                    memory: str | None = None, memory_budget_bytes: int | None = None) -> RunnerBase:
+                    memory: str | None = None, memory_budget_bytes: int | None = None,
+                    selection: str | None = None, temperature: float | None = None) -> RunnerBase:
         """Load and validate a bundle, build its memory (``memory`` policy: "full" | "window" |
         "memo" | "hcam" | "retrieval"; default the manifest's) within ``memory_budget_bytes``,
-        and an engine. An RA-DT bundle gets a :class:`~icrl_ros.runtime.radt_runner.RADTRunner`
-        (same public API)."""
+        and an engine. Actions: ``selection`` "sample" | "greedy" at ``temperature``, default the
+        manifest's (:meth:`~icrl_ros.runtime.runner_base.RunnerBase.configure_actions`). An RA-DT
+        bundle gets a :class:`~icrl_ros.runtime.radt_runner.RADTRunner` (same public API)."""
         check_backend(backend, device)
         bundle = load_bundle(path)
         if bundle.kind == "radt":
             from icrl_ros.runtime.radt_runner import RADTRunner
 
-            return RADTRunner.for_bundle(bundle, backend, device, memory, memory_budget_bytes)
-        mem = build_memory(bundle, memory, memory_budget_bytes, batch=1, device=device)
-        opts = {"profile": (1, mem.slots)} if backend == "tensorrt" else {}
-        engine = make_engine(bundle, backend, device, **opts)
-        return cls(bundle, engine, mem)
+            runner = RADTRunner.for_bundle(bundle, backend, device, memory, memory_budget_bytes)
+        else:
+            mem = build_memory(bundle, memory, memory_budget_bytes, batch=1, device=device)
+            opts = {"profile": (1, mem.slots)} if backend == "tensorrt" else {}
+            runner = cls(bundle, make_engine(bundle, backend, device, **opts), mem)
+        runner.configure_actions(selection, temperature)
+        return runner
 
     # -- stepping --------------------------------------------------------------------------
     def _act_logits(self, obs: dict) -> tuple[Tensor, dict]:

@@ -3,7 +3,8 @@
 A runner steps a bundle one observation at a time against a bounded memory:
 ``reset_trial`` / ``begin_episode(goal)`` / ``act(obs) -> (action, info)`` / ``snapshot``
 / ``restore`` / ``close``. This base keeps the trial, episode and previous-action
-bookkeeping, the action choice (greedy, or sampled from a seeded generator), the info
+bookkeeping, the action choice (greedy, or sampled from a seeded generator; by default as the
+manifest's ``action.selection`` / ``action.temperature`` say), the info
 dict, and the snapshot file handling (memory + runner state in one atomic file, the
 runner state validated before the memory changes). Subclasses run the model:
 :class:`~icrl_ros.runtime.runner.PolicyRunner` (encoder -> core over a KV memory ->
@@ -29,6 +30,7 @@ from torch import Tensor
 from icrl_ros.memory.snapshot import SnapshotError
 from icrl_ros.runtime.bundle import Bundle
 from icrl_ros.runtime.engine import Engine
+from icrl_ros.runtime.manifest import Manifest
 
 _RUNNER_FIELDS = ("trial", "trial_id", "episode", "step", "total_steps", "prev_action", "prev_reward", "goal")
 
@@ -48,20 +50,33 @@ class RunnerBase:
         self.bundle, self.engine, self.memory = bundle, engine, memory
         self.args = bundle.args
         self.memory_policy = memory.policy
-        obs = bundle.manifest["observation"]
-        self.goal_names: list[str] = list(obs.get("goal_names") or [])
-        self.action_names: list[str] = list(bundle.manifest["action"]["names"])
-        self.greedy = True
+        self.goal_names: list[str] = list(bundle.manifest.observation.goal_names)
+        self.action_names: list[str] = list(bundle.manifest.action.names)
+        self.greedy = False
         """Greedy (argmax) actions; False samples from the policy with :attr:`generator`."""
         self.temperature = 1.0
         """Sampling temperature: actions are drawn from softmax(logits / temperature)."""
+        self.configure_actions()
         self.generator = torch.Generator().manual_seed(0)
         self._lock = threading.RLock()
         self.trial = -1
 
     @property
-    def manifest(self) -> dict:
+    def manifest(self) -> Manifest:
         return self.bundle.manifest
+
+    def configure_actions(self, selection: str | None = None, temperature: float | None = None) -> None:
+        """How :meth:`act` chooses actions: ``selection`` "sample" | "greedy" and the sampling
+        ``temperature``; None (each) takes the bundle's (manifest ``action.selection`` /
+        ``action.temperature``, what it was evaluated with)."""
+        a = self.bundle.manifest.action
+        selection = selection or a.selection
+        temperature = a.temperature if temperature is None else float(temperature)
+        if selection not in ("sample", "greedy"):
+            raise ValueError(f"selection: {selection!r} is not one of ['sample', 'greedy']")
+        if not temperature > 0:
+            raise ValueError(f"temperature: must be > 0, got {temperature!r}")
+        self.greedy, self.temperature = selection == "greedy", temperature
 
     # -- trials and episodes ---------------------------------------------------------------
     def reset_trial(self) -> None:

@@ -101,7 +101,7 @@ def load_or_build(bundle: Bundle, graph: str, max_batch: int, cache: int, fp16: 
     cache_dir.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "unknown-gpu"
     onnx_file = bundle.graph_path(graph)
-    onnx_sha = bundle.manifest["files"][onnx_file.name]["sha256"]
+    onnx_sha = bundle.manifest.files[onnx_file.name].sha256
     shapes = profile_shapes(bundle.specs[graph], max_batch, cache)
     key = engine_key(trt.__version__, gpu, onnx_sha, {k: v[2] for k, v in shapes.items()}, fp16)
     path = cache_dir / f"{graph}-{key[:16]}.engine"
