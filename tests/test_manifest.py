@@ -1,10 +1,11 @@
 """The typed bundle manifest (icrl_ros.runtime.manifest): round trip, refusals naming the file
 and the field, version 1 manifests (the committed bundles), and the action-choice defaults the
-runner takes from it unless told otherwise."""
+runner and training/evaluate.py take from it unless told otherwise."""
 
 import copy
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -211,6 +212,18 @@ def test_explicit_arguments_override_the_recorded_defaults(greedy_bundle):
         r.configure_actions(temperature=0.0)
 
 
+def test_evaluate_takes_the_bundles_action_choice_unless_told(greedy_bundle, bundle):
+    from training.evaluate import acting
+
+    none = SimpleNamespace(selection=None, temperature=None)
+    g, s = load_bundle(greedy_bundle), load_bundle(bundle)
+    assert acting(none, g) == (True, 0.5)
+    assert acting(none, s) == (False, 1.0)
+    assert acting(none) == (False, 1.0)  # a checkpoint: sampling at temperature 1
+    assert acting(SimpleNamespace(selection="sample", temperature=None), g) == (False, 0.5)
+    assert acting(SimpleNamespace(selection=None, temperature=2.0), g) == (True, 2.0)
+
+
 def test_export_cli_records_the_action_choice(tmp_path):
     from icrl_ros.models import save_checkpoint
     from training import export as export_cli
@@ -223,3 +236,13 @@ def test_export_cli_records_the_action_choice(tmp_path):
     assert (m.action.selection, m.memory.policy, m.memory.config()["window"]) == ("greedy", "window", 32)
     with pytest.raises(SystemExit):
         export_cli.main([str(ckpt), "--out", str(tmp_path / "c"), "--temperature", "0"])
+
+
+def test_agent_params_default_to_the_bundle():
+    from icrl_ros.nodes.params import AgentParams
+
+    p = AgentParams()
+    assert p.action_selection == "" and p.sample_temperature == 0.0  # "" / 0 = the manifest's
+    AgentParams.from_dict({"action_selection": "greedy", "sample_temperature": 0.5})
+    with pytest.raises(ValueError, match="action_selection"):
+        AgentParams.from_dict({"action_selection": "best"})

@@ -21,6 +21,11 @@ rise from episode 1 to episodes 10-20 (``training/house_eval.py``); writes ``cur
 
     python training/evaluate.py checkpoints/house_memo.pt bundles/house_memo --label torch --label bundle \
         --trials 100 --episodes 20 --seed 7 --out eval/house
+
+Defaults: a checkpoint samples at temperature 1 with a window of its training context (ReLIC);
+a bundle acts and remembers as its manifest says (``action.selection``, ``action.temperature``,
+``memory.policy``: what it was evaluated with and runs with on the robot). ``--greedy`` /
+``--sample``, ``--temperature`` and ``--memory`` override both.
 """
 
 from __future__ import annotations
@@ -250,17 +255,22 @@ def main(argv=None) -> int:
     p.add_argument("--split", default="test", choices=["train", "test", "all"])
     p.add_argument("--trials", type=int, default=100)
     p.add_argument("--steps", type=int, help="steps per trial (default: the env's evaluation trial)")
-    p.add_argument("--memory", default="window", choices=["window", "full"],
-                   help="ReLIC memory: window = sink + sliding window of the training context (default); "
-                        "full = whole trial. Memo always keeps its summaries (see --max-sets), HCAM its chunks "
-                        "(see --max-chunks)")
+    p.add_argument("--memory", choices=["window", "full"],
+                   help="ReLIC memory: window = sink + sliding window of the training context (checkpoints' "
+                        "default); full = whole trial. Memo always keeps its summaries (see --max-sets), HCAM its "
+                        "chunks (see --max-chunks). Bundles: default the manifest's memory.policy")
     p.add_argument("--window", type=int, help="window size in steps (default: the training rollout length)")
     p.add_argument("--max-sets", type=int, help="Memo: keep only the newest N summary sets (streaming Memo)")
     p.add_argument("--max-chunks", type=int, help="HCAM: keep only the newest N chunks (default: every chunk of "
                    "the trial)")
-    p.add_argument("--greedy", action="store_true", help="argmax actions instead of sampling")
-    p.add_argument("--temperature", type=float, default=1.0,
-                   help="sampled actions: softmax(logits / T) (default 1: the policy's own distribution)")
+    pick = p.add_mutually_exclusive_group()
+    pick.add_argument("--greedy", dest="selection", action="store_const", const="greedy",
+                      help="argmax actions instead of sampling (default: sample; a bundle: its manifest's)")
+    pick.add_argument("--sample", dest="selection", action="store_const", const="sample",
+                      help="sample actions (the default for checkpoints; overrides a greedy bundle)")
+    p.add_argument("--temperature", type=float,
+                   help="sampled actions: softmax(logits / T) (default 1: the policy's own distribution; a bundle: "
+                        "its manifest's action.temperature)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--episodes", type=int, default=20, help="house: episodes per trial")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"],
@@ -287,21 +297,31 @@ def main(argv=None) -> int:
         fail(f"--label given {len(labels)} times for {len(args.checkpoints)} checkpoints; give one per checkpoint")
     if args.trials <= 0:
         fail(f"--trials must be positive, got {args.trials}")
-    if not args.temperature > 0:
+    if args.temperature is not None and not args.temperature > 0:
         fail(f"--temperature must be positive, got {args.temperature}")
     house = [is_house(c) for c in args.checkpoints]
     if any(house):
         if not all(house):
             fail("house policies and grid-world checkpoints cannot share one evaluation; run them separately")
         return evaluate_house(args, labels)
+    greedy, temperature = acting(args)
     results = []
     for c in args.checkpoints:
         try:
-            results.append(evaluate(c, args.split, args.trials, args.steps, args.window, args.greedy,
-                                    args.seed, args.memory, args.max_sets, args.max_chunks, args.temperature))
+            results.append(evaluate(c, args.split, args.trials, args.steps, args.window, greedy,
+                                    args.seed, args.memory or "window", args.max_sets, args.max_chunks, temperature))
         except (FileNotFoundError, ValueError, KeyError) as e:
             fail(f"{c}: {e}")
     return write_results(results, labels, Path(args.out))
+
+
+def acting(args, bundle=None) -> tuple[bool, float]:
+    """(greedy, temperature): the command line's, else the bundle's manifest (what it was
+    evaluated with), else sampling at temperature 1 (the training-side default)."""
+    default = bundle.manifest.action if bundle is not None else None
+    selection = args.selection or (default.selection if default is not None else "sample")
+    temperature = args.temperature if args.temperature is not None else (default.temperature if default is not None else 1.0)
+    return selection == "greedy", float(temperature)
 
 
 def is_house(path: str) -> bool:
@@ -322,23 +342,36 @@ def evaluate_house(args, labels: list[str]) -> int:
     if args.episodes <= 0:
         fail(f"--episodes must be positive, got {args.episodes}")
     curves, raw, runs = {}, {}, {}
+    if args.window is not None and any(Path(c).is_dir() for c in args.checkpoints):
+        fail("--window: a bundle's memory sizes are its manifest's (memory.window.window); re-export it with "
+             "training/export.py --memory window --window N")
+    acts = {}
     for path, lab in zip(args.checkpoints, labels):
         try:
-            stepper, options, desc = stepper_for(path, args.backend)
+            memory = args.memory if Path(path).is_dir() else None
+            stepper, options, desc = stepper_for(path, args.backend, memory)
+            if memory is not None:  # refused here, not in the middle of the trials, when it does not apply
+                from icrl_ros.runtime.runner import build_memory
+
+                build_memory(stepper.bundle, memory)
         except (FileNotFoundError, ValueError, KeyError) as e:
             fail(f"{path}: {e}")
+        greedy, temperature = acting(args, getattr(stepper, "bundle", None))
+        acts[lab] = {"greedy": greedy, "temperature": None if greedy else temperature}
         res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split,
-                               greedy=args.greedy, temperature=args.temperature, batch=args.batch,
+                               greedy=greedy, temperature=temperature, batch=args.batch,
                                env_options=options)
         raw[lab] = {k: res[k] for k in ("success", "spl", "steps", "house_seed")}
         curves[lab] = house_curves.summarise(raw[lab])
-        runs[lab] = {**desc, "env_options": options, **{k: res[k] for k in ("agent_steps", "wall_s", "steps_per_s")},
+        runs[lab] = {**desc, **acts[lab], "env_options": options,
+                     **{k: res[k] for k in ("agent_steps", "wall_s", "steps_per_s")},
                      **{k: v for k, v in res.items() if k.startswith("memory")}}
         print(f"{lab}: {args.trials} trials x {args.episodes} episodes, {res['agent_steps']} steps in "
               f"{res['wall_s']:.0f} s ({res['steps_per_s']:.0f} steps/s)", flush=True)
     house_curves.print_table(curves)
+    same = len({tuple(a.values()) for a in acts.values()}) == 1  # one action choice for every run: also at the top
     settings = {"trials": args.trials, "episodes": args.episodes, "split": args.split, "seed": args.seed,
-                "greedy": args.greedy, "temperature": None if args.greedy else args.temperature, "runs": runs}
+                **(next(iter(acts.values())) if same else {"greedy": None, "temperature": "per run"}), "runs": runs}
     house_curves.write(curves, raw, settings, Path(args.out), f"House policies, {args.split} houses, seed {args.seed}")
     print(f"wrote {Path(args.out) / 'curves.json'} and {Path(args.out) / 'icl_curve.png'}")
     return 0

@@ -243,10 +243,12 @@ class AgentNode(LifecycleNode):
     # parameters
 
     def _executor_config(self, p: AgentParams) -> ExecutorConfig:
-        manifest_action = self.runner.manifest["action"] if self.runner is not None else {}
+        action = self.runner.manifest.action if self.runner is not None else None
+        forward_m = action.forward_m if action is not None and action.forward_m is not None else 0.25
+        turn_deg = action.turn_deg if action is not None and action.turn_deg is not None else 30.0
         return ExecutorConfig(
-            forward_m=p.forward_m or float(manifest_action.get("forward_m", 0.25)),
-            turn_rad=math.radians(p.turn_deg or float(manifest_action.get("turn_deg", 30.0))),
+            forward_m=p.forward_m or float(forward_m),
+            turn_rad=math.radians(p.turn_deg or float(turn_deg)),
             max_linear_speed=p.max_linear_speed, max_angular_speed=p.max_angular_speed,
             max_linear_accel=p.max_linear_accel, max_angular_accel=p.max_angular_accel,
             kp_linear=p.kp_linear, kp_angular=p.kp_angular, kp_heading=p.kp_heading,
@@ -266,9 +268,8 @@ class AgentNode(LifecycleNode):
             self._gate.jump_s = p.time_jump_s
             if self.action_executor is not None:
                 self.action_executor.config = self._executor_config(p).validate()
-            if self.runner is not None and hasattr(self.runner, "greedy"):
-                self.runner.greedy = p.action_selection == "greedy"
-                self.runner.temperature = p.sample_temperature
+            if self.runner is not None:
+                self._configure_actions(self.runner, p)
             if p.control_rate_hz != old.control_rate_hz and self._control_timer is not None:
                 self._control_timer.timer_period_ns = int(1e9 / p.control_rate_hz)
             if p.status_rate_hz != old.status_rate_hz:
@@ -279,6 +280,12 @@ class AgentNode(LifecycleNode):
                     if self.active:
                         timer.reset()
         self.get_logger().info("parameters applied: " + ", ".join(f"{n}={getattr(p, n)!r}" for n in names))
+
+    def _configure_actions(self, runner, p: AgentParams) -> None:
+        """action_selection / sample_temperature, each empty / 0 = the bundle's (manifest action.selection /
+        action.temperature, what it was evaluated with)."""
+        if hasattr(runner, "configure_actions"):
+            runner.configure_actions(p.action_selection or None, p.sample_temperature or None)
 
     def _watch_period(self) -> float:
         """The watchdog checks an input this long after it last arrived: the zero is out by input_timeout_s."""
@@ -312,11 +319,13 @@ class AgentNode(LifecycleNode):
                 bundle, backend=p.backend, device=p.device, memory=p.memory or None,
                 memory_budget_bytes=p.memory_budget_bytes or None)
             manifest = runner.manifest
-            h, w = (int(v) for v in manifest["observation"]["image_size"])
-            goal_names = [str(g) for g in manifest["observation"]["goal_names"]]
-            action_names = [str(a) for a in manifest["action"]["names"]]
+            if manifest.observation.image_size is None:
+                raise ValueError("manifest field 'observation.image_size' is missing: not an image policy")
+            h, w = (int(v) for v in manifest.observation.image_size)
+            goal_names = [str(g) for g in manifest.observation.goal_names]
+            action_names = [str(a) for a in manifest.action.names]
             kinds = [ActionKind.from_name(a) for a in action_names]
-            trained_frame = str(manifest["observation"].get("pose_frame", "episode"))
+            trained_frame = str(manifest.observation.frame)
         except Exception as e:  # BundleError, ValueError, KeyError, OSError, engine errors...
             hint = " (device:=cpu runs without a GPU)" if p.device == "cuda" else ""
             return self._configure_failed(
@@ -332,10 +341,9 @@ class AgentNode(LifecycleNode):
             f"odometry from {p.odom_topic!r} goes to the policy in the {trained_frame!r} frame (the bundle's): "
             + ("relative to the trial's first episode start (keep that odometry continuous over the trial)"
                if trained_frame == "house" else "relative to each episode's start"))
-        if hasattr(runner, "greedy"):  # PolicyRunner: argmax or seeded sampling
-            runner.greedy = p.action_selection == "greedy"
-            runner.temperature = p.sample_temperature
+        if hasattr(runner, "generator"):  # PolicyRunner: argmax or seeded sampling
             runner.generator.manual_seed(p.sample_seed)
+        self._configure_actions(runner, p)
         with self._lock:
             self._reset_state()
             self.runner = runner

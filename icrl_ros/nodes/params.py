@@ -18,7 +18,7 @@ BACKENDS = ("onnxruntime", "torch", "tensorrt")
 DEVICES = ("cpu", "cuda")
 MEMORY_POLICIES = ("", "full", "window", "memo", "hcam", "retrieval")  # "" + icrl_ros.memory.MEMORY_POLICIES (no torch import here)
 ACTION_MODES = ("discrete", "twist")
-ACTION_SELECTIONS = ("sample", "greedy")
+ACTION_SELECTIONS = ("", "sample", "greedy")  # "" + icrl_ros.runtime.manifest.ACTION_SELECTIONS
 BRIDGE_MODES = ("lockstep", "realtime")
 
 
@@ -135,15 +135,18 @@ class AgentParams(ParamsBase):
         choices=ACTION_MODES,
     )
     action_selection: str = _live(
-        "sample",
-        "sample: draw each action from the policy's distribution (as training and training/evaluate.py do; "
-        "seeded by sample_seed, the generator state is saved with the memory); greedy: the most likely action.",
+        "",
+        "Empty = the bundle's (manifest action.selection, what it was evaluated with; sample for bundles "
+        "that do not say). sample: draw each action from the policy's distribution (as training and "
+        "training/evaluate.py do; seeded by sample_seed, the generator state is saved with the memory); "
+        "greedy: the most likely action.",
         choices=ACTION_SELECTIONS,
     )
     sample_seed: int = _conf(0, "Seed of the action-sampling generator (set at configure).", min=0)
     sample_temperature: float = _live(
-        1.0, "action_selection sample: draw from softmax(logits / this); 1 = the policy's own distribution, "
-        "lower is closer to greedy.", min=0.01, max=100.0,
+        0.0, "action_selection sample: draw from softmax(logits / this); 0 = the bundle's (manifest "
+        "action.temperature; 1 for bundles that do not say); 1 = the policy's own distribution, lower is "
+        "closer to greedy.", min=0.0, max=100.0,
     )
     idle_after_stop: bool = _live(True, "After the stop action, wait for a new goal before acting again.")
     settle_s: float = _live(0.1, "Twist mode: ignore images received sooner than this after a step ends.", min=0.0)

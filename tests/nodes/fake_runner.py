@@ -2,9 +2,10 @@
 
 Implements the runner interface the node codes against (``from_bundle``, ``manifest``,
 ``reset_trial``, ``begin_episode``, ``act``, ``snapshot``, ``restore``) with a list as "memory".
-Actions follow ``manifest["fake"]["script"]`` per episode step when given, else they are a
+Actions follow ``raw["fake"]["script"]`` per episode step when given, else they are a
 deterministic function of the whole memory, so a lost or replayed memory changes the actions.
-The bundle is a directory with ``manifest.json``; :func:`write_fake_bundle` makes one.
+The bundle is a directory with ``manifest.json``; :func:`write_fake_bundle` makes one. ``manifest``
+exposes the attributes of :class:`icrl_ros.runtime.manifest.Manifest` the node reads.
 Replace with a real exported bundle once ``icrl_ros.runtime`` and a shipped bundle exist.
 """
 
@@ -15,6 +16,7 @@ import hashlib
 import json
 import os
 import tempfile
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -56,7 +58,13 @@ class FakeRunner:
     instances: list["FakeRunner"] = []
 
     def __init__(self, manifest: dict[str, Any], kwargs: dict[str, Any]) -> None:
-        self.manifest = manifest
+        self.raw = manifest
+        obs, action = manifest["observation"], manifest["action"]
+        self.manifest = SimpleNamespace(  # the typed Manifest's attributes the node reads
+            observation=SimpleNamespace(image_size=obs.get("image_size"), goal_names=obs["goal_names"],
+                                        pose_frame=obs.get("pose_frame"), frame=obs.get("pose_frame") or "episode"),
+            action=SimpleNamespace(names=action["names"], forward_m=action.get("forward_m"),
+                                   turn_deg=action.get("turn_deg")))
         self.kwargs = kwargs
         self.calls: list[tuple] = []
         self.memory = FakeMemory()  # one token per act: [episode, step, goal, image mean, x, y, yaw]
@@ -89,7 +97,7 @@ class FakeRunner:
         self.goal = None
 
     def begin_episode(self, goal: str) -> None:
-        if goal not in self.manifest["observation"]["goal_names"]:
+        if goal not in self.raw["observation"]["goal_names"]:
             raise ValueError(f"goal: unknown {goal!r}")
         self.calls.append(("begin_episode", goal))
         self.episode += 1
@@ -97,7 +105,7 @@ class FakeRunner:
         self.goal = goal
 
     def act(self, obs: dict[str, np.ndarray]) -> tuple[int, dict[str, Any]]:
-        h, w = self.manifest["observation"]["image_size"]
+        h, w = self.raw["observation"]["image_size"]
         rgb, odom = obs["rgb"], obs["odom"]
         if rgb.shape != (h, w, 3) or rgb.dtype != np.uint8:
             raise ValueError(f"rgb: expected ({h}, {w}, 3) uint8, got {rgb.shape} {rgb.dtype}")
@@ -105,11 +113,11 @@ class FakeRunner:
             raise ValueError(f"odom: expected finite (3,) float32, got {odom!r}")
         if self.goal is None:
             raise ValueError("act before begin_episode")
-        goals = self.manifest["observation"]["goal_names"]
+        goals = self.raw["observation"]["goal_names"]
         self.memory.append([self.episode, self.step, goals.index(self.goal), float(rgb.mean()), *map(float, odom)])
         self.calls.append(("act", self.episode, self.step))
-        script = self.manifest.get("fake", {}).get("script")
-        n = len(self.manifest["action"]["names"])
+        script = self.raw.get("fake", {}).get("script")
+        n = len(self.raw["action"]["names"])
         if script:
             action = int(script[min(self.step, len(script) - 1)])
         else:
