@@ -76,12 +76,12 @@ def test_export_cli_script_with_verify(checkpoint, tmp_path):
     assert "verify onnxruntime: 250 steps, max |logit diff|" in proc.stdout and "FAIL" not in proc.stdout
     b = load_bundle(out)
     m = b.manifest
-    assert m["action"]["names"] == ["up", "down", "left", "right", "stay"]  # from the Darkroom env
-    assert m["memory"]["policy"] == "window" and m["memory"]["window"]["window"] == 64
-    assert m["model"]["trained_context"] == 512 and m["positions"]["rope"] == "episode_index"
-    assert {"encoder.onnx", "core.onnx", "heads.onnx", "weights.pt", "sample.npz", "sink_cache.npz"} <= set(m["files"])
-    assert m["observation"]["inputs"]["obs"] == {"dtype": "int64", "shape": []}
-    assert m["onnx"]["graphs"]["core"]["inputs"][3]["name"] == "past_k_0"
+    assert m.action.names == ["up", "down", "left", "right", "stay"]  # from the Darkroom env
+    assert m.memory.policy == "window" and m.memory.config()["window"] == 64
+    assert m.model.trained_context == 512 and m.positions["rope"] == "episode_index"
+    assert {"encoder.onnx", "core.onnx", "heads.onnx", "weights.pt", "sample.npz", "sink_cache.npz"} <= set(m.files)
+    assert m.observation.inputs["obs"] == {"dtype": "int64", "shape": []}
+    assert m.onnx.graphs["core"].inputs[3]["name"] == "past_k_0"
 
 
 def test_export_fp16_verify_and_memo(tmp_path):
@@ -92,10 +92,10 @@ def test_export_fp16_verify_and_memo(tmp_path):
     out = tmp_path / "memo16"
     assert export_cli.main([str(ckpt), "--out", str(out), "--fp16", "--verify", "--verify-steps", "120"]) == 0
     b = load_bundle(out)
-    assert b.precision == "fp16" and "summarize" in b.manifest["onnx"]["graphs"]
-    assert b.manifest["memory"] == {"policy": "memo", "budget_bytes": None,
+    assert b.precision == "fp16" and "summarize" in b.manifest.onnx.graphs
+    assert b.manifest.to_dict()["memory"] == {"policy": "memo", "budget_bytes": None,
                                     "memo": {"max_sets": 256, "on_full": "evict_oldest"}}
-    assert b.manifest["action"]["names"] == ["up", "down", "left", "right"]
+    assert b.manifest.action.names == ["up", "down", "left", "right"]
 
 
 @pytest.mark.parametrize("argv,needle", [

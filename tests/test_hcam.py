@@ -427,10 +427,10 @@ def test_bundle_manifest_and_self_check(hcam_bundle):
     from icrl_ros.runtime.selfcheck import check_sample
 
     b = load_bundle(hcam_bundle)
-    assert b.manifest["memory"]["policy"] == "hcam" and b.manifest["memory"]["hcam"]["max_chunks"] == 8192 // CHUNK
+    assert b.manifest.memory.policy == "hcam" and b.manifest.memory.config()["max_chunks"] == 8192 // CHUNK
     names = [io["name"] for io in b.specs["core"]["inputs"]]
     assert names[-5:] == ["chunk_x_0", "chunk_x_1", "chunk_key_0", "chunk_key_1", "chunk_valid"]
-    assert b.manifest["sample"]["steps"] > (3 + 1) * CHUNK  # more complete chunks than top_k
+    assert b.manifest.sample.steps > (3 + 1) * CHUNK  # more complete chunks than top_k
     assert check_sample(b)["ok"] and check_sample(b, "torch")["ok"]
 
 

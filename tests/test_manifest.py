@@ -246,3 +246,15 @@ def test_agent_params_default_to_the_bundle():
     AgentParams.from_dict({"action_selection": "greedy", "sample_temperature": 0.5})
     with pytest.raises(ValueError, match="action_selection"):
         AgentParams.from_dict({"action_selection": "best"})
+
+
+def test_agent_node_takes_the_bundles_choice_unless_its_parameters_say(greedy_bundle):
+    pytest.importorskip("rclpy")
+    from icrl_ros.nodes.agent_node import AgentNode
+    from icrl_ros.nodes.params import AgentParams
+
+    r = PolicyRunner.from_bundle(greedy_bundle, selection="sample", temperature=3.0)
+    AgentNode._configure_actions(None, r, AgentParams())  # the node's defaults: the bundle's
+    assert (r.greedy, r.temperature) == (True, 0.5)
+    AgentNode._configure_actions(None, r, AgentParams(action_selection="sample", sample_temperature=2.0))
+    assert (r.greedy, r.temperature) == (False, 2.0)

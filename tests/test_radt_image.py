@@ -37,7 +37,7 @@ def test_graphs_take_features_and_no_reward(bundle_path) -> None:
     obs_io = b.specs["policy"]["inputs"][0]
     assert obs_io["dtype"] == "float32" and obs_io["shape"] == ["batch", a.context, a.d_model + a.key_inputs]
     assert b.key_projection().shape == (3 * a.key_pool ** 2 + 4, a.key_dim)
-    assert b.manifest["observation"]["image_size"] == [IMAGE, IMAGE]
+    assert b.manifest.observation.image_size == [IMAGE, IMAGE]
 
 
 @pytest.mark.parametrize("backend", ["onnxruntime", "torch"])

@@ -149,12 +149,12 @@ def test_export_writes_a_radt_bundle_with_retrieval_manifest(bundle_path):
 
     b = load_bundle(bundle_path)
     m = b.manifest
-    assert m["model"]["kind"] == "radt" and list(m["onnx"]["graphs"]) == ["policy"]
-    assert m["memory"]["policy"] == "retrieval" and m["memory"]["retrieval"]["on_full"] == "evict_oldest"
-    assert m["retrieval"]["l"] == 6 and m["retrieval"]["target_return"] == 4.0
-    assert m["positions"]["window"] == 4 and m["positions"]["retrieved"] == 2 and m["positions"]["retrieved_len"] == 8
-    assert m["observation"]["from_observation"] == ["obs"] and m["action"]["names"][0] == "up"
-    ins = {io["name"]: io["shape"] for io in m["onnx"]["graphs"]["policy"]["inputs"]}
+    assert m.model.kind == "radt" and list(m.onnx.graphs) == ["policy"]
+    assert m.memory.policy == "retrieval" and m.memory.config()["on_full"] == "evict_oldest"
+    assert m.retrieval.l == 6 and m.retrieval.target_return == 4.0
+    assert m.positions["window"] == 4 and m.positions["retrieved"] == 2 and m.positions["retrieved_len"] == 8
+    assert m.observation.from_observation == ["obs"] and m.action.names[0] == "up"
+    ins = {io["name"]: io["shape"] for io in m.onnx.graphs["policy"].inputs}
     assert ins["valid"] == ["batch", 4] and ins["retrieved_valid"] == ["batch", 2, 8]
     assert np.array_equal(b.key_projection(), b.load_policy().key_proj.numpy())
     for backend in ("onnxruntime", "torch"):

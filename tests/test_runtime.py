@@ -183,7 +183,7 @@ def test_available_backends_lists_what_imports():
 # -- PolicyRunner API --------------------------------------------------------------------------
 def test_runner_api_episodes_keep_memory_and_trials_clear_it(bundles):
     r = PolicyRunner.from_bundle(bundles["relic"], memory="window", memory_budget_bytes=200_000)
-    assert r.manifest["action"]["names"] == ["up", "down", "left", "right", "stay"]
+    assert r.manifest.action.names == ["up", "down", "left", "right", "stay"]
     r.reset_trial()
     r.begin_episode()
     infos = [r.act({"obs": i % 30})[1] for i in range(5)]
@@ -245,7 +245,7 @@ def test_models_without_reward_input_and_with_grid_coordinates(tmp_path):
     args = small_args(grid_size=5, n_obs=25, use_reward=False)
     path = export_bundle(build_policy(args).eval(), tmp_path / "noreward")
     b = load_bundle(path)
-    assert "prev_reward" not in b.manifest["observation"]["inputs"]
+    assert "prev_reward" not in b.manifest.observation.inputs
     assert check_sample(b)["ok"] and check_sample(b, "torch")["ok"]
     r = PolicyRunner.from_bundle(path)
     assert r.act({"obs": 3, "reward": 1.0})[1]["memory_tokens"] == 1  # a reward is accepted and unused

@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "lockstep", "max_episode_steps": args.max_steps, "episode_start_delay_s": 0.05})
     agent_params = params_file(tmp / "agent.yaml", {
         "bundle_path": str(bundle.resolve()), "backend": args.backend, "autostart": True, "action_mode": "discrete",
-        "action_selection": "sample", "sample_seed": args.sample_seed, "status_rate_hz": 2.0,
+        "action_selection": "", "sample_seed": args.sample_seed, "status_rate_hz": 2.0,  # "": the bundle's choice
         "input_timeout_s": 30.0, "memory_path": str((out / "memory.npz").resolve())})
     config = REPO_ROOT / "config"
     procs = {

@@ -130,7 +130,7 @@ def test_lifecycle_transitions_and_missing_bundle(ros_context, tmp_path) -> None
         runner = agent.runner
         assert isinstance(runner, PolicyRunner) and runner.memory_policy == "full"  # ReLIC: full memory
         assert os.path.samefile(runner.bundle.path, require_house_bundle())
-        assert runner.greedy is False  # action_selection: sample (seeded)
+        assert runner.greedy is False  # action_selection "": the bundle's (house_relic: sample, seeded)
         assert state_id(ex, get_client) == State.PRIMARY_STATE_INACTIVE
         assert change(ex, change_client, Transition.TRANSITION_ACTIVATE)
         assert state_id(ex, get_client) == State.PRIMARY_STATE_ACTIVE and agent.active

@@ -21,13 +21,13 @@ def test_shipped_bundle_is_the_shipped_checkpoint_and_passes_its_self_check(requ
     from icrl_ros.runtime.bundle import load_bundle, model_hash
 
     b = load_bundle(bundle)
-    assert b.manifest["model"]["kind"] == kind and b.manifest["precision"] == "fp32"
-    assert b.manifest["observation"]["image_size"] == [64, 64]
-    assert b.manifest["action"]["names"] == ["stop", "forward", "turn_left", "turn_right"]
+    assert b.manifest.model.kind == kind and b.manifest.precision == "fp32"
+    assert b.manifest.observation.image_size == [64, 64]
+    assert b.manifest.action.names == ["stop", "forward", "turn_left", "turn_right"]
     ckpt = os.path.join(REPO, "checkpoints", os.path.basename(bundle) + ".pt")
     if os.path.exists(ckpt):
         policy, _ = load_checkpoint(ckpt)
-        assert model_hash(policy) == b.manifest["model"]["hash"]
+        assert model_hash(policy) == b.manifest.model.hash
     out = subprocess.run([sys.executable, "training/bundle_tool.py", "check", bundle], cwd=REPO,
                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert out.returncode == 0, out.stdout[-1000:] + out.stderr[-1000:]

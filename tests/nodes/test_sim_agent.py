@@ -86,7 +86,7 @@ def test_lockstep_house_episodes_with_the_shipped_bundle_memory_carries(ros_cont
         ends = lambda: [e for e in probe.events() if e["event"] == "episode_end"]  # noqa: E731
         # at least three episodes and enough steps to close a Memo segment (the shipped policy,
         # barely trained, often stops after a step or two)
-        min_steps = runner.bundle.manifest["positions"]["l_seg"] + 6
+        min_steps = runner.bundle.manifest.positions["l_seg"] + 6
         done = lambda: len(ends()) >= 3 and sum(e["steps"] for e in ends()) >= min_steps  # noqa: E731
         assert spin_until(ex, done, 120), (len(ends()), calls[-1:])
         bridge.params.auto_reset = False  # freeze: no new episode starts
@@ -113,7 +113,7 @@ def test_lockstep_house_episodes_with_the_shipped_bundle_memory_carries(ros_cont
 
     # memory carries across the episodes: the token count follows the trial's total step count
     # (Memo: l_sum summary tokens per closed l_seg segment + the open segment), never restarting
-    pos = runner.bundle.manifest["positions"]
+    pos = runner.bundle.manifest.positions
     tokens = [c[3]["memory_tokens"] for c in acts]
     assert tokens == [memo_tokens(t + 1, pos["l_seg"], pos["l_sum"]) for t in range(len(acts))]
     assert len(acts) > pos["l_seg"] and acts[pos["l_seg"]][3]["episode"] > 0  # a summary of earlier episodes
