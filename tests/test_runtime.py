@@ -225,8 +225,8 @@ def test_runner_goal_names_and_image_observations(tmp_path):
     path = export_bundle(build_policy(args).eval(), tmp_path / "img", env=env)
     r = PolicyRunner.from_bundle(path)
     m = r.manifest
-    assert m["observation"]["image_size"] == [16, 16] and m["observation"]["goal_names"] == ["chair", "table", "sofa"]
-    assert m["action"]["forward_m"] == 0.25 and m["action"]["turn_deg"] == 30.0
+    assert m.observation.image_size == [16, 16] and m.observation.goal_names == ["chair", "table", "sofa"]
+    assert m.action.forward_m == 0.25 and m.action.turn_deg == 30.0
     r.reset_trial()
     r.begin_episode("table")
     obs = {"rgb": np.zeros((16, 16, 3), np.uint8), "odom": np.zeros(3, np.float32)}

@@ -128,9 +128,9 @@ def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = No
     p = Path(path)
     if p.is_dir():
         st = BundleStepper(p, backend, memory)
-        obs = st.bundle.manifest["observation"]
-        return st, {"pose_frame": obs.get("pose_frame", "episode")}, {"bundle": str(p), "backend": backend,
-                                                                      "memory": memory or st.bundle.manifest["memory"]["policy"]}
+        m = st.bundle.manifest
+        return st, {"pose_frame": m.observation.frame}, {"bundle": str(p), "backend": backend,
+                                                         "memory": memory or m.memory.policy}
     policy, blob = load_checkpoint(p)
     opts = dict((blob["config"].get("env") or {}).get("options") or {})
     opts.setdefault("pose_frame", "episode")  # checkpoints from before pose frames were episode-framed

@@ -279,17 +279,6 @@ class Manifest:
         path.write_text(self.to_yaml())
         return path
 
-    def __getitem__(self, key: str) -> Any:
-        """Read-only mapping access to a top-level section as a plain dict, for readers not yet
-        moved to attributes (``training/house_eval.py``). New code uses the attributes."""
-        d = self.to_dict()
-        if key not in d:
-            raise KeyError(key)
-        return d[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.to_dict().get(key, default)
-
 
 # -- typed (de)serialisation ----------------------------------------------------------------------
 _HINTS: dict[type, dict[str, Any]] = {}
