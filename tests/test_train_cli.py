@@ -38,6 +38,8 @@ def test_train_resume_and_evaluate(tmp_path):
     (label, data), = res.items()
     assert [row["episode"] for row in data["episodes"]][:2] == [1, 2] and data["trials"] == 4
     assert data["temperature"] == 0.5 and data["greedy"] is False
+    k = data["episodes_all_trials"]  # fixed-step trials: the all-trial prefix, then survivors only
+    assert all(row["n"] == 4 for row in data["episodes"][:k]) and all(row["n"] < 4 for row in data["episodes"][k:])
     r = run(["training/evaluate.py", str(ckpt), "--temperature", "0", "--out", str(out)])
     assert r.returncode != 0 and "--temperature must be positive" in r.stderr and "Traceback" not in r.stderr
     assert (out / "icl_curve.png").stat().st_size > 1000
@@ -88,6 +90,38 @@ def test_evaluate_merge_combines_stored_results_and_refuses_bad_files(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps({"x": 1}))
     r = run(["training/evaluate.py", "--merge", str(tmp_path / "bad.json")])
     assert r.returncode != 0 and "not an eval.json" in r.stderr
+
+
+def test_curves_mark_episodes_only_some_trials_reached(tmp_path):
+    import numpy as np
+
+    from training.evaluate import episode_rows, episodes_all_trials, plot, print_table
+
+    # 4 fixed-step trials: all finish 2 episodes, two finish a 3rd, one a 4th (the fast one, high return)
+    R = np.array([[1, 2, np.nan, np.nan], [1, 2, 3, np.nan], [1, 2, 3, 9], [1, 2, np.nan, np.nan]], float)
+    rows = episode_rows(R)
+    assert [r["n"] for r in rows] == [4, 4, 2, 1] and rows[3]["mean"] == 9.0
+    assert episodes_all_trials(rows, 4) == 2 and episodes_all_trials(rows[:2], 4) == 2
+    result = {"env": "icrl_ros/Darkroom-v0", "split": "test", "trials": 4, "episodes": rows, "memory_bytes": 0,
+              "memory_tokens_at_end": 0,
+              "trial_return": {"mean": 1.0, "ci95": 0.1, "oracle_normalised": 0.5, "oracle_normalised_ci95": 0.1}}
+    print_table([result], ["x"])
+    plot([result], ["x"], tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_table_marks_survivor_rows(capsys, tmp_path):
+    import numpy as np
+
+    from training.evaluate import episode_rows, print_table
+
+    rows = episode_rows(np.array([[1, 2, 3], [1, 2, np.nan]], float))
+    print_table([{"trials": 2, "episodes": rows, "memory_bytes": 0, "memory_tokens_at_end": 0,
+                  "trial_return": {"mean": 1.0, "ci95": 0.1, "oracle_normalised": 0.5, "oracle_normalised_ci95": 0.1}}],
+                ["x"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].rstrip().endswith("(n=  2)") and lines[3].rstrip().endswith("(n=  1)*")
+    assert any("faster trials only" in line for line in lines)
 
 
 def test_seed_groups_summarise_seeds_and_the_difference():

@@ -95,6 +95,29 @@ def mean_ci(x: np.ndarray) -> tuple[float, float, int]:
     return float(x.mean()), float(ci), int(len(x))
 
 
+def episode_rows(R: np.ndarray, oracle_ep: float | None = None) -> list[dict]:
+    """Per in-context episode of a (trials, episodes) return matrix (NaN = not reached): mean,
+    95% CI and ``n``, the trials that finished that episode. Trials of a fixed number of steps
+    finish different numbers of episodes, so late rows average only the faster trials."""
+    rows = []
+    for e in range(R.shape[1]):
+        m, ci, n = mean_ci(R[:, e])
+        row = {"episode": e + 1, "mean": m, "ci95": ci, "n": n}
+        if oracle_ep is not None:
+            row["normalised"] = mean_ci(R[:, e] / oracle_ep)[0]
+        rows.append(row)
+    return rows
+
+
+def episodes_all_trials(rows: list[dict], trials: int) -> int:
+    """How many leading episodes every trial finished: the curve up to here is an all-trial
+    average; beyond it, a survivors-only one."""
+    k = 0
+    while k < len(rows) and rows[k]["n"] == trials:
+        k += 1
+    return k
+
+
 def held_out_tasks(env: VecTrialEnv, trials: int, seed: int) -> None:
     """Darkroom: every held-out goal equally often; other envs: draw held-out tasks."""
     if hasattr(env, "goal_pool") and env.split == "test":
@@ -129,14 +152,7 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
             window = None
         out = run_trials(policy, env, steps, window=window, greedy=greedy, seed=seed, max_sets=max_sets,
                          max_chunks=max_chunks, temperature=temperature)
-    R = out["returns"]
-    rows = []
-    for e in range(R.shape[1]):
-        m, ci, n = mean_ci(R[:, e])
-        row = {"episode": e + 1, "mean": m, "ci95": ci, "n": n}
-        if oracle_ep is not None:
-            row["normalised"] = mean_ci(R[:, e] / oracle_ep)[0]
-        rows.append(row)
+    rows = episode_rows(out["returns"], oracle_ep)
     tm, tci, _ = mean_ci(out["trial_return"])
     nm, nci, _ = mean_ci(out["trial_return"] / oracle_trial)
     return {"checkpoint": str(ckpt), "env": env_id, "split": split, "trials": trials, "steps": steps,
@@ -144,22 +160,26 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
             "temperature": None if greedy else temperature,
             "model": blob["model_args"],
             "env_steps_trained": blob.get("env_steps"), "episodes": rows,
+            "episodes_all_trials": episodes_all_trials(rows, trials),
             "memory_bytes": out["memory_bytes"], "memory_tokens_at_end": out["memory_tokens"],
             "trial_return": {"mean": tm, "ci95": tci, "oracle_normalised": nm, "oracle_normalised_ci95": nci}}
 
 
 def print_table(results: list[dict], labels: list[str], max_rows: int = 40) -> None:
-    print(f"{'episode':>7} " + " ".join(f"{lab:>22}" for lab in labels))
+    print(f"{'episode':>7} " + " ".join(f"{lab:>23}" for lab in labels))
     n = max(len(r["episodes"]) for r in results)
     for e in range(min(n, max_rows)):
         cells = []
         for r in results:
             if e < len(r["episodes"]) and r["episodes"][e]["n"]:
                 row = r["episodes"][e]
-                cells.append(f"{row['mean']:8.2f} ± {row['ci95']:5.2f} (n={row['n']:3d})")
+                mark = "*" if row["n"] < r["trials"] else " "
+                cells.append(f"{row['mean']:8.2f} ± {row['ci95']:5.2f} (n={row['n']:3d}){mark}")
             else:
                 cells.append(f"{'-':>22}")
-        print(f"{e + 1:>7} " + " ".join(f"{c:>22}" for c in cells))
+        print(f"{e + 1:>7} " + " ".join(f"{c:>23}" for c in cells))
+    if any(row["n"] < r["trials"] for r in results for row in r["episodes"]):
+        print("* fewer than all trials reached this episode: the mean is over the faster trials only")
     for lab, r in zip(labels, results):
         t = r["trial_return"]
         print(f"{lab}: trial return {t['mean']:.2f} ± {t['ci95']:.2f}, oracle-normalised "
@@ -224,16 +244,26 @@ def plot(results: list[dict], labels: list[str], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
+    survivors = False
     for lab, r in zip(labels, results):
         rows = [row for row in r["episodes"] if row["n"] >= max(2, r["trials"] // 2)]
+        k = episodes_all_trials(r["episodes"], r["trials"])
         x = np.array([row["episode"] for row in rows])
         m = np.array([row["mean"] for row in rows])
         ci = np.array([row["ci95"] for row in rows])
-        ax.plot(x, m, label=lab)
-        ax.fill_between(x, m - ci, m + ci, alpha=0.25)
+        # solid and shaded: every trial reached the episode; dotted: only the trials that got that
+        # far (more than half of them), so a rise there may be the fast trials taking over
+        line, = ax.plot(x[:k], m[:k], label=f"{lab} (n={r['trials']})")
+        ax.fill_between(x[:k], m[:k] - ci[:k], m[:k] + ci[:k], alpha=0.25, color=line.get_color())
+        if len(x) > k:
+            survivors = True
+            lo = max(k - 1, 0)
+            ax.plot(x[lo:], m[lo:], ls=":", color=line.get_color())
     ax.set_xlabel("in-context episode")
     ax.set_ylabel("episode return")
-    ax.set_title(f"{results[0]['env']} ({results[0]['split']} tasks, mean ± 95% CI)")
+    note = "\ndotted: mean over only the trials that reached the episode (at least half)" if survivors else ""
+    ax.set_title(f"{results[0]['env']} ({results[0]['split']} tasks, mean ± 95% CI over all trials){note}",
+                 fontsize=9)
     ax.grid(alpha=0.3)
     if len(labels) > 3:  # beside the axes: the curves fill the plot
         fig.set_size_inches(7.5, 4)
