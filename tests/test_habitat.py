@@ -9,7 +9,7 @@ import pytest
 
 import icrl_ros.sim  # noqa: F401  (registers the ids)
 from icrl_ros.sim.habitat_env import import_habitat, yaw_of
-from icrl_ros.sim.house_nav import episode_odometry
+from icrl_ros.geometry import episode_odometry
 
 HAVE_HABITAT = importlib.util.find_spec("habitat") is not None and importlib.util.find_spec("habitat_sim") is not None
 

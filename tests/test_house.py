@@ -321,7 +321,7 @@ def test_ppo_rollout_and_update_on_the_house():
 
 
 def test_pose_frames_house_is_fixed_for_the_trial_episode_restarts():
-    from icrl_ros.sim.house_nav import episode_odometry
+    from icrl_ros.geometry import episode_odometry
 
     house, episode = HouseEnv(pose_frame="house"), HouseEnv(pose_frame="episode")
     try:

@@ -154,7 +154,7 @@ def test_object_estimates_of_the_shipped_encoder_land_on_the_objects():
     from icrl_ros.models.encoders import VIEW_FOV_DEG, FeatureEncoder, FeatureHeads, load_frozen
     from icrl_ros.sim.house import HouseEnv
     from icrl_ros.sim.house_layout import CATEGORIES
-    from icrl_ros.sim.house_nav import episode_odometry
+    from icrl_ros.geometry import episode_odometry
     from icrl_ros.sim.house_render import FOV_Y_DEG
     from training.imitate import SIGHTING_P
 

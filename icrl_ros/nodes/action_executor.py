@@ -16,7 +16,8 @@ import enum
 import math
 from dataclasses import dataclass
 
-from icrl_ros.nodes.convert import InputError, check_pose, relative_pose, wrap_angle
+from icrl_ros.geometry import wrap_angle
+from icrl_ros.nodes.convert import InputError, check_pose, relative_pose
 
 
 class ActionKind(enum.Enum):

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from icrl_ros import geometry
+
 # encoding -> (channels, index of R, G, B in a pixel); mono replicates its one channel.
 ENCODINGS: dict[str, tuple[int, tuple[int, int, int]]] = {
     "rgb8": (3, (0, 1, 2)),
@@ -179,11 +181,6 @@ def resize_rgb(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 # Angles, quaternions, planar poses
 
 
-def wrap_angle(a: float) -> float:
-    """Angle in radians wrapped to [-pi, pi]."""
-    return float(math.atan2(math.sin(a), math.cos(a)))
-
-
 def yaw_from_quaternion(x: float, y: float, z: float, w: float) -> float:
     """Yaw (rotation about z, CCW) of a quaternion; it need not be normalised."""
     vals = (x, y, z, w)
@@ -209,29 +206,15 @@ def check_pose(pose: tuple[float, float, float] | np.ndarray, what: str = "pose"
 
 
 def relative_pose(origin: tuple[float, float, float], pose: tuple[float, float, float]) -> np.ndarray:
-    """``pose`` expressed in the frame of ``origin`` (both (x, y, yaw) in one fixed frame).
-
-    Returns float32 [x forward, y left, yaw CCW in [-pi, pi]] as the policies observe odometry.
-    """
-    x0, y0, t0 = check_pose(origin, "origin")
-    x, y, t = check_pose(pose)
-    dx, dy = x - x0, y - y0
-    c, s = math.cos(t0), math.sin(t0)
-    return np.array([c * dx + s * dy, -s * dx + c * dy, wrap_angle(t - t0)], dtype=np.float32)
+    """``pose`` expressed in the frame of ``origin`` (both (x, y, yaw) in one fixed frame), checked
+    for non-finite values (:class:`InputError`): :func:`icrl_ros.geometry.relative_pose`, the
+    transform the simulators use, so the node feeds the policy the odometry it was trained on."""
+    return geometry.relative_pose(check_pose(origin, "origin"), check_pose(pose))
 
 
 def compose_pose(base: tuple[float, float, float], delta: tuple[float, float, float]) -> tuple[float, float, float]:
     """Apply ``delta`` (in ``base``'s frame) to ``base``; the inverse of :func:`relative_pose`."""
-    x0, y0, t0 = check_pose(base, "base")
-    dx, dy, dt = check_pose(delta, "delta")
-    c, s = math.cos(t0), math.sin(t0)
-    return (x0 + c * dx - s * dy, y0 + s * dx + c * dy, wrap_angle(t0 + dt))
-
-
-def map_to_odom(map_pose: tuple[float, float, float], odom_pose: tuple[float, float, float]) -> tuple[float, float, float]:
-    """The map -> odom transform (x, y, yaw) given the base's pose in both frames: the map pose
-    composed with the inverse of the odometry pose (what a localisation node publishes on TF)."""
-    return compose_pose(map_pose, tuple(float(v) for v in relative_pose(odom_pose, (0.0, 0.0, 0.0))))
+    return geometry.compose_pose(check_pose(base, "base"), check_pose(delta, "delta"))
 
 
 def odometry_msg_to_pose(msg: Any) -> tuple[float, float, float]:
@@ -258,13 +241,11 @@ __all__ = [
     "image_msg_to_rgb",
     "rgb_to_image_fields",
     "resize_rgb",
-    "wrap_angle",
     "yaw_from_quaternion",
     "quaternion_from_yaw",
     "check_pose",
     "relative_pose",
     "compose_pose",
-    "map_to_odom",
     "odometry_msg_to_pose",
     "stamp_to_seconds",
 ]

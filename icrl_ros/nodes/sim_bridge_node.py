@@ -47,7 +47,8 @@ from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Float32, Int32, String
 from std_srvs.srv import Trigger
 
-from icrl_ros.nodes.convert import map_to_odom, quaternion_from_yaw, rgb_to_image_fields
+from icrl_ros.geometry import map_to_odom
+from icrl_ros.nodes.convert import quaternion_from_yaw, rgb_to_image_fields
 from icrl_ros.nodes.dds import use_shipped_profile
 from icrl_ros.nodes.params import BridgeParams
 from icrl_ros.nodes.ros_params import declare_params, read_params

@@ -54,7 +54,7 @@ import numpy as np
 
 from icrl_ros.sim.house import NO_ACTION, POSE_FRAMES, HouseEnv, observation_space
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG  # constants only, no GL
-from icrl_ros.sim.house_nav import episode_odometry, wrap_angle
+from icrl_ros.geometry import episode_odometry, wrap_angle
 
 DEFAULT_CONFIG = "benchmark/nav/objectnav/objectnav_hm3d.yaml"
 ACTION_NAMES = ("stop", "move_forward", "turn_left", "turn_right")  # habitat-lab's names, our indices

@@ -38,7 +38,8 @@ import numpy as np
 from icrl_ros.sim.house_layout import (
     CATEGORIES, GOAL_NAMES, ODOM_LIMIT_M, HouseLayout, check_split, draw_house_seed, generate_layout, house_split,
 )
-from icrl_ros.sim.house_nav import NavGrid, episode_odometry, visible, wrap_angle
+from icrl_ros.geometry import episode_odometry, wrap_angle
+from icrl_ros.sim.house_nav import NavGrid, visible
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG  # constants only, no GL
 from icrl_ros.sim.house_topdown import draw_top_down
 

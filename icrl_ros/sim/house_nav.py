@@ -24,21 +24,6 @@ _MOVES = [(di, dj) for di in range(-2, 3) for dj in range(-2, 3)
           if (di, dj) != (0, 0) and math.gcd(abs(di), abs(dj)) == 1]
 
 
-def wrap_angle(a: float) -> float:
-    """Wrap to [-pi, pi)."""
-    return (a + math.pi) % (2 * math.pi) - math.pi
-
-
-def episode_odometry(start: tuple[float, float, float], pose: tuple[float, float, float]) -> np.ndarray:
-    """Odometry (x forward, y left, yaw CCW) of world ``pose`` (x, z, yaw) relative to ``start``,
-    in the planar frame X = world x, Y = -world z (float32 (3,))."""
-    x0, z0, yaw0 = start
-    x, z, yaw = pose
-    dX, dY = x - x0, -(z - z0)
-    c, s = math.cos(yaw0), math.sin(yaw0)
-    return np.array([c * dX + s * dY, -s * dX + c * dY, wrap_angle(yaw - yaw0)], np.float32)
-
-
 def grid_distances(D: np.ndarray, free: np.ndarray, cell: float) -> np.ndarray:
     """Grid shortest-path distances from the zero cells of D over ``free`` cells (inf
     elsewhere): 16-neighbour relaxation sweeps (updates apply in place, so one sweep carries

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from icrl_ros.sim.house_nav import segments_cross, wrap_angle
+from icrl_ros.geometry import wrap_angle
+from icrl_ros.sim.house_nav import segments_cross
 
 if TYPE_CHECKING:
     from icrl_ros.sim.house import HouseEnv

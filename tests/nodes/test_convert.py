@@ -10,15 +10,14 @@ import pytest
 from icrl_ros.nodes.convert import (
     InputError,
     compose_pose,
-    map_to_odom,
     image_to_rgb,
     quaternion_from_yaw,
     relative_pose,
     resize_rgb,
     rgb_to_image_fields,
-    wrap_angle,
     yaw_from_quaternion,
 )
+from icrl_ros.geometry import episode_odometry, map_to_odom, wrap_angle
 from tests.nodes.ros_support import ros_import_error
 
 RNG = np.random.default_rng(0)
@@ -150,6 +149,15 @@ def test_wrap_angle() -> None:
         w = wrap_angle(a)
         assert -math.pi <= w <= math.pi
         assert abs(math.sin(w) - math.sin(a)) < 1e-9 and abs(math.cos(w) - math.cos(a)) < 1e-9
+
+
+def test_house_odometry_is_the_node_transform() -> None:
+    """The simulators' odometry (house world x, z, yaw; planar y = -z) and the node's transform of a
+    base's odometry are one function: a robot 1 m along world -z from a start facing +x has moved
+    1 m to its left; turned by 0.3 rad it reads yaw 0.3 in both."""
+    start, pose = (2.0, 1.0, 0.0), (2.0, 0.0, 0.3)
+    np.testing.assert_allclose(episode_odometry(start, pose), [0.0, 1.0, 0.3], atol=1e-6)
+    np.testing.assert_array_equal(episode_odometry(start, pose), relative_pose((2.0, -1.0, 0.0), (2.0, 0.0, 0.3)))
 
 
 def test_relative_pose_axes() -> None:

@@ -17,10 +17,11 @@ import pytest
 pytest.importorskip("habitat_sim", reason="habitat-sim is not importable here: this runs inside the Habitat chroot "
                                           "(tests/habitat/test_chroot.py, make test-habitat)")
 
+from icrl_ros.geometry import episode_odometry  # noqa: E402
 from icrl_ros.sim.habitat_scene import SCENE_DATASET, open_stage  # noqa: E402
 from icrl_ros.sim.house import NO_ACTION  # noqa: E402
 from icrl_ros.sim.house_layout import CATEGORIES, GOAL_NAMES, generate_layout  # noqa: E402
-from icrl_ros.sim.house_nav import NavGrid, episode_odometry  # noqa: E402
+from icrl_ros.sim.house_nav import NavGrid  # noqa: E402
 
 from .conftest import EPISODES, SEEDS  # noqa: E402
 

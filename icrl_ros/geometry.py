@@ -1,0 +1,56 @@
+"""Planar poses, one copy for the simulators, the bridge and the agent node.
+
+A pose is (x, y, yaw) in a fixed frame with REP 103 axes: x forward, y left, yaw counter-clockwise.
+The policies observe odometry as :func:`relative_pose` of the current pose in a start pose's frame
+(the episode start or the house origin), so the simulators that make training data and the node
+that feeds a robot's odometry to the policy must compute it the same way: both call this module.
+The MiniWorld house keeps world poses as (x, z, yaw) with the floor's planar frame X = x, Y = -z;
+:func:`planar` maps them. Numpy only (the Habitat chroot imports it without torch).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def wrap_angle(a: float) -> float:
+    """Angle in radians wrapped to [-pi, pi)."""
+    return (a + math.pi) % (2 * math.pi) - math.pi
+
+
+def planar(world_pose: tuple[float, float, float]) -> tuple[float, float, float]:
+    """A MiniWorld / house world pose (x, z, yaw) -> planar (x, y, yaw) with y = -z."""
+    x, z, yaw = world_pose
+    return (x, -z, yaw)
+
+
+def relative_pose(origin: tuple[float, float, float], pose: tuple[float, float, float]) -> np.ndarray:
+    """``pose`` in the frame of ``origin`` (both planar, one fixed frame): float32
+    [x forward, y left, yaw CCW], the odometry the policies observe."""
+    x0, y0, t0 = origin
+    x, y, t = pose
+    dx, dy = x - x0, y - y0
+    c, s = math.cos(t0), math.sin(t0)
+    return np.array([c * dx + s * dy, -s * dx + c * dy, wrap_angle(t - t0)], dtype=np.float32)
+
+
+def compose_pose(base: tuple[float, float, float], delta: tuple[float, float, float]) -> tuple[float, float, float]:
+    """Apply ``delta`` (in ``base``'s frame) to ``base``; the inverse of :func:`relative_pose`."""
+    x0, y0, t0 = base
+    dx, dy, dt = delta
+    c, s = math.cos(t0), math.sin(t0)
+    return (x0 + c * dx - s * dy, y0 + s * dx + c * dy, wrap_angle(t0 + dt))
+
+
+def map_to_odom(map_pose: tuple[float, float, float], odom_pose: tuple[float, float, float]) -> tuple[float, float, float]:
+    """The map -> odom transform (x, y, yaw) given the base's pose in both frames: the map pose
+    composed with the inverse of the odometry pose (what a localisation node publishes on TF)."""
+    return compose_pose(map_pose, tuple(float(v) for v in relative_pose(odom_pose, (0.0, 0.0, 0.0))))
+
+
+def episode_odometry(start: tuple[float, float, float], pose: tuple[float, float, float]) -> np.ndarray:
+    """Odometry of house world ``pose`` (x, z, yaw) relative to world ``start``: what the house
+    envs put in ``obs["odom"]``."""
+    return relative_pose(planar(start), planar(pose))
