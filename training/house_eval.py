@@ -81,12 +81,19 @@ class BundleStepper:
 @torch.no_grad()
 def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: str = "test",
                      greedy: bool = False, temperature: float = 1.0, batch: int = 25, workers: int = 2,
-                     env_options: dict | None = None) -> dict:
+                     env_options: dict | None = None, teacher: str | None = None, observer=None) -> dict:
     """``trials`` trials of ``episodes`` episodes each, ``batch`` trials at a time. Returns the
-    (trials, episodes) matrices ``success``, ``spl``, ``steps`` and run figures."""
+    (trials, episodes) matrices ``success``, ``spl``, ``steps`` and run figures.
+
+    ``teacher`` ("memory" | "wiped"): run the in-context teacher beside the policy (it only
+    watches). ``observer(labels, first_trial, action, logits, done, info, done_eps)`` is called
+    after every step: ``labels`` = the teacher's (action, goal known) arrays for the states the
+    actions were taken in, ``done_eps`` = each env's finished episodes before the step."""
     a = stepper.args
     options = dict(env_options or {})
     options.pop("teacher", None)
+    if teacher is not None:
+        options["teacher"] = teacher
     max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))
     g = torch.Generator().manual_seed(seed)
     out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps")}
@@ -105,7 +112,10 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                 logits = stepper.logits(cur)
                 action = choose_actions(logits, greedy, temperature, g)
                 action = torch.where(torch.as_tensor(done_eps >= episodes), STOP, action)
+                before = (env.teacher_action.copy(), env.teacher_goal_known.copy())
                 obs, reward, done, info = env.step(action.numpy())
+                if observer is not None:
+                    observer(before, start, action, logits, done, info, done_eps.copy())
                 total += int((done_eps < episodes).sum())
                 for i in np.flatnonzero(done):
                     e = done_eps[i]

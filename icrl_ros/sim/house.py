@@ -319,6 +319,7 @@ class HouseEnv(gym.Env):
         and step() label: the teacher's plan advances with each label."""
         if self.teacher is not None and not self._episode_over:
             info["teacher_action"] = self.teacher.act()
+            info["teacher_goal_known"] = self.teacher.goal_known()
         return info
 
     def _info(self) -> dict:

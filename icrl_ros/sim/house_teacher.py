@@ -95,6 +95,12 @@ class HouseTeacher:
         self.seen |= d2 <= FOOTPRINT_M ** 2
         self.near |= d2 <= NEAR_M ** 2
 
+    def goal_known(self) -> bool:
+        """Whether an instance of the current goal category has been seen (this trial, or this
+        episode when wiped): the teacher then heads straight for it instead of exploring."""
+        env = self.env
+        return any(self.known[k] and o.category == env.goal for k, o in enumerate(env.layout.objects))
+
     # -- acting ---------------------------------------------------------------------------------
     def _instance_mask(self, k: int) -> np.ndarray:
         if k not in self._inst_masks:

@@ -50,9 +50,9 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
                     # The first trial seeds each env's own generator (reproducible streams).
                     o, info = envs[k].reset(seed=None if started else seeds[k], options=opts)
                     obs.append(o)
-                    teach.append(info.get("teacher_action", -1))
+                    teach.append((info.get("teacher_action", -1), info.get("teacher_goal_known", False)))
                 started = True
-                conn.send(("ok", (_stack(obs), np.array(teach, np.int64))))
+                conn.send(("ok", (_stack(obs), np.array(teach, np.int64).reshape(-1, 2))))
             elif cmd == "step":
                 obs, rew, done, infos = [], [], [], []
                 for env, a in zip(envs, arg):
@@ -62,6 +62,7 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
                         o, first = env.reset()  # next episode, same house
                         if "teacher_action" in first:  # the label of the state now observed
                             info["teacher_action"] = first["teacher_action"]
+                            info["teacher_goal_known"] = first["teacher_goal_known"]
                     obs.append(o)
                     rew.append(r)
                     done.append(term or trunc)
@@ -128,6 +129,8 @@ class HouseVecEnv:
         self.task = dict(task)
         self.pose_frame = task.get("pose_frame", "house")
         self.teacher_action = np.full(self.num_envs, -1, np.int64)
+        self.teacher_goal_known = np.zeros(self.num_envs, bool)
+        """With a teacher: whether it knows where an instance of the goal is (:attr:`teacher_action`'s state)."""
         if start_method is None:
             start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(start_method)
@@ -187,7 +190,8 @@ class HouseVecEnv:
             self._conns[w].send(("reset_trial", (list(range(b - a)), seeds)))
         parts = self._gather()
         obs = _stack_parts([p[0] for p in parts])
-        self.teacher_action = np.concatenate([p[1] for p in parts])
+        teach = np.concatenate([p[1] for p in parts])
+        self.teacher_action, self.teacher_goal_known = teach[:, 0], teach[:, 1].astype(bool)
         self.episode_step[:] = 0
         return obs
 
@@ -208,6 +212,7 @@ class HouseVecEnv:
         infos = [i for p in parts for i in p[3]]
         self.episode_step = np.where(done, 0, np.array([i["episode_step"] for i in infos])).astype(np.int64)
         self.teacher_action = np.array([i.get("teacher_action", -1) for i in infos], np.int64)
+        self.teacher_goal_known = np.array([i.get("teacher_goal_known", False) for i in infos], bool)
         return obs, reward, done, infos
 
     def call(self, name: str, *args, **kwargs) -> list:

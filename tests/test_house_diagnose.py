@@ -1,0 +1,41 @@
+"""house_diagnose's bookkeeping: outcomes split by what the teacher knew, agreement on the policy's states."""
+
+import numpy as np
+import torch
+
+from icrl_ros.sim.house import STOP
+from training.house_diagnose import Tally
+
+FWD = 1
+
+
+def step(tally, teach, known, action, done=(False, False), success=(False, False), done_eps=(0, 0)):
+    info = [{"success": s} for s in success]
+    tally((np.array(teach), np.array(known)), 0, torch.tensor(action), None, np.array(done), info, np.array(done_eps))
+
+
+def test_outcomes_split_by_what_the_teacher_knew_at_the_episode_start():
+    t = Tally(trials=2, episodes=2)
+    # trial 0, episode 0: goal unknown at the start, the policy stops where the teacher would not -> wrong stop
+    # trial 1, episode 0: goal known, policy and teacher agree, then stop together -> success
+    step(t, [FWD, FWD], [False, True], [FWD, FWD])
+    step(t, [FWD, STOP], [True, True], [STOP, STOP], done=(True, True), success=(False, True))
+    # episode 1: trial 0 knew the goal at the start and ran out of steps; trial 1 did not and ran out too
+    step(t, [FWD, FWD], [True, False], [FWD, 2], done=(True, True), success=(False, False), done_eps=(1, 1))
+    d = t.summary()
+    assert d["all"]["episodes"] == 4
+    assert d["goal_known_at_start"]["episodes"] == 2 and d["goal_unknown_at_start"]["episodes"] == 2
+    assert d["goal_known_at_start"]["success"] == 0.5 and d["goal_known_at_start"]["timeout"] == 0.5
+    assert d["goal_unknown_at_start"]["wrong_stop"] == 0.5 and d["goal_unknown_at_start"]["timeout"] == 0.5
+    s = d["steps"]
+    assert s["stop_precision"] == 0.5 and s["stop_recall"] == 1.0  # two stops, one where the teacher stopped
+    assert s["steps_goal_known"] == 4 and s["steps_goal_unknown"] == 2
+    assert s["agreement_goal_known"] == 0.75 and s["agreement_goal_unknown"] == 0.5
+    assert d["known_at_start_by_episode"] == [0.5, 0.5]
+
+
+def test_steps_after_the_last_episode_are_not_counted():
+    t = Tally(trials=1, episodes=1)
+    t((np.array([FWD]), np.array([False])), 0, torch.tensor([STOP]), None, np.array([True]), [{"success": False}],
+      np.array([1]))  # env already ran its one episode: forced stop, ignored
+    assert t.summary()["all"]["episodes"] == 0 and t.summary()["steps"]["steps_goal_unknown"] == 0

@@ -1,0 +1,147 @@
+"""Why a house policy fails: its episodes by outcome, beside what the in-context teacher knew.
+
+    python training/house_diagnose.py checkpoints/house_relic.pt --trials 12 --episodes 8 --seed 100
+    python training/house_diagnose.py bundles/house_relic --trials 12 --episodes 8   # the deployed bundle
+
+The policy drives; the memory teacher (:mod:`icrl_ros.sim.house_teacher`, which sees only what the
+robot saw) watches every state and says what it would do and whether it knows where an instance of
+the goal is. Per episode the outcome is ``success``, ``wrong_stop`` (the policy stopped where the
+goal was not in reach and view) or ``timeout`` (the step cap). Split by whether the teacher knew
+the goal at the episode start, the table says whether the policy fails to *use* memory (the goal
+was known, the policy still searched or stopped wrongly) or to *explore*; agreement with the
+teacher on the policy's own states shows the distribution shift imitation on the teacher's states
+leaves. Writes ``diagnosis.json``.
+"""
+
+from __future__ import annotations
+
+if __package__ in (None, ""):
+    from _cli import ensure_repo_on_path  # type: ignore[no-redef]
+
+    ensure_repo_on_path()
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from icrl_ros.sim.house import STOP
+from training._cli import fail
+from training.house_eval import run_house_trials, stepper_for
+
+OUTCOMES = ("success", "wrong_stop", "timeout")
+
+
+class Tally:
+    """Per-step and per-episode counts, fed by :func:`run_house_trials`' observer."""
+
+    def __init__(self, trials: int, episodes: int) -> None:
+        self.episodes = episodes
+        self.known_at_start = np.full((trials, episodes), -1, np.int8)
+        self.outcome = np.full((trials, episodes), -1, np.int8)
+        self.steps = {k: np.zeros(2, np.int64) for k in ("n", "agree", "stop", "stop_right", "label_stop", "stop_hit")}
+        self._fresh = np.ones(trials, bool)
+
+    def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:
+        teach, known = labels
+        a = action.numpy()
+        for i in range(len(a)):
+            t, e = first + i, int(done_eps[i])
+            if e >= self.episodes or teach[i] < 0:
+                continue
+            k = int(known[i])
+            if self._fresh[t]:
+                self.known_at_start[t, e] = k
+                self._fresh[t] = False
+            s = self.steps
+            s["n"][k] += 1
+            s["agree"][k] += int(a[i] == teach[i])
+            s["stop"][k] += int(a[i] == STOP)
+            s["stop_right"][k] += int(a[i] == STOP and teach[i] == STOP)
+            s["label_stop"][k] += int(teach[i] == STOP)
+            s["stop_hit"][k] += int(teach[i] == STOP and a[i] == STOP)
+            if done[i]:
+                self.outcome[t, e] = 0 if info[i]["success"] else (1 if a[i] == STOP else 2)
+                self._fresh[t] = True
+
+    def summary(self) -> dict:
+        out = {}
+        for name, mask in (("all", self.known_at_start >= 0), ("goal_known_at_start", self.known_at_start == 1),
+                           ("goal_unknown_at_start", self.known_at_start == 0)):
+            n = int(mask.sum())
+            out[name] = {"episodes": n, **{o: float((self.outcome[mask] == j).mean()) if n else float("nan")
+                                          for j, o in enumerate(OUTCOMES)}}
+        s = {k: v.astype(float) for k, v in self.steps.items()}
+
+        def ratio(a, b):
+            return float(a / b) if b else float("nan")
+
+        out["steps"] = {
+            "agreement_goal_known": ratio(s["agree"][1], s["n"][1]),
+            "agreement_goal_unknown": ratio(s["agree"][0], s["n"][0]),
+            "agreement": ratio(s["agree"].sum(), s["n"].sum()),
+            "stop_precision": ratio(s["stop_right"].sum(), s["stop"].sum()),
+            "stop_recall": ratio(s["stop_hit"].sum(), s["label_stop"].sum()),
+            "steps_goal_known": int(s["n"][1]), "steps_goal_unknown": int(s["n"][0]),
+        }
+        valid = self.known_at_start >= 0
+        out["known_at_start_by_episode"] = [float(self.known_at_start[valid[:, e], e].mean()) if valid[:, e].any()
+                                            else float("nan") for e in range(self.episodes)]
+        return out
+
+
+def print_summary(label: str, d: dict) -> None:
+    print(f"{label}: outcomes per episode (fractions)")
+    print(f"  {'episodes':<24} {'n':>5} " + " ".join(f"{o:>11}" for o in OUTCOMES))
+    for name in ("all", "goal_known_at_start", "goal_unknown_at_start"):
+        r = d[name]
+        print(f"  {name:<24} {r['episodes']:>5} " + " ".join(f"{r[o]:>11.3f}" for o in OUTCOMES))
+    s = d["steps"]
+    print(f"  agreement with the teacher on the policy's own states: {s['agreement']:.3f} (goal known "
+          f"{s['agreement_goal_known']:.3f} over {s['steps_goal_known']} steps, unknown "
+          f"{s['agreement_goal_unknown']:.3f} over {s['steps_goal_unknown']})")
+    print(f"  stop precision {s['stop_precision']:.3f} (stops the teacher would make), recall {s['stop_recall']:.3f}")
+    print("  teacher knew the goal at the start of episode k: "
+          + " ".join(f"{x:.2f}" for x in d["known_at_start_by_episode"]))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("policy", help="a house checkpoint (.pt) or bundle directory")
+    p.add_argument("--trials", type=int, default=12)
+    p.add_argument("--episodes", type=int, default=8)
+    p.add_argument("--seed", type=int, default=100)
+    p.add_argument("--split", default="test")
+    p.add_argument("--batch", type=int, default=12)
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
+    p.add_argument("--greedy", action="store_true", help="argmax actions instead of sampling")
+    p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"], help="bundles: the engine")
+    p.add_argument("--out", help="directory for diagnosis.json")
+    args = p.parse_args(argv)
+    if args.trials <= 0 or args.episodes <= 0:
+        fail("--trials and --episodes must be positive")
+    if not args.temperature > 0:
+        fail(f"--temperature must be positive, got {args.temperature}")
+    try:
+        stepper, options, desc = stepper_for(args.policy, args.backend)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        fail(f"{args.policy}: {e}")
+    tally = Tally(args.trials, args.episodes)
+    res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split, greedy=args.greedy,
+                           temperature=args.temperature, batch=args.batch, env_options=options, teacher="memory",
+                           observer=tally)
+    d = {**tally.summary(), "policy": desc, "trials": args.trials, "episodes": args.episodes, "seed": args.seed,
+         "greedy": args.greedy, "temperature": None if args.greedy else args.temperature,
+         "success_rate": float(res["success"].mean()), "spl": float(res["spl"].mean())}
+    print_summary(Path(args.policy).name, d)
+    print(f"  success {d['success_rate']:.3f}, SPL {d['spl']:.3f} over {args.trials} x {args.episodes} episodes")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "diagnosis.json").write_text(json.dumps(d, indent=1))
+        print(f"wrote {Path(args.out) / 'diagnosis.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
