@@ -179,3 +179,31 @@ def test_object_estimates_of_the_shipped_encoder_land_on_the_objects():
     errors = np.array(errors)
     assert len(errors) >= 30, len(errors)
     assert np.median(errors) < 1.0 and (errors < 1.5).mean() > 0.6, (np.median(errors), (errors < 1.5).mean())
+
+
+def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
+    """evaluate.py --wipe-memory: the same ReLIC weights attending only to the current episode. The
+    first episode (nothing earlier to see) is identical to the full-memory run, draw for draw; the
+    second is not."""
+    from icrl_ros.models import load_checkpoint
+    from training.house_eval import run_house_trials, stepper_for
+
+    ckpt = "checkpoints/house_relic.pt"
+    logits = {}
+    for wipe in (False, True):
+        st, opts, desc = stepper_for(ckpt, wipe=wipe)
+        assert desc.get("memory_wiped_each_episode", False) == wipe and st.args.iea == (not wipe)
+        seen = logits[wipe] = {0: [], 1: []}
+
+        def keep(labels, first, action, lg, done, info, done_eps, seen=seen):
+            if done_eps[0] < 2:
+                seen[int(done_eps[0])].append(lg[0].clone())
+
+        run_house_trials(st, 1, 2, seed=3, batch=1, env_options={**opts, "max_episode_steps": 12}, observer=keep)
+    n0 = min(len(logits[False][0]), len(logits[True][0]))
+    assert n0 and torch.equal(torch.stack(logits[False][0][:n0]), torch.stack(logits[True][0][:n0]))
+    assert not torch.allclose(logits[False][1][0], logits[True][1][0], atol=1e-4)
+    assert load_checkpoint(ckpt)[0].args.iea  # the checkpoint itself is untouched
+    r = run(["training/evaluate.py", "bundles/house_memo", "--wipe-memory", "--trials", "1", "--episodes", "1",
+             "--out", str(tmp_path / "m")])
+    assert r.returncode != 0 and "ReLIC only" in r.stderr and "Traceback" not in r.stderr

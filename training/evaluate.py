@@ -285,6 +285,9 @@ def main(argv=None) -> int:
     p.add_argument("--split", default="test", choices=["train", "test", "all"])
     p.add_argument("--trials", type=int, default=100)
     p.add_argument("--steps", type=int, help="steps per trial (default: the env's evaluation trial)")
+    p.add_argument("--wipe-memory", action="store_true",
+                   help="house ReLIC: the no-memory ablation, each episode attending only to itself (the same "
+                        "weights with inter-episode attention off)")
     p.add_argument("--memory", choices=["window", "full"],
                    help="ReLIC memory: window = sink + sliding window of the training context (checkpoints' "
                         "default); full = whole trial. Memo always keeps its summaries (see --max-sets), HCAM its "
@@ -330,6 +333,8 @@ def main(argv=None) -> int:
     if args.temperature is not None and not args.temperature > 0:
         fail(f"--temperature must be positive, got {args.temperature}")
     house = [is_house(c) for c in args.checkpoints]
+    if args.wipe_memory and not all(house):
+        fail("--wipe-memory is the house no-memory ablation; grid-world checkpoints have no_iea configs instead")
     if any(house):
         if not all(house):
             fail("house policies and grid-world checkpoints cannot share one evaluation; run them separately")
@@ -379,7 +384,7 @@ def evaluate_house(args, labels: list[str]) -> int:
     for path, lab in zip(args.checkpoints, labels):
         try:
             memory = args.memory if Path(path).is_dir() else None
-            stepper, options, desc = stepper_for(path, args.backend, memory)
+            stepper, options, desc = stepper_for(path, args.backend, memory, wipe=args.wipe_memory)
             if memory is not None:  # refused here, not in the middle of the trials, when it does not apply
                 from icrl_ros.runtime.runner import build_memory
 

@@ -133,16 +133,28 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
             "steps_per_s": total / wall, **stats}
 
 
-def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = None):
-    """(stepper, env options, description) for a checkpoint file or a bundle directory."""
+def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = None, wipe: bool = False):
+    """(stepper, env options, description) for a checkpoint file or a bundle directory.
+
+    ``wipe``: the no-memory ablation of a ReLIC policy, the same weights attending only to the
+    current episode (inter-episode attention off: what it saw in earlier episodes of the trial is
+    out of reach, as if memory were cleared at every episode start)."""
     p = Path(path)
     if p.is_dir():
         st = BundleStepper(p, backend, memory)
-        m = st.bundle.manifest
-        return st, {"pose_frame": m.observation.frame}, {"bundle": str(p), "backend": backend,
-                                                         "memory": memory or m.memory.policy}
-    policy, blob = load_checkpoint(p)
-    opts = dict((blob["config"].get("env") or {}).get("options") or {})
-    opts.setdefault("pose_frame", "episode")  # checkpoints from before pose frames were episode-framed
-    return TorchStepper(policy), opts, {"checkpoint": str(p), "backend": "torch (training code)",
-                                        "env_steps_trained": blob.get("env_steps")}
+        args, m = st.bundle.args, st.bundle.manifest
+        desc = {"bundle": str(p), "backend": backend, "memory": memory or m.memory.policy}
+        opts = {"pose_frame": m.observation.frame}
+    else:
+        policy, blob = load_checkpoint(p)
+        st, args = TorchStepper(policy), policy.args
+        opts = dict((blob["config"].get("env") or {}).get("options") or {})
+        opts.setdefault("pose_frame", "episode")  # checkpoints from before pose frames were episode-framed
+        desc = {"checkpoint": str(p), "backend": "torch (training code)", "env_steps_trained": blob.get("env_steps")}
+    if wipe:
+        if args.kind != "relic":
+            raise ValueError(f"the memory-wiped ablation masks attention to earlier episodes: ReLIC only, this is "
+                             f"{args.kind}")
+        args.iea = False
+        desc["memory_wiped_each_episode"] = True
+    return st, opts, desc
