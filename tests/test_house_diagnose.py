@@ -39,3 +39,19 @@ def test_steps_after_the_last_episode_are_not_counted():
     t((np.array([FWD]), np.array([False])), 0, torch.tensor([STOP]), None, np.array([True]), [{"success": False}],
       np.array([1]))  # env already ran its one episode: forced stop, ignored
     assert t.summary()["all"]["episodes"] == 0 and t.summary()["steps"]["steps_goal_unknown"] == 0
+
+
+def test_paired_gap_of_a_policy_and_its_ablation():
+    import pytest
+
+    from training.house_curves import paired_gap
+
+    a = {"success": np.array([[0, 1, 1], [0, 1, 0]]), "spl": np.array([[0, .5, .5], [0, .5, 0]]),
+         "steps": np.array([[200, 50, 50], [200, 50, 200]]), "house_seed": np.array([4, 9])}
+    b = {"success": np.array([[0, 0, 0], [0, 1, 0]]), "spl": np.zeros((2, 3)),
+         "steps": np.full((2, 3), 200), "house_seed": np.array([4, 9])}
+    g = paired_gap(a, b, 2, 3)
+    assert g["success"]["gap"] == 0.5 and g["success"]["n"] == 2 and g["success"]["window"] == [2, 3]
+    assert g["spl"]["gap"] == 0.375 and g["steps"]["gap"] == -112.5
+    with pytest.raises(ValueError, match="not paired"):
+        paired_gap(a, {**b, "house_seed": np.array([4, 8])})

@@ -114,3 +114,60 @@ def write(curves: dict[str, dict], raw: dict[str, dict[str, np.ndarray]], settin
            "raw": {lab: {k: np.asarray(v).tolist() for k, v in r.items()} for lab, r in raw.items()}}
     (out / "curves.json").write_text(json.dumps(doc, indent=1))
     plot(curves, out / "icl_curve.png", title)
+
+
+def paired_gap(a: dict[str, np.ndarray], b: dict[str, np.ndarray], lo: int = 10, hi: int = 20) -> dict:
+    """Per metric, the paired difference a - b of the per-trial means over episodes ``lo``..``hi``
+    (1-based, inclusive): mean, 95% CI, n. ``a`` and ``b`` are raw (trials, E) matrices of two
+    runs on the same trials (same seed: same houses, starts and goals), e.g. a policy and its
+    memory-wiped ablation; the houses must agree."""
+    if "house_seed" in a and "house_seed" in b and not np.array_equal(np.asarray(a["house_seed"]),
+                                                                      np.asarray(b["house_seed"])):
+        raise ValueError("the two runs were not on the same houses (house_seed differs): not paired")
+    out = {}
+    for k in METRICS:
+        x, y = np.asarray(a[k], np.float64), np.asarray(b[k], np.float64)
+        h = min(hi, x.shape[1], y.shape[1])
+        d = x[:, lo - 1:h].mean(1) - y[:, lo - 1:h].mean(1)
+        mu, ci, n = mean_ci(d)
+        out[k] = {"gap": float(mu), "ci": float(ci), "n": int(n), "window": [lo, h]}
+    return out
+
+
+def main(argv=None) -> int:
+    """``python training/house_curves.py gap A/curves.json[:label] B/curves.json[:label] [--window 10 20]``:
+    the paired gap of two evaluations of the same trials (e.g. ``evaluate.py`` with and without
+    ``--wipe-memory``)."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("command", choices=["gap"])
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--window", type=int, nargs=2, default=[10, 20], metavar=("LO", "HI"))
+    args = p.parse_args(argv)
+
+    def load(spec: str) -> tuple[str, dict]:
+        path, _, label = spec.partition(":")
+        try:
+            raw = json.loads(Path(path).read_text())["raw"]
+        except (OSError, ValueError, KeyError) as e:
+            raise SystemExit(f"{path}: not a curves.json written by evaluate.py ({e})")
+        label = label or next(iter(raw))
+        if label not in raw:
+            raise SystemExit(f"{path}: no run labelled {label!r}; it has {list(raw)}")
+        return label, raw[label]
+
+    (la, a), (lb, b) = load(args.a), load(args.b)
+    try:
+        g = paired_gap(a, b, *args.window)
+    except ValueError as e:
+        raise SystemExit(str(e))
+    for k, r in g.items():
+        print(f"{la} - {lb}: {k} over episodes {r['window'][0]}-{r['window'][1]} {r['gap']:+.3f} +- {r['ci']:.3f} "
+              f"(paired, n={r['n']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
