@@ -17,7 +17,8 @@ from icrl_ros.runtime.manifest import VERSION, Manifest, ManifestError, field_do
 from training.export import export_bundle
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = REPO / "bundles" / "house_relic" / "manifest.yaml"
+SHIPPED = REPO / "bundles" / "house_relic" / "manifest.yaml"  # exported with version 2
+V1 = REPO / "bundles" / "house_memo" / "manifest.yaml"  # a committed bundle exported before version 2
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -164,19 +165,22 @@ def test_not_yaml_and_not_a_mapping(tmp_path):
 
 # -- version 1 (the committed bundles) ---------------------------------------------------------------
 def test_committed_version_1_manifests_load_with_the_documented_defaults(caplog):
-    assert raw(SHIPPED)["version"] == 1 and "selection" not in raw(SHIPPED)["action"]
+    assert raw(V1)["version"] == 1 and "selection" not in raw(V1)["action"]
     with caplog.at_level(logging.WARNING, logger="icrl_ros.runtime.manifest"):
-        m = Manifest.load(SHIPPED)
+        m = Manifest.load(V1)
     assert m.migrated_from == 1 and m.version == VERSION
     assert (m.action.selection, m.action.temperature) == ("sample", 1.0)
-    assert "version 1 manifest read as version 2" in caplog.text and str(SHIPPED) in caplog.text
+    assert "version 1 manifest read as version 2" in caplog.text and str(V1) in caplog.text
     # everything else as written; nothing but the new fields and the version differ
-    expect = raw(SHIPPED)
+    expect = raw(V1)
     expect["version"] = VERSION
     expect["action"].update(selection="sample", temperature=1.0)
     assert m.to_dict() == expect
-    b = load_bundle(SHIPPED.parent)  # the whole bundle (files, hashes, graphs) still validates
-    assert b.manifest.migrated_from == 1 and b.manifest.memory.policy == "full"
+    b = load_bundle(V1.parent)  # the whole bundle (files, hashes, graphs) still validates
+    assert b.manifest.migrated_from == 1 and b.manifest.memory.policy == "memo"
+    shipped = raw(SHIPPED)  # the shipped default records how it was evaluated
+    assert shipped["version"] == VERSION and (shipped["action"]["selection"], shipped["action"]["temperature"]) == (
+        "sample", 1.0)
 
 
 def test_version_1_fields_present_are_kept_and_later_fields_are_optional(bundle):
