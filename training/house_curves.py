@@ -99,7 +99,7 @@ def plot(curves: dict[str, dict], path: Path, title: str) -> None:
         else:
             ax.set_ylim(bottom=0)  # from zero: a cropped axis made a 10-step wobble look like a fall
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8, loc="lower right")
+    axes[0].legend(fontsize=8, loc="best")  # teacher curves sit near 1, students near 0.2
     fig.suptitle(title + "  (bands: 95% CI)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
