@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from icrl_ros.nodes.shipped import DEFAULT_BUNDLE
 from training._cli import REPO_ROOT, fail
 
 NAMESPACE = "/icrl_demo"
@@ -293,9 +294,10 @@ def write_gif(episodes: list[list[tuple[np.ndarray, str]]], path: Path, scale: i
 
 
 # -- main -----------------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bundle", default=str(REPO_ROOT / "bundles" / "house_memo"), help="export bundle directory")
+    p.add_argument("--bundle", default=str(REPO_ROOT / "bundles" / DEFAULT_BUNDLE),
+                   help="export bundle directory (default: the agent node's shipped default)")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch", "tensorrt"])
     p.add_argument("--episodes", type=int, default=12, help="episodes of the trial (one house, memory kept)")
     p.add_argument("--max-steps", type=int, default=200, help="episode cap (the bridge truncates)")
@@ -306,7 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: random in 100-200)")
     p.add_argument("--habitat", action="store_true",
                    help="the same house in habitat-sim, served from the chroot of ../shared/habitat (root)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.episodes < 1 or args.max_steps < 1:
         fail("--episodes and --max-steps must be >= 1")
     bundle = Path(args.bundle)

@@ -167,6 +167,15 @@ def test_bundle_path_resolution(tmp_path, monkeypatch) -> None:
     assert found == "" and len(tried) >= 2
 
 
+def test_demo_runs_the_node_default_bundle() -> None:
+    """`make demo` shows the bundle a user gets with an empty bundle_path (it ran house_memo for two
+    sessions after the default moved to house_relic)."""
+    from icrl_ros.nodes import shipped
+    from training.demo_ros import parser
+
+    assert os.path.basename(parser().parse_args([]).bundle) == shipped.DEFAULT_BUNDLE
+
+
 def test_shipped_dds_profile_is_selected_only_when_the_user_chose_nothing() -> None:
     from icrl_ros.nodes import dds
 
