@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from icrl_ros.models import ICLPolicy, act, make_memory
+from icrl_ros.models import ICLPolicy, make_memory
+from icrl_ros.runtime.control import ControlStep
 
 
 def random_trial(args, batch: int, steps: int, episode_len: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -30,12 +31,12 @@ def random_trial(args, batch: int, steps: int, episode_len: int, seed: int = 0) 
 @torch.no_grad()
 def cached_rollout(policy: ICLPolicy, inp: dict[str, torch.Tensor], schedule: list[int] | None = None,
                    **mem_kw) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step the policy one token at a time over a trial; returns logits (B, T, A), values (B, T)."""
+    """Step the policy one token at a time over a trial (its live control step); returns logits (B, T, A), values (B, T)."""
     B, T = inp["episode_index"].shape
-    mem = make_memory(policy, B, T, schedule=schedule, **mem_kw)
+    step = ControlStep.live(policy, make_memory(policy, B, T, schedule=schedule, **mem_kw))
     logits, values = [], []
     for t in range(T):
-        lg, val = act(policy, {key: val[:, t] for key, val in inp.items()}, mem)
+        lg, val = step({key: val[:, t] for key, val in inp.items()})
         logits.append(lg)
         values.append(val)
     return torch.stack(logits, 1), torch.stack(values, 1)

@@ -9,7 +9,8 @@ import torch
 
 from icrl_ros.memory import HCAMMemory, MemoryBudgetError, SnapshotError
 from icrl_ros.memory.hcam import chunk_bytes
-from icrl_ros.models import HCAMPolicy, ModelArgs, act, load_checkpoint, make_memory, refresh, save_checkpoint
+from icrl_ros.models import HCAMPolicy, ModelArgs, load_checkpoint, make_memory, refresh, save_checkpoint
+from icrl_ros.runtime.control import ControlStep
 from icrl_ros.models.hcam import ChunkMemoryAttention, sequence_chunks, window_mask
 from tests.helpers import cached_rollout, random_trial
 
@@ -69,7 +70,7 @@ def test_refresh_then_step_matches_full_forward():
     for t1, max_chunks in ((13, None), (16, None), (31, 3)):  # mid-chunk, at a chunk end, after evictions
         mem = make_memory(policy, 2, 40, max_chunks=max_chunks)
         refresh(policy, mem, {k: v[:, :t1] for k, v in inp.items()})
-        lg, _ = act(policy, {k: v[:, t1] for k, v in inp.items()}, mem)
+        lg, _ = ControlStep.live(policy, mem)({k: v[:, t1] for k, v in inp.items()})
         with torch.no_grad():
             full = policy.forward_sequence({k: v[:, :t1 + 1] for k, v in inp.items()}, max_chunks=max_chunks)[0]
         assert (lg - full[:, t1]).abs().max() <= 1e-5
@@ -255,33 +256,32 @@ def test_fill_synthetic_matches_stepping_bookkeeping():
 
 
 def test_cached_step_exports_to_onnx_with_topk_and_gather_in_the_graph(tmp_path):
+    """HCAM's deploy core (window + chunk store, top-k and gather inside) traces to one ONNX
+    graph without loops or branches, and ONNX Runtime agrees with torch on a filled store."""
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
+    from icrl_ros.runtime.graphs import graph_modules
+
     torch.manual_seed(0)
     args = hcam_args()
     policy = HCAMPolicy(args).eval()
     boost_memory(policy)
     inp = random_trial(args, batch=1, steps=30, episode_len=9)
     mem = make_memory(policy, 1, 64, max_chunks=6)
+    step = ControlStep.live(policy, mem)
     for t in range(29):
-        act(policy, {k: v[:, t] for k, v in inp.items()}, mem)
-    step_names = list(policy.input_spec()) + ["episode_index"]
-
-    class Step(torch.nn.Module):
-        def __init__(self, p):
-            super().__init__()
-            self.p = p
-
-        def forward(self, *xs):
-            return self.p.step(dict(zip(step_names, xs[:len(step_names)])), *xs[len(step_names):])
-
-    names = step_names + ["past_k", "past_v", "past_episode", "past_valid", "chunk_x", "chunk_key", "chunk_valid"]
-    xs = tuple(inp[n][:, 29] for n in step_names) + mem.step_inputs()
+        step({k: v[:, t] for k, v in inp.items()})
+    assert int(mem.chunk_valid.sum()) >= args.hcam_top_k  # top-k picks among real chunks
+    graphs = graph_modules(policy)
     with torch.no_grad():
-        ref = Step(policy)(*xs)
-    path = tmp_path / "hcam_step.onnx"
-    torch.onnx.export(Step(policy), xs, str(path), input_names=names,
-                      output_names=["logits", "value", "new_k", "new_v", "x_mem"], opset_version=17, dynamo=False)
+        x = graphs["encoder"](*(inp[n][:, 29] for n in policy.input_spec()))
+    past_k, past_v, valid, _ = mem.view()
+    xs = (x, inp["episode_index"][:, 29], valid, *past_k.unbind(0), *past_v.unbind(0), *mem.core_inputs())
+    names = [f"in_{i}" for i in range(len(xs))]
+    with torch.no_grad():
+        ref = graphs["core"](*xs)
+    path = tmp_path / "hcam_core.onnx"
+    torch.onnx.export(graphs["core"], xs, str(path), input_names=names, opset_version=17, dynamo=False)
     ops = {n.op_type for n in onnx.load(str(path)).graph.node}
     assert {"TopK", "GatherElements"} <= ops and "Loop" not in ops and "If" not in ops
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

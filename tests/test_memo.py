@@ -3,6 +3,7 @@ import torch
 
 from icrl_ros.models import MemoPolicy, ModelArgs, load_checkpoint, make_memory, refresh, save_checkpoint
 from icrl_ros.models import segment_schedule
+from icrl_ros.runtime.control import ControlStep
 from tests.helpers import cached_rollout, random_trial
 
 
@@ -58,9 +59,7 @@ def test_refresh_then_step_matches_full_forward():
     for t1 in (13, sum(sched[:2])):  # mid-segment and exactly at a segment end
         mem = make_memory(policy, 2, 30, schedule=sched)
         refresh(policy, mem, {k: v[:, :t1] for k, v in inp.items()}, sched)
-        from icrl_ros.models import act
-
-        lg, _ = act(policy, {k: v[:, t1] for k, v in inp.items()}, mem)
+        lg, _ = ControlStep.live(policy, mem)({k: v[:, t1] for k, v in inp.items()})
         with torch.no_grad():
             full = policy.forward_sequence({k: v[:, :t1 + 1] for k, v in inp.items()}, sched)[0][:, t1]
         assert (lg - full).abs().max() <= 1e-5
@@ -72,11 +71,10 @@ def test_streaming_memo_memory_is_bounded():
     policy = MemoPolicy(args).eval()
     inp = random_trial(args, batch=1, steps=200, episode_len=9)
     mem = make_memory(policy, 1, 200, max_sets=4)
-    from icrl_ros.models import act
-
+    step = ControlStep.live(policy, mem)
     sizes = set()
     for t in range(200):
-        act(policy, {k: v[:, t] for k, v in inp.items()}, mem)
+        step({k: v[:, t] for k, v in inp.items()})
         sizes.add(mem.nbytes)
     assert len(sizes) == 1 and mem.n_generated == 200 // args.l_seg
     assert mem.tokens <= 4 * args.l_sum + args.l_seg

@@ -326,11 +326,11 @@ def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tm
     x = policy.encode(inp)
     assert x.shape[-1] == 64 and x[0, 1, -STRUCT_DIM:][2] > 0.99  # the token carries the sighting
     steps = [{k: v[:, i] for k, v in inp.items()} for i in range(T)]
-    from icrl_ros.models.stepping import act, make_memory
+    from icrl_ros.models.stepping import make_memory
+    from icrl_ros.runtime.control import ControlStep
 
-    mem = make_memory(policy, 1, T)
-    with torch.no_grad():
-        cached = torch.stack([act(policy, s, mem)[0] for s in steps], 1)
+    step = ControlStep.live(policy, make_memory(policy, 1, T))
+    cached = torch.stack([step(s)[0] for s in steps], 1)
     assert (cached - logits).abs().max() <= 1e-5
     with pytest.raises(ValueError, match="model.object_memory"):
         small_args(kind="memo", object_memory=True).validate()

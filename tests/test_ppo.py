@@ -81,6 +81,7 @@ def test_refresh_makes_cache_equal_to_a_fresh_forward():
     torch.manual_seed(0)
     tr = _trainer(rollout_length=48, num_updates=2)
     from icrl_ros.memory import KVCache
+    from icrl_ros.runtime.control import ControlStep
 
     B, a = tr.env.num_envs, tr.policy.args
     T = 30
@@ -94,7 +95,7 @@ def test_refresh_makes_cache_equal_to_a_fresh_forward():
     tr.refresh(buf, 25, cache)
     one = {k: buf[k][:, 25] for k in STEP_KEYS}
     with torch.no_grad():
-        step_logits = tr.policy.step(one, cache.k, cache.v, cache.episode, cache.valid)[0]
+        step_logits = ControlStep.live(tr.policy, cache)(one)[0]
         full_logits = tr.policy.forward_sequence({k: buf[k][:, :26] for k in STEP_KEYS})[0][:, 25]
     assert (step_logits - full_logits).abs().max() < 1e-5
 

@@ -42,7 +42,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from icrl_ros.models import ICLPolicy, act, load_checkpoint, make_memory
+from icrl_ros.models import ICLPolicy, load_checkpoint, make_memory
+from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import VecTrialEnv, make_vec
 from icrl_ros.models.radt import RADTPolicy
 from icrl_ros.runtime.runner_base import choose_actions
@@ -67,13 +68,14 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     g = torch.Generator().manual_seed(seed)
     a, B = policy.args, env.num_envs
     mem = make_memory(policy, B, steps, window=window, max_sets=max_sets, max_chunks=max_chunks)
+    step = ControlStep.live(policy, mem)
     obs = env.observe()
     cur = trial_start_inputs(env, obs, a.n_actions, "cpu")
     episodes: list[list[float]] = [[] for _ in range(B)]
     ep_ret = np.zeros(B)
     trial_ret = np.zeros(B)
     for _ in range(steps):
-        logits, _ = act(policy, cur, mem)
+        logits, _ = step(cur)
         action = choose_actions(logits, greedy, temperature, g)
         obs, reward, done, info = env.step(action.numpy())
         ep_ret += reward

@@ -54,10 +54,11 @@ import numpy as np
 import torch
 
 from icrl_ros.memory import KIND_POLICIES, ON_FULL
-from icrl_ros.models import HCAMPolicy, ICLPolicy, MemoPolicy, ModelArgs, act, load_checkpoint, make_memory
+from icrl_ros.models import HCAMPolicy, ICLPolicy, MemoPolicy, ModelArgs, load_checkpoint, make_memory
 from icrl_ros.models.radt import RADTPolicy
 from icrl_ros.runtime import bundle as B
 from icrl_ros.runtime import manifest as M
+from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.graphs import PRECISIONS, TRACKED_INPUTS, build_graphs, dtype_name, export_onnx, graph_specs
 from training._cli import fail
 
@@ -203,9 +204,9 @@ def record_rollout(policy: ICLPolicy, steps: int, episode_len: int, seed: int = 
     inp["episode_index"] = (t // episode_len)[None]
     inp["prev_reward"] = torch.randint(0, 2, (1, steps), generator=g).float()
     inp["prev_action"] = torch.full((1, steps), a.n_actions, dtype=torch.long)
-    mem = make_memory(policy, 1, steps)
+    step = ControlStep.live(policy, make_memory(policy, 1, steps))
     for i in range(steps):
-        logits, _ = act(policy, {k: v[:, i] for k, v in inp.items()}, mem)
+        logits, _ = step({k: v[:, i] for k, v in inp.items()})
         if i + 1 < steps:
             inp["prev_action"][:, i + 1] = logits.argmax(-1)
     return inp

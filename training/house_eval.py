@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from icrl_ros.models import act, load_checkpoint, make_memory
+from icrl_ros.models import load_checkpoint, make_memory
+from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.runner_base import choose_actions
 from icrl_ros.sim.house import STOP
 from icrl_ros.sim.house_vec import HouseVecEnv
@@ -32,7 +33,7 @@ from training.ppo import next_step_inputs, trial_start_inputs
 
 
 class TorchStepper:
-    """The training-side policy (``act`` against ``make_memory``)."""
+    """The training-side policy (its live control step against ``make_memory``)."""
 
     def __init__(self, policy) -> None:
         self.policy = policy
@@ -41,9 +42,10 @@ class TorchStepper:
 
     def reset(self, batch: int, steps: int) -> None:
         self.mem = make_memory(self.policy, batch, steps)
+        self.control = ControlStep.live(self.policy, self.mem)
 
     def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
-        return act(self.policy, inp, self.mem)[0]
+        return self.control(inp)[0]
 
     def memory_stats(self) -> dict:
         return {"memory_bytes": int(self.mem.nbytes), "memory_tokens": int(self.mem.valid[0].sum())}

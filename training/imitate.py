@@ -42,8 +42,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_ros.models import MemoPolicy, act, build_policy, make_memory, save_checkpoint, segment_schedule
+from icrl_ros.models import MemoPolicy, build_policy, make_memory, save_checkpoint, segment_schedule
 from icrl_ros.models.encoders import OBJECT_SCALE_M
+from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import make_vec
 from training._cli import fail, load_init_weights
 from training.config import TrainConfig, config_from_cli
@@ -85,7 +86,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="gradient steps of --offline training; with --pool, gradient steps per iteration")
     p.add_argument("--pool", metavar="DIR", help="online DAgger with unbounded aggregation: the trials saved in DIR "
                    "plus every iteration collected in this run form the dataset; each iteration takes --updates "
-                   "steps on minibatches half from the trials just collected, half from the rest")
+                   "steps on minibatches half from the trials just collected, half from the rest; the same DIR as "
+                   "--save-trials starts from an empty pool and, on --resume, reloads the run's own iterations")
     p.add_argument("--val-files", type=int, default=1, help="--offline: trial files held out for validation")
     p.add_argument("--resume", help="an imitation checkpoint of this run (latest.pt) to continue from: weights, "
                    "optimiser, iteration (the teacher-mixing and learning-rate schedules go on where they were)")
@@ -186,11 +188,12 @@ class Imitator:
         self.teacher.reset()
         cur = policy.rollout_inputs(trial_start_inputs(env, obs, a.n_actions, "cpu"))
         mem = make_memory(policy, B, T, schedule=schedule)
+        step = ControlStep.live(policy, mem)
         ended = {"success": [], "spl": []}
         beta = self.beta()
         policy.eval()
         for _ in range(T):
-            logits, _ = act(policy, cur, mem)
+            logits, _ = step(cur)
             label = self.teacher.act(np.asarray(obs))
             student = torch.distributions.Categorical(logits=logits.float()).sample().numpy()
             teacher_acts = g.random(B) < beta
@@ -469,8 +472,10 @@ def main(argv=None) -> int:
     pool = None
     if args.pool:
         files = sorted(Path(args.pool).glob("trials_*.pt"))
-        if not files:
-            fail(f"--pool {args.pool}: no trials_*.pt files (write them with --save-trials)")
+        own = bool(args.save_trials) and Path(args.pool).resolve() == Path(args.save_trials).resolve()
+        if not files and not own:
+            fail(f"--pool {args.pool}: no trials_*.pt files (write them with --save-trials, or give the same "
+                 f"directory as --save-trials to aggregate this run's own iterations from an empty pool)")
         pool = [imitator.with_returns(torch.load(f, map_location="cpu", weights_only=False)) for f in files]
         print(f"aggregating with {len(files)} saved files ({sum(int(t['label'].numel()) for t in pool):,} labelled "
               f"steps); {args.updates} updates of {batch} trials per iteration", flush=True)

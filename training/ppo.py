@@ -29,7 +29,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from icrl_ros.models import HCAMPolicy, ICLPolicy, MemoPolicy, act, make_memory, refresh, segment_schedule
+from icrl_ros.models import HCAMPolicy, ICLPolicy, MemoPolicy, make_memory, refresh, segment_schedule
+from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import VecTrialEnv
 from training.config import PPOConfig
 from training.teachers import observe_teacher
@@ -141,11 +142,12 @@ class PPOTrainer:
         policy.eval()
         cache = make_memory(policy, B, T, dtype=torch.float16 if cfg.fp16_storage else torch.float32, device=dev,
                             schedule=self.schedule)
+        step = ControlStep.live(policy, cache)
         ep_return = np.zeros(B)
         chunks = self._chunks()
         for c, (t0, t1) in enumerate(chunks):
             for t in range(t0, t1):
-                logits, value = act(policy, cur, cache)
+                logits, value = step(cur)
                 dist_ = torch.distributions.Categorical(logits=logits.float())
                 action = dist_.sample()
                 for key in self.keys:
@@ -171,7 +173,7 @@ class PPOTrainer:
                 oracle = env.oracle_trial_return(T)
                 stats.trial_return_normalised = float((buf["reward"].sum(1).cpu().numpy() / oracle).mean())
             loss_mask = torch.ones(B, t1, dtype=torch.bool, device=dev) if last else buf["chunk"][:, :t1] == c
-            boot = act(policy, cur, cache, commit=False)[1]
+            boot = step(cur, commit=False)[1]
             if last and cfg.trial_returns:  # the trial ends with the rollout: nothing follows
                 boot = torch.zeros_like(boot)
             self.update(buf, t1, loss_mask, boot, stats)

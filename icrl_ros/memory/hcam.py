@@ -92,10 +92,6 @@ class HCAMMemory(KVCache):
         return super().live_bytes + self.chunks * per_chunk
 
     # -- reads / writes -----------------------------------------------------------
-    def step_inputs(self) -> tuple[Tensor, ...]:
-        """Memory arguments of ``HCAMPolicy.step``, in order (static buffers, no copies)."""
-        return self.k, self.v, self.episode, self.valid, self.chunk_x, self.chunk_key, self.chunk_valid
-
     def core_inputs(self) -> tuple[Tensor, ...]:
         """The chunk store as the deploy core graph reads it, after the window: ``chunk_x``
         and ``chunk_key`` one view per memory layer (bound by address), then ``chunk_valid``."""

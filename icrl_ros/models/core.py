@@ -86,15 +86,3 @@ def sequence_mask(episode_index: Tensor, iea: bool, n_prefix: int = 0) -> Tensor
         m = F.pad(m, (n_prefix, 0), value=True)
     return m
 
-
-def step_mask(past_episode: Tensor, past_valid: Tensor, episode: Tensor, iea: bool) -> Tensor:
-    """Mask (B, 1, P + 1) for one new token over a cache of P slots.
-
-    past_episode (B, P) episode index of each slot (-1 for an always-visible sink token),
-    past_valid (B, P) bool, episode (B,) the new token's episode index.
-    """
-    m = past_valid
-    if not iea:
-        m = m & ((past_episode == episode[:, None]) | (past_episode < 0))
-    ones = torch.ones_like(episode, dtype=torch.bool)[:, None]
-    return torch.cat([m, ones], dim=1)[:, None]

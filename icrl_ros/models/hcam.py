@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from icrl_ros.models.attention import MASK_NEG, RMSNorm, rope_angles
 from icrl_ros.models.config import ModelArgs
-from icrl_ros.models.core import Block, TransformerCore, step_mask
+from icrl_ros.models.core import Block, TransformerCore
 from icrl_ros.models.policy import ICLPolicy
 
 RECON_IMAGE = 16  # side of the downsampled image the decoder reconstructs
@@ -273,21 +273,6 @@ class HCAMPolicy(ICLPolicy):
         h, k, v, xin = self.core(x, ep, window_mask(ep, self.args.hcam_chunk), max_chunks=max_chunks)
         logits, value = self.heads(h)
         return logits, value, k, v, {"layer_inputs": xin, "hidden": h}
-
-    def step(self, inp: dict[str, Tensor], past_k: Tensor, past_v: Tensor, past_episode: Tensor,
-             past_valid: Tensor, chunk_x: Tensor, chunk_key: Tensor, chunk_valid: Tensor
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """One token per env: inp values (B,); local window cache (L, B, H, W, hd) with slot
-        episodes / validity (B, W); chunk store chunk_x (Lm, B, N, C, D), chunk_key
-        (Lm, B, N, D), chunk_valid (B, N). Returns logits (B, A), value (B,), the token's
-        keys/values (L, B, H, 1, hd) and its memory-layer inputs (Lm, B, 1, D) to commit."""
-        one = {k: v[:, None] for k, v in inp.items()}
-        x = self.encode(one)
-        mask = step_mask(past_episode, past_valid, inp["episode_index"], True)
-        h, k, v, xin = self.core(x, one["episode_index"], mask, past_k, past_v, chunk_x, chunk_key,
-                                 chunk_valid[:, None, :])
-        logits, value = self.heads(h[:, 0])
-        return logits, value, k, v, xin
 
     def recon_loss(self, inp: dict[str, Tensor], hidden: Tensor, mask: Tensor | None = None) -> Tensor:
         """Unweighted reconstruction loss (scalar) of the steps' inputs from ``hidden``

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from icrl_ros.models.attention import RMSNorm
 from icrl_ros.models.config import ModelArgs
-from icrl_ros.models.core import TransformerCore, sequence_mask, step_mask
+from icrl_ros.models.core import TransformerCore, sequence_mask
 from icrl_ros.models.encoders import StepEncoder
 
 STEP_KEYS = ("obs", "prev_action", "prev_reward", "episode_step", "episode_index")  # grid-world inputs
@@ -123,20 +123,4 @@ class ICLPolicy(nn.Module):
             if self.memory_aux is None:
                 raise ValueError("forward_sequence(aux=True): the model has no memory_aux head (model.memory_aux)")
             return logits, value, k, v, self.memory_aux(self.norm(h))
-        return logits, value, k, v
-
-    def step(
-        self, inp: dict[str, Tensor], past_k: Tensor, past_v: Tensor, past_episode: Tensor, past_valid: Tensor,
-        position: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """One token per env: inp values (B,); cache (L, B, H, P, hd) with slot episode
-        indices (B, P) (-1 = sink token) and validity (B, P); ``position`` (B,) the RoPE
-        index (default: the episode index, ReLIC's scheme). Returns logits (B, A),
-        value (B,), and the token's keys/values (L, B, H, 1, hd) to commit."""
-        one = {k: v[:, None] for k, v in inp.items()}
-        x = self.encode(one)
-        mask = step_mask(past_episode, past_valid, inp["episode_index"], self.args.iea)
-        pos = one["episode_index"] if position is None else position[:, None]
-        h, k, v = self.core(x, pos, mask, past_k, past_v)
-        logits, value = self.heads(h[:, 0])
         return logits, value, k, v

@@ -1,8 +1,8 @@
-"""Cached stepping of a torch policy against a memory: one function per operation.
+"""A torch policy's memory for training and evaluation, and the whole-sequence refresh.
 
-Used by training rollouts and evaluation; the deploy runtime does the same through its
-engines. ReLIC uses a :class:`~icrl_ros.memory.KVCache`, Memo a
-:class:`~icrl_ros.memory.MemoMemory` (which summarises at segment ends), HCAM an
+Stepping itself is :class:`icrl_ros.runtime.control.ControlStep` (``ControlStep.live(policy,
+memory)``), the step the deploy runtime runs. ReLIC uses a :class:`~icrl_ros.memory.KVCache`,
+Memo a :class:`~icrl_ros.memory.MemoMemory` (which summarises at segment ends), HCAM an
 :class:`~icrl_ros.memory.HCAMMemory` (local window + chunk store).
 """
 
@@ -46,26 +46,6 @@ def make_memory(policy: ICLPolicy, batch: int, steps: int, window: int | None = 
         with torch.no_grad():
             mem.set_prefix(*policy.initial_cache(batch, device))
     return mem
-
-
-@torch.no_grad()
-def act(policy: ICLPolicy, inp: dict[str, Tensor], mem, commit: bool = True) -> tuple[Tensor, Tensor]:
-    """Logits (B, A) and value (B,) for one step; with ``commit`` the step enters memory
-    (and a Memo segment end is summarised)."""
-    if isinstance(mem, HCAMMemory):
-        logits, value, k, v, x_mem = policy.step(inp, *mem.step_inputs())
-        if commit:
-            mem.commit(k, v, inp["episode_index"], x_mem)
-        return logits, value
-    position = mem.position() if isinstance(mem, MemoMemory) else None
-    logits, value, k, v = policy.step(inp, mem.k, mem.v, mem.episode, mem.valid, position)
-    if commit:
-        if isinstance(mem, MemoMemory):
-            if mem.commit(k, v, inp["episode_index"]):
-                mem.add_summary(*policy.summarize(*mem.summary_inputs()))
-        else:
-            mem.commit(k, v, inp["episode_index"])
-    return logits, value
 
 
 @torch.no_grad()

@@ -250,6 +250,16 @@ class Autocast(nn.Module):
         return out
 
 
+def graph_modules(policy: ICLPolicy) -> dict[str, nn.Module]:
+    """encoder, core (HCAM's reads the chunk store), heads and (Memo) summarize over ``policy``'s
+    own submodules: no copy, the policy's mode untouched."""
+    core = HCAMCoreGraph(policy) if isinstance(policy, HCAMPolicy) else CoreGraph(policy)
+    graphs: dict[str, nn.Module] = {"encoder": EncoderGraph(policy), "core": core, "heads": HeadsGraph(policy)}
+    if isinstance(policy, MemoPolicy):
+        graphs["summarize"] = SummarizeGraph(policy)
+    return graphs
+
+
 def build_graphs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, nn.Module]:
     """The graph modules for ``policy`` in ``precision`` (weights stay float32; fp16 runs
     the core, heads and summarize under float16 autocast)."""
@@ -263,10 +273,7 @@ def build_graphs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, nn.Mod
         if policy.args.obs_type == "image":
             graphs = {"encoder": RADTEncoderGraph(policy).eval(), **graphs}
         return graphs
-    core = HCAMCoreGraph(policy) if isinstance(policy, HCAMPolicy) else CoreGraph(policy)
-    graphs: dict[str, nn.Module] = {"encoder": EncoderGraph(policy), "core": core, "heads": HeadsGraph(policy)}
-    if isinstance(policy, MemoPolicy):
-        graphs["summarize"] = SummarizeGraph(policy)
+    graphs = graph_modules(policy)
     if precision == "fp16":
         graphs = {k: g if k == "encoder" else Autocast(g) for k, g in graphs.items()}
     return {k: g.eval() for k, g in graphs.items()}

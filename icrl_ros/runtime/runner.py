@@ -1,16 +1,9 @@
 """``PolicyRunner``: one observation in, one action out, with a bounded memory.
 
-Per step (DESIGN.md, "One control step")::
-
-    encoder inputs (obs + tracked prev_action / prev_reward / episode_step / goal)
-      -> engine.encode                      token x (B, D)
-      -> memory view: buffers + mask        (the memory's static buffers, in place)
-      -> engine.core                        hidden, this token's K/V (HCAM: also reads the
-                                            chunk store, returns the token's memory inputs)
-      -> memory.commit                      append / ring-write (Memo: summarise at a
-                                            segment end through engine.summarize; HCAM:
-                                            a completed chunk enters the ring)
-      -> engine.heads                       logits, value -> action
+Per step: the encoder inputs (obs + tracked prev_action / prev_reward / episode_step / goal)
+are copied into static buffers, then :class:`~icrl_ros.runtime.control.ControlStep` runs
+encode -> core over the memory -> commit -> heads (the same step training and evaluation
+run), and the action is chosen from the logits.
 
 Trials and episodes: ``reset_trial()`` clears memory (a new house); ``begin_episode()``
 keeps it (in-context learning attends across episodes), increments the episode index
@@ -27,8 +20,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from icrl_ros.memory import Memory, MemoMemory, create_memory
+from icrl_ros.memory import Memory, create_memory
 from icrl_ros.runtime.bundle import Bundle, BundleError, load_bundle
+from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.engine import Engine, check_backend, make_engine
 from icrl_ros.runtime.graphs import TORCH_DTYPES, TRACKED_INPUTS
 from icrl_ros.runtime.runner_base import RunnerBase
@@ -74,8 +68,6 @@ class PolicyRunner(RunnerBase):
 
     def __init__(self, bundle: Bundle, engine: Engine, memory: Memory) -> None:
         super().__init__(bundle, engine, memory)
-        a = bundle.args
-        self.is_memo = isinstance(memory, MemoMemory)
         self.batch, dev = memory.batch, engine.device
         if memory.k.device.type != dev.type or (dev.type == "cuda" and memory.k.device.index != dev.index):
             raise ValueError(f"memory on {memory.k.device}, engine on {dev}: build both on one device")
@@ -83,11 +75,8 @@ class PolicyRunner(RunnerBase):
         # Static per-step buffers: ORT / TensorRT bind them by address, CUDA graphs read them.
         self._inputs = {n: torch.zeros([self.batch, *io["shape"][1:]], dtype=TORCH_DTYPES[io["dtype"]], device=dev)
                         for n, io in self.spec.items()}
-        self._position = torch.zeros(self.batch, dtype=torch.long, device=dev)
         self._episode = torch.zeros(self.batch, dtype=torch.long, device=dev)
-        # IEA (and Memo, which always attends across episodes): the mask is the validity buffer itself.
-        self._own_mask = not (a.iea or self.is_memo)
-        self._mask = torch.zeros_like(memory.valid) if self._own_mask else memory.valid
+        self.control = ControlStep(engine, memory, bundle.args.iea)
         self.reset_trial()
 
     # -- construction ----------------------------------------------------------------------
@@ -143,22 +132,12 @@ class PolicyRunner(RunnerBase):
             return logits.clone(), value.clone()
 
     def _step(self) -> tuple[Tensor, Tensor]:
-        eng, mem = self.engine, self.memory
-        x = eng.encode(self._inputs)
-        if self.is_memo:
-            self._position.fill_(mem.pos_base() + mem.seg_count)
-        else:
-            self._position.copy_(self._episode)  # ReLIC: RoPE on the episode index
-        past_k, past_v, valid, episode = mem.view()
-        if self._own_mask:  # no IEA: only this episode's slots (and the sink token, episode -1)
-            torch.logical_and(valid, (episode == self._episode[:, None]) | (episode < 0), out=self._mask)
-        h, k, v, *more = eng.core(x, self._position, self._mask, past_k, past_v, *mem.core_inputs())
-        if self.is_memo:
-            if mem.commit(k, v, self._episode):
-                mem.add_summary(*eng.summarize(*mem.summary_inputs()))
-        else:
-            mem.commit(k, v, self._episode, *more)  # HCAM: + the token's memory-layer inputs
-        return eng.heads(h)
+        return self.control(self._inputs, self._episode)
+
+    def close(self) -> None:
+        with self._lock:
+            super().close()
+            self.control = None  # type: ignore[assignment]  # it holds the engine too
 
 
 __all__ = ["PolicyRunner", "BundleError", "build_memory"]

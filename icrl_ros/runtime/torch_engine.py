@@ -14,7 +14,7 @@ from torch import Tensor
 
 from icrl_ros.runtime.bundle import Bundle
 from icrl_ros.runtime.engine import Engine, register_backend
-from icrl_ros.runtime.graphs import build_graphs
+from icrl_ros.runtime.graphs import build_graphs, graph_modules
 
 
 class _Graphed:
@@ -91,4 +91,40 @@ class TorchEngine(Engine):
         if "summarize" not in self.graphs:
             return super().summarize(mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base)
         # once per segment: eager (a graph per segment length is not worth the memory)
+        return self.graphs["summarize"](mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base)
+
+
+class LiveEngine(Engine):
+    """A live torch policy (training, evaluation, export checks) behind the graph modules a
+    bundle is exported from, so :class:`~icrl_ros.runtime.control.ControlStep` steps it the way
+    it steps a bundle. Shares the policy's weights (an update is seen by the next step) and
+    leaves its train / eval mode to the caller; fp32, eager, under ``torch.no_grad``.
+
+    ``encode`` takes the policy's rollout inputs as they are (a frozen encoder's cached
+    ``rgb_feat`` instead of ``rgb``), so training never re-encodes images."""
+
+    backend = "live"
+
+    def __init__(self, policy) -> None:  # noqa: super().__init__ reads a bundle; a live policy has none
+        self.policy, self.bundle, self.precision = policy, None, "fp32"
+        self.device = next(policy.parameters()).device
+        self.input_names = list(policy.input_spec())
+        self.graphs = graph_modules(policy)
+
+    @torch.no_grad()
+    def encode(self, inputs: dict[str, Tensor]) -> Tensor:
+        return self.policy.encode({n: t[:, None] for n, t in inputs.items()})[:, 0]
+
+    @torch.no_grad()
+    def core(self, x, position, mask, past_k, past_v, *extra):
+        return self.graphs["core"](x, position, mask, *past_k.unbind(0), *past_v.unbind(0), *extra)
+
+    @torch.no_grad()
+    def heads(self, hidden):
+        return self.graphs["heads"](hidden)
+
+    @torch.no_grad()
+    def summarize(self, mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base):
+        if "summarize" not in self.graphs:
+            return super().summarize(mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base)
         return self.graphs["summarize"](mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base)

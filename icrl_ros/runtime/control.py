@@ -1,0 +1,82 @@
+"""The one control step: training rollouts, evaluation, export checks and the robot all run it.
+
+Per step (DESIGN.md, "One control step")::
+
+    engine.encode(inputs)                   token x (B, D)
+    memory.view() + the position / mask rule
+      -> engine.core                        hidden, this token's K/V (HCAM: also reads the
+                                            chunk store, returns the token's memory inputs)
+      -> memory.commit                      append / ring-write (Memo: summarise at a
+                                            segment end through engine.summarize; HCAM:
+                                            a completed chunk enters the ring)
+      -> engine.heads                       logits (B, A), value (B,)
+
+The engine is a bundle's graphs at deploy (ONNX Runtime, torch, TensorRT:
+:mod:`icrl_ros.runtime.engine`) or, in training, the live ``nn.Module`` behind the same graph
+modules (:class:`~icrl_ros.runtime.torch_engine.LiveEngine`); the memory is one of
+:mod:`icrl_ros.memory`. The rules that decide what a token sees live here and nowhere else:
+
+* position: ReLIC and HCAM put RoPE on the episode index; Memo on the running position after
+  its kept summaries (``pos_base + seg_count``);
+* mask: with in-episode attention only (``iea: false``) a token sees its own episode's slots and
+  the sink token (episode -1); with IEA, and always for Memo, every valid slot.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from icrl_ros.memory import MemoMemory
+
+
+class ControlStep:
+    """One token per env through ``engine`` against ``memory`` (batch = ``memory.batch``).
+
+    ``iea``: the model attends across episodes (its ``args.iea``). The position and mask are
+    static buffers on the engine's device, as ORT / TensorRT bind them by address."""
+
+    def __init__(self, engine, memory, iea: bool) -> None:
+        self.engine, self.memory = engine, memory
+        self.is_memo = isinstance(memory, MemoMemory)
+        self.own_mask = not (iea or self.is_memo)
+        self.position = torch.zeros(memory.batch, dtype=torch.long, device=memory.valid.device)
+        self.mask = torch.zeros_like(memory.valid) if self.own_mask else None
+
+    @classmethod
+    def live(cls, policy, memory) -> ControlStep:
+        """The step of a live torch policy (training, evaluation, export checks)."""
+        from icrl_ros.runtime.torch_engine import LiveEngine
+
+        return cls(LiveEngine(policy), memory, policy.args.iea)
+
+    @torch.no_grad()
+    def __call__(self, inputs: dict[str, Tensor], episode: Tensor | None = None,
+                 commit: bool = True) -> tuple[Tensor, Tensor]:
+        """``inputs``: the encoder inputs, each (B, ...) (extra keys are ignored); ``episode``
+        (B,) long, default ``inputs["episode_index"]``. Returns logits (B, A) and value (B,)
+        (engine-owned: consume or copy before the next call). With ``commit`` the token
+        enters memory; without, memory is untouched (a bootstrap value)."""
+        eng, mem = self.engine, self.memory
+        if episode is None:
+            episode = inputs["episode_index"]
+        x = eng.encode(inputs)
+        if self.is_memo:
+            self.position.fill_(mem.pos_base() + mem.seg_count)
+        else:
+            self.position.copy_(episode)  # RoPE on the episode index
+        past_k, past_v, valid, slot_episode = mem.view()
+        mask = valid
+        if self.own_mask:  # this episode's slots and the sink token only
+            mask = torch.logical_and(valid, (slot_episode == episode[:, None]) | (slot_episode < 0), out=self.mask)
+        h, k, v, *more = eng.core(x, self.position, mask, past_k, past_v, *mem.core_inputs())
+        if commit:
+            if self.is_memo:
+                if mem.commit(k, v, episode):
+                    mem.add_summary(*eng.summarize(*mem.summary_inputs()))
+            else:
+                mem.commit(k, v, episode, *more)  # HCAM: + the token's memory-layer inputs
+        return eng.heads(h)
+
+
+__all__ = ["ControlStep"]
