@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from icrl_ros.memory import trial_sizes
 from icrl_ros.models import ModelArgs, build_policy
 from icrl_ros.models.radt import RADTArgs, RADTPolicy
 from icrl_ros.runtime import PolicyRunner, available_backends, build_memory, load_bundle, make_engine
@@ -92,15 +93,12 @@ def memory_for(bundle, policy: str, n: int, extra_steps: int, batch: int):
     a = bundle.args
     if policy == "radt":  # every episode of the context (+ the timed ones): no eviction
         return build_memory(bundle, "retrieval", max_episodes=math.ceil((n + extra_steps) / a.max_episode_steps) + 1)
-    if policy == "full":
-        return build_memory(bundle, "full", batch=batch, capacity=n + extra_steps, on_full="error")
     if policy == "window":
         return build_memory(bundle, "window", batch=batch, window=WINDOW)
-    if policy == "hcam":  # every chunk of the context, like full
-        return build_memory(bundle, "hcam", batch=batch, max_chunks=max(a.hcam_top_k, (n + extra_steps) // a.hcam_chunk))
-    sets = STREAM_SETS if policy == "memo_stream" else max(1, math.ceil((n + extra_steps) / a.l_seg))
-    return build_memory(bundle, "memo", batch=batch, max_sets=sets,
-                        on_full="evict_oldest" if policy == "memo_stream" else "error")
+    if policy == "memo_stream":
+        return build_memory(bundle, "memo", batch=batch, max_sets=STREAM_SETS, on_full="evict_oldest")
+    # full, memo, hcam: everything of the context and the timed steps, no eviction
+    return build_memory(bundle, policy, batch=batch, **trial_sizes(policy, a, n + extra_steps))
 
 
 def random_inputs(runner: PolicyRunner, g: torch.Generator) -> dict[str, torch.Tensor]:

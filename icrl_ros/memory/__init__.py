@@ -21,6 +21,8 @@ name           class                 what it keeps
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from icrl_ros.memory.base import ON_FULL, Memory, MemoryBudgetError, MemoryFullError, slot_bytes
@@ -85,8 +87,36 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
         return HCAMMemory(**dims, n_mem_layers=n_mem_layers, chunk=chunk, top_k=top_k, max_chunks=size("max_chunks"),
                           **common)
     return MemoMemory(n_layers, batch, n_heads, head_dim, l_seg, l_sum, variant, size("max_sets"),
+                      segment_capacity=cfg.get("segment_capacity"), schedule=cfg.get("schedule"),
                       on_full=cfg.get("on_full", "evict_oldest"), **common)
 
 
+def model_dims(args) -> dict:
+    """What :func:`create_memory` needs from a model's arguments (``ModelArgs``; RA-DT's
+    retrieval memory takes its own from the bundle)."""
+    return dict(kind=args.kind, n_layers=args.n_layers, n_heads=args.n_heads, head_dim=args.head_dim,
+                l_seg=getattr(args, "l_seg", 0), l_sum=getattr(args, "l_sum", 0),
+                variant=getattr(args, "memo_variant", "memo"), n_mem_layers=len(getattr(args, "memory_layers", ())),
+                chunk=getattr(args, "hcam_chunk", 0), top_k=getattr(args, "hcam_top_k", 0))
+
+
+def trial_sizes(name: str, args, steps: int, schedule: list[int] | None = None) -> dict:
+    """The sizes of memory policy ``name`` that keep everything a trial of ``steps`` steps
+    needs, so stepping equals the whole-sequence forward: every step (full), every summary
+    set (memo; segments per ``schedule``, else ``l_seg``), every chunk (hcam), one stored
+    episode per step at most (retrieval). A sliding window keeps a trial only when it is longer
+    than the trial, so it has no such size."""
+    if name == "full":
+        return {"capacity": steps, "on_full": "error"}
+    if name == "memo":
+        shortest = min(schedule) if schedule else args.l_seg
+        return {"max_sets": max(1, math.ceil(steps / shortest)), "on_full": "error"}
+    if name == "hcam":
+        return {"max_chunks": max(args.hcam_top_k, steps // args.hcam_chunk)}
+    if name == "retrieval":
+        return {"max_episodes": steps, "on_full": "error"}
+    raise ValueError(f"memory: a {name!r} memory has no size that keeps a whole trial")
+
+
 __all__ = ["Memory", "KVCache", "HCAMMemory", "RetrievalIndex", "SubTrajectoryMemory", "Retrieved", "FullContextMemory", "SinkWindowMemory", "MemoMemory", "MEMORY_POLICIES",
-           "KIND_POLICIES", "create_memory", "MemoryBudgetError", "MemoryFullError", "SnapshotError", "ON_FULL", "slot_bytes"]
+           "KIND_POLICIES", "create_memory", "model_dims", "trial_sizes", "MemoryBudgetError", "MemoryFullError", "SnapshotError", "ON_FULL", "slot_bytes"]

@@ -8,12 +8,10 @@ Memo a :class:`~icrl_ros.memory.MemoMemory` (which summarises at segment ends), 
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
-from icrl_ros.memory import HCAMMemory, KVCache, MemoMemory
+from icrl_ros.memory import KIND_POLICIES, HCAMMemory, MemoMemory, create_memory, model_dims, trial_sizes
 from icrl_ros.models.hcam import HCAMPolicy
 from icrl_ros.models.memo import MemoPolicy
 from icrl_ros.models.policy import ICLPolicy
@@ -22,26 +20,26 @@ from icrl_ros.models.policy import ICLPolicy
 def make_memory(policy: ICLPolicy, batch: int, steps: int, window: int | None = None, dtype=torch.float32,
                 device=None, schedule: list[int] | None = None, max_sets: int | None = None,
                 max_chunks: int | None = None):
-    """A memory sized for trials of ``steps`` steps.
-
-    ReLIC: full context (``window=None``) or sink + sliding window. Memo: every summary
-    set of the trial (or ``max_sets``, oldest dropped), segments per ``schedule``.
-    HCAM: every chunk of the trial (or ``max_chunks``, oldest evicted).
-    """
+    """A memory for trials of ``steps`` steps, built as the runtime builds one
+    (:func:`~icrl_ros.memory.create_memory`): the whole trial (:func:`~icrl_ros.memory.trial_sizes`)
+    unless bounded. ReLIC: full context, or sink + ``window`` newest steps. Memo: every summary set
+    (or the ``max_sets`` newest: streaming), segments per ``schedule``. HCAM: every chunk (or the
+    ``max_chunks`` newest). The sink token, where the model has one, is pinned."""
     a = policy.args
-    if isinstance(policy, HCAMPolicy):
-        n = max_chunks or max(a.hcam_top_k, steps // a.hcam_chunk)
-        return HCAMMemory(a.n_layers, batch, a.n_heads, a.head_dim, len(a.memory_layers), a.hcam_chunk,
-                          a.hcam_top_k, n, dtype=dtype, device=device)
-    if isinstance(policy, MemoPolicy):
-        shortest = min(schedule) if schedule else a.l_seg
-        sets = max_sets or max(1, math.ceil(steps / shortest))
-        mem = MemoMemory(a.n_layers, batch, a.n_heads, a.head_dim, a.l_seg, a.l_sum, a.memo_variant, sets,
-                         segment_capacity=max(schedule) if schedule else a.l_seg, schedule=schedule,
-                         dtype=dtype, device=device)
-        return mem
-    mem = KVCache(a.n_layers, batch, a.n_heads, a.head_dim, steps, window=window, n_prefix=policy.n_prefix,
-                  dtype=dtype, device=device)
+    name = KIND_POLICIES[a.kind][0]
+    if window and name == "full":
+        name = "window"
+    sizes = {"window": window} if name == "window" else trial_sizes(name, a, steps, schedule)
+    if name == "memo":
+        sizes["on_full"] = "evict_oldest"  # streaming when max_sets is given; never reached otherwise
+        if max_sets:
+            sizes["max_sets"] = max_sets
+        if schedule:
+            sizes.update(schedule=schedule, segment_capacity=max(schedule))
+    if name == "hcam" and max_chunks:
+        sizes["max_chunks"] = max_chunks
+    mem = create_memory(name, **model_dims(a), batch=batch, n_prefix=policy.n_prefix, dtype=dtype, device=device,
+                        **sizes)
     if policy.n_prefix:
         with torch.no_grad():
             mem.set_prefix(*policy.initial_cache(batch, device))

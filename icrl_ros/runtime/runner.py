@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from icrl_ros.memory import Memory, create_memory
+from icrl_ros.memory import Memory, create_memory, model_dims
 from icrl_ros.runtime.bundle import Bundle, BundleError, load_bundle
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.engine import Engine, check_backend, make_engine
@@ -50,10 +50,8 @@ def build_memory(bundle: Bundle, name: str | None = None, budget_bytes: int | No
                              horizon=a.max_episode_steps, n_actions=a.n_actions, obs_features=a.obs_features,
                              relevance_weight=r.relevance_weight, utility_weight=r.utility_weight, **cfg)
     dtype = torch.float16 if bundle.precision == "fp16" else torch.float32
-    mem = create_memory(name, kind=a.kind, n_layers=a.n_layers, n_heads=a.n_heads, head_dim=a.head_dim, batch=batch,
-                        n_prefix=bundle.n_prefix, l_seg=a.l_seg, l_sum=a.l_sum, variant=a.memo_variant,
-                        n_mem_layers=len(a.memory_layers), chunk=a.hcam_chunk, top_k=a.hcam_top_k, dtype=dtype,
-                        device=device, budget_bytes=budget, **cfg)
+    mem = create_memory(name, **model_dims(a), batch=batch, n_prefix=bundle.n_prefix, dtype=dtype, device=device,
+                        budget_bytes=budget, **cfg)
     sink = bundle.sink_cache()
     if sink is not None:
         k, v = (t.to(device=device, dtype=dtype).expand(-1, batch, -1, -1, -1) for t in sink)

@@ -8,11 +8,10 @@ same greedy action on >= 99% of steps.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
+from icrl_ros.memory import KIND_POLICIES, trial_sizes
 from icrl_ros.runtime.bundle import Bundle
 from icrl_ros.runtime.engine import make_engine
 from icrl_ros.runtime.runner import PolicyRunner, build_memory
@@ -24,16 +23,11 @@ MIN_AGREEMENT = 0.99
 def exact_memory(bundle: Bundle, steps: int, batch: int = 1, device="cpu", episodes: int | None = None):
     """A memory that keeps everything ``steps`` steps need (so stepping is exact);
     RA-DT: every one of ``episodes`` episodes (default: as many as steps)."""
-    a = bundle.args
-    if bundle.kind == "radt":
-        return build_memory(bundle, "retrieval", max_episodes=episodes or steps, on_full="error")
-    if bundle.kind == "memo":
-        return build_memory(bundle, "memo", batch=batch, device=device,
-                            max_sets=max(1, math.ceil(steps / a.l_seg)), on_full="error")
-    if bundle.kind == "hcam":  # every chunk of the trial: no eviction
-        return build_memory(bundle, "hcam", batch=batch, device=device,
-                            max_chunks=max(a.hcam_top_k, steps // a.hcam_chunk))
-    return build_memory(bundle, "full", batch=batch, device=device, capacity=steps, on_full="error")
+    name = KIND_POLICIES[bundle.kind][0]
+    sizes = trial_sizes(name, bundle.args, steps)
+    if name == "retrieval":
+        return build_memory(bundle, name, **sizes | {"max_episodes": episodes or steps})
+    return build_memory(bundle, name, batch=batch, device=device, **sizes)
 
 
 def replay(runner: PolicyRunner, inputs: dict[str, np.ndarray | torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
