@@ -183,8 +183,8 @@ def test_object_estimates_of_the_shipped_encoder_land_on_the_objects():
 
 def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
     """evaluate.py --wipe-memory: the same ReLIC weights attending only to the current episode. The
-    first episode (nothing earlier to see) is identical to the full-memory run, draw for draw; the
-    second is not."""
+    first episode (nothing earlier to see) is identical to the full-memory run, draw for draw, in
+    every batch of trials (the sampler restarts per batch); the second is not."""
     from icrl_ros.models import load_checkpoint
     from training.house_eval import run_house_trials, stepper_for
 
@@ -193,16 +193,18 @@ def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
     for wipe in (False, True):
         st, opts, desc = stepper_for(ckpt, wipe=wipe)
         assert desc.get("memory_wiped_each_episode", False) == wipe and st.args.iea == (not wipe)
-        seen = logits[wipe] = {0: [], 1: []}
+        seen = logits[wipe] = {(trial, ep): [] for trial in (0, 1) for ep in (0, 1)}
 
         def keep(labels, first, action, lg, done, info, done_eps, seen=seen):
             if done_eps[0] < 2:
-                seen[int(done_eps[0])].append(lg[0].clone())
+                seen[first, int(done_eps[0])].append((lg[0].clone(), int(action[0])))
 
-        run_house_trials(st, 1, 2, seed=3, batch=1, env_options={**opts, "max_episode_steps": 12}, observer=keep)
-    n0 = min(len(logits[False][0]), len(logits[True][0]))
-    assert n0 and torch.equal(torch.stack(logits[False][0][:n0]), torch.stack(logits[True][0][:n0]))
-    assert not torch.allclose(logits[False][1][0], logits[True][1][0], atol=1e-4)
+        run_house_trials(st, 2, 2, seed=3, batch=1, env_options={**opts, "max_episode_steps": 12}, observer=keep)
+    for trial in (0, 1):
+        kept, wiped = logits[False][trial, 0], logits[True][trial, 0]
+        assert len(kept) == len(wiped) > 0
+        assert all(torch.equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(kept, wiped)), trial
+    assert not torch.allclose(logits[False][0, 1][0][0], logits[True][0, 1][0][0], atol=1e-4)
     assert load_checkpoint(ckpt)[0].args.iea  # the checkpoint itself is untouched
     r = run(["training/evaluate.py", "bundles/house_memo", "--wipe-memory", "--trials", "1", "--episodes", "1",
              "--out", str(tmp_path / "m")])

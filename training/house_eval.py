@@ -97,13 +97,15 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     if teacher is not None:
         options["teacher"] = teacher
     max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))
-    g = torch.Generator().manual_seed(seed)
     out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps")}
     houses, total, t0 = [], 0, time.perf_counter()
     for start in range(0, trials, batch):
         B = min(batch, trials - start)
         env = HouseVecEnv(B, split=split, seed=seed * 100_003 + start, image_size=a.image_size,
                           num_workers=min(workers, B), max_episode_steps=max_steps, **options)
+        # one action sampler per batch: a batch's draws do not depend on how long the batches before it
+        # ran, so two policies (a policy and its memory-wiped ablation) share episode 1 trial for trial
+        g = torch.Generator().manual_seed(seed * 100_003 + start)
         try:
             obs = env.reset_trial()
             houses += [i["house_seed"] for i in env.call("_info")]
