@@ -1,4 +1,4 @@
-"""`make demo`: the shipped Memo bundle searching an unseen MiniWorld house over ROS 2.
+"""`make demo`: the shipped house bundle (house_relic, ReLIC) searching an unseen MiniWorld house over ROS 2.
 
 Starts two processes, as on a robot: ``sim_bridge_node`` (the house env, test split, fixed
 seed, lockstep) and ``agent_node`` (the bundle on ONNX Runtime, autostart). They talk over

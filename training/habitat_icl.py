@@ -9,6 +9,10 @@ exported episode set), from the same task rules. Then success and SPL per in-con
 averaged over the trials, side by side:
 
     .venv/bin/python training/habitat_icl.py --seeds 0 1 2 3 4 --episodes 12 --out runs/habitat_icl
+
+The bundle defaults to the agent node's shipped one. Per simulator it prints the per-episode means
+and, with 95% CIs over the trials (n = trials that finished), episode 1, the later half of the
+episodes and their difference (the in-context rise).
 """
 
 from __future__ import annotations
@@ -28,7 +32,16 @@ from pathlib import Path
 
 import numpy as np
 
+from icrl_ros.nodes.shipped import DEFAULT_BUNDLE
 from training._cli import REPO_ROOT
+
+
+def mean_ci(x: np.ndarray) -> tuple[float, float]:
+    """Mean and 95% CI half-width (normal approximation) over trials."""
+    x = np.asarray(x, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()) if len(x) else float("nan"), float("nan")
+    return float(x.mean()), float(1.96 * x.std(ddof=1) / np.sqrt(len(x)))
 
 
 def run_trial(sim: str, seed: int, a: argparse.Namespace, out: Path) -> dict:
@@ -53,7 +66,8 @@ def run_trial(sim: str, seed: int, a: argparse.Namespace, out: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--bundle", default=str(REPO_ROOT / "bundles" / "house_memo"))
+    p.add_argument("--bundle", default=str(REPO_ROOT / "bundles" / DEFAULT_BUNDLE),
+                   help="export bundle directory (default: the agent node's shipped default)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--episodes", type=int, default=12)
     p.add_argument("--max-steps", type=int, default=200)
@@ -74,7 +88,13 @@ def main(argv: list[str] | None = None) -> None:
         curves[sim] = {"houses": [t["house_seed"] for t in trials], "failed_seeds": failed[sim],
                        "success": success.mean(0).tolist(),
                        "spl": spl.mean(0).tolist(), "steps": steps.mean(0).tolist(),
-                       "success_all": float(success.mean()), "spl_all": float(spl.mean())}
+                       "success_all": float(success.mean()), "spl_all": float(spl.mean()),
+                       "success_matrix": success.tolist(), "spl_matrix": spl.tolist()}
+        later = slice(a.episodes // 2, a.episodes)
+        for name, m in (("success", success), ("spl", spl)):
+            curves[sim][f"{name}_ep1"] = mean_ci(m[:, 0])
+            curves[sim][f"{name}_later"] = mean_ci(m[:, later].mean(1))
+            curves[sim][f"{name}_rise"] = mean_ci(m[:, later].mean(1) - m[:, 0])
     (out / "curves.json").write_text(json.dumps({"bundle": a.bundle, "seeds": a.seeds, "episodes": a.episodes,
                                                  "max_steps": a.max_steps, "curves": curves}, indent=1))
     print(f"\n{'episode':>7} | {'MiniWorld success':>17} {'SPL':>5} {'steps':>5} | {'Habitat success':>15} {'SPL':>5} "
@@ -85,6 +105,12 @@ def main(argv: list[str] | None = None) -> None:
               f"{h['success'][k]:>15.2f} {h['spl'][k]:>5.2f} {h['steps'][k]:>5.0f}")
     print(f"{'all':>7} | {m['success_all']:>17.3f} {m['spl_all']:>5.3f} {'':>5} | {h['success_all']:>15.3f} "
           f"{h['spl_all']:>5.3f}")
+    lo = a.episodes // 2 + 1
+    for sim, c in (("MiniWorld", m), ("Habitat", h)):
+        print(f"{sim:9s} n={len(c['houses'])}: " + "; ".join(
+            f"{name} ep 1 {c[name + '_ep1'][0]:.3f}+-{c[name + '_ep1'][1]:.3f}, eps {lo}-{a.episodes} "
+            f"{c[name + '_later'][0]:.3f}+-{c[name + '_later'][1]:.3f}, rise {c[name + '_rise'][0]:+.3f}+-"
+            f"{c[name + '_rise'][1]:.3f}" for name in ("success", "spl")))
     print(f"houses {m['houses']} (test split); trials: MiniWorld {len(m['houses'])}, Habitat {len(h['houses'])}; "
           f"failed seeds: {failed}; {out / 'curves.json'}")
 
