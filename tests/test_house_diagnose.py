@@ -55,3 +55,27 @@ def test_paired_gap_of_a_policy_and_its_ablation():
     assert g["spl"]["gap"] == 0.375 and g["steps"]["gap"] == -112.5
     with pytest.raises(ValueError, match="not paired"):
         paired_gap(a, {**b, "house_seed": np.array([4, 8])})
+
+
+def test_teacher_likelihood_per_episode_and_drive_checks():
+    import math
+
+    import pytest
+
+    from training.house_diagnose import TeacherLikelihood
+    from training.house_eval import run_house_trials
+
+    t = TeacherLikelihood(trials=1, episodes=2)
+    even = torch.zeros(1, 4)  # uniform over 4 actions: log 1/4 whatever the teacher did
+    sure = torch.tensor([[0.0, 20.0, 0.0, 0.0]])  # all but certain of FWD
+    t((np.array([FWD]), np.array([True])), 0, torch.tensor([0]), even, np.array([False]), [{}], np.array([0]))
+    t((np.array([FWD]), np.array([True])), 0, torch.tensor([0]), sure, np.array([True]), [{}], np.array([0]))
+    t((np.array([STOP]), np.array([True])), 0, torch.tensor([0]), sure, np.array([True]), [{}], np.array([1]))
+    t((np.array([-1]), np.array([False])), 0, torch.tensor([0]), sure, np.array([True]), [{}], np.array([1]))  # no label
+    pe = t.per_episode()
+    assert pe["logp"][0, 0] == pytest.approx((math.log(0.25) + 0.0) / 2, abs=1e-6)
+    assert pe["agreement"][0].tolist() == [0.5, 0.0] and pe["logp"][0, 1] < -19
+    with pytest.raises(ValueError, match="drive"):
+        run_house_trials(None, 1, 1, drive="robot")
+    with pytest.raises(ValueError, match="teacher="):
+        run_house_trials(None, 1, 1, drive="teacher")

@@ -2,6 +2,12 @@
 
     python training/house_diagnose.py checkpoints/house_relic.pt --trials 12 --episodes 8 --seed 100
     python training/house_diagnose.py bundles/house_relic --trials 12 --episodes 8   # the deployed bundle
+    python training/house_diagnose.py bundles/house_relic --teacher-forced --trials 20 --episodes 5
+
+``--teacher-forced`` (ReLIC): the teacher drives and the policy reads its trial twice, with memory
+and with memory wiped at every episode start; per episode, how well it predicts the teacher's
+actions (mean log-likelihood per step, argmax agreement), and the paired gain of memory over
+episodes 2 on (95% CIs over trials). Writes ``teacher_forced.json``.
 
 The policy drives; the memory teacher (:mod:`icrl_ros.sim.house_teacher`, which sees only what the
 robot saw) watches every state and says what it would do and whether it knows where an instance of
@@ -91,6 +97,36 @@ class Tally:
         return out
 
 
+class TeacherLikelihood:
+    """Teacher forcing (``run_house_trials(..., drive="teacher")``): the log-probability the policy
+    gives the teacher's action, and whether its argmax is that action, per (trial, episode). With
+    memory the policy should predict the teacher better in later episodes, once the teacher acts on
+    what it saw earlier in the trial; its memory-wiped ablation cannot."""
+
+    def __init__(self, trials: int, episodes: int) -> None:
+        self.episodes = episodes
+        self.logp = np.zeros((trials, episodes))
+        self.agree = np.zeros((trials, episodes))
+        self.n = np.zeros((trials, episodes))
+
+    def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:
+        teach = labels[0]
+        logp = logits.float().log_softmax(-1).numpy()
+        for i in range(len(teach)):
+            e = int(done_eps[i])
+            if e >= self.episodes or teach[i] < 0:
+                continue
+            t = first + i
+            self.logp[t, e] += logp[i, teach[i]]
+            self.agree[t, e] += float(logp[i].argmax() == teach[i])
+            self.n[t, e] += 1
+
+    def per_episode(self) -> dict[str, np.ndarray]:
+        """Per-step means within each (trial, episode): ``logp`` and ``agreement`` (trials, episodes)."""
+        n = np.maximum(self.n, 1)
+        return {"logp": self.logp / n, "agreement": self.agree / n}
+
+
 def print_summary(label: str, d: dict) -> None:
     print(f"{label}: outcomes per episode (fractions)")
     print(f"  {'episodes':<24} {'n':>5} " + " ".join(f"{o:>11}" for o in OUTCOMES))
@@ -117,12 +153,16 @@ def main(argv=None) -> int:
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
     p.add_argument("--greedy", action="store_true", help="argmax actions instead of sampling")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"], help="bundles: the engine")
-    p.add_argument("--out", help="directory for diagnosis.json")
+    p.add_argument("--teacher-forced", action="store_true",
+                   help="the teacher drives; compare the policy's prediction of its actions with and without memory")
+    p.add_argument("--out", help="directory for diagnosis.json (teacher_forced.json)")
     args = p.parse_args(argv)
     if args.trials <= 0 or args.episodes <= 0:
         fail("--trials and --episodes must be positive")
     if not args.temperature > 0:
         fail(f"--temperature must be positive, got {args.temperature}")
+    if args.teacher_forced:
+        return teacher_forced(args)
     try:
         stepper, options, desc = stepper_for(args.policy, args.backend)
     except (FileNotFoundError, ValueError, KeyError) as e:
@@ -140,6 +180,49 @@ def main(argv=None) -> int:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "diagnosis.json").write_text(json.dumps(d, indent=1))
         print(f"wrote {Path(args.out) / 'diagnosis.json'}")
+    return 0
+
+
+
+def mean_ci(x: np.ndarray) -> tuple[float, float]:
+    x = np.asarray(x, float)
+    return float(x.mean()), float(1.96 * x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
+
+
+def teacher_forced(args) -> int:
+    """``--teacher-forced``: the policy with memory and wiped on the teacher's trials (same states)."""
+    got, desc = {}, None
+    for wipe in (False, True):
+        try:
+            stepper, options, d = stepper_for(args.policy, args.backend, wipe=wipe)
+        except (FileNotFoundError, ValueError, KeyError) as e:
+            fail(f"{args.policy}: {e}")
+        desc = desc or d
+        tally = TeacherLikelihood(args.trials, args.episodes)
+        res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split,
+                               batch=args.batch, env_options=options, teacher="memory", observer=tally, drive="teacher")
+        got["wiped" if wipe else "memory"] = {**tally.per_episode(), "teacher_success": float(res["success"].mean())}
+    m, w = got["memory"], got["wiped"]
+    print(f"{Path(args.policy).name}: the teacher drives ({args.trials} trials x {args.episodes} episodes, seed "
+          f"{args.seed}; teacher success {m['teacher_success']:.3f}); the policy's prediction of its actions")
+    print(f"  {'episode':>7} | {'log-lik memory':>14} {'wiped':>7} | {'agree memory':>12} {'wiped':>7}")
+    for e in range(args.episodes):
+        print(f"  {e + 1:>7} | {m['logp'][:, e].mean():>14.3f} {w['logp'][:, e].mean():>7.3f} | "
+              f"{m['agreement'][:, e].mean():>12.3f} {w['agreement'][:, e].mean():>7.3f}")
+    out = {"policy": desc, "trials": args.trials, "episodes": args.episodes, "seed": args.seed, "batch": args.batch}
+    if args.episodes > 1:
+        for k in ("logp", "agreement"):
+            gain = m[k][:, 1:].mean(1) - w[k][:, 1:].mean(1)
+            mu, ci = mean_ci(gain)
+            out[f"{k}_gain"] = {"mean": mu, "ci95": ci, "min": float(gain.min()), "per_trial": gain.tolist()}
+            print(f"  memory - wiped, episodes 2-{args.episodes}, per trial: {k} {mu:+.3f} +- {ci:.3f} "
+                  f"(smallest {gain.min():+.3f}, n={args.trials})")
+    out.update({k: {kk: (vv.tolist() if isinstance(vv, np.ndarray) else vv) for kk, vv in v.items()}
+                for k, v in got.items()})
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "teacher_forced.json").write_text(json.dumps(out, indent=1))
+        print(f"wrote {Path(args.out) / 'teacher_forced.json'}")
     return 0
 
 

@@ -83,14 +83,23 @@ class BundleStepper:
 @torch.no_grad()
 def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: str = "test",
                      greedy: bool = False, temperature: float = 1.0, batch: int = 25, workers: int = 2,
-                     env_options: dict | None = None, teacher: str | None = None, observer=None) -> dict:
+                     env_options: dict | None = None, teacher: str | None = None, observer=None,
+                     drive: str = "policy") -> dict:
     """``trials`` trials of ``episodes`` episodes each, ``batch`` trials at a time. Returns the
     (trials, episodes) matrices ``success``, ``spl``, ``steps`` and run figures.
 
     ``teacher`` ("memory" | "wiped"): run the in-context teacher beside the policy (it only
     watches). ``observer(labels, first_trial, action, logits, done, info, done_eps)`` is called
     after every step: ``labels`` = the teacher's (action, goal known) arrays for the states the
-    actions were taken in, ``done_eps`` = each env's finished episodes before the step."""
+    actions were taken in, ``done_eps`` = each env's finished episodes before the step.
+
+    ``drive="teacher"``: the teacher's actions are executed and the policy only reads the states
+    (teacher forcing: its memory holds the teacher's trial, the same for every policy); the matrices
+    are then the teacher's results."""
+    if drive not in ("policy", "teacher"):
+        raise ValueError(f"drive: {drive!r} is not 'policy' or 'teacher'")
+    if drive == "teacher" and teacher is None:
+        raise ValueError("drive='teacher' needs teacher='memory' or 'wiped'")
     a = stepper.args
     options = dict(env_options or {})
     options.pop("teacher", None)
@@ -115,6 +124,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
             while (done_eps < episodes).any():
                 logits = stepper.logits(cur)
                 action = choose_actions(logits, greedy, temperature, g)
+                if drive == "teacher":
+                    action = torch.as_tensor(env.teacher_action, dtype=torch.long)
                 action = torch.where(torch.as_tensor(done_eps >= episodes), STOP, action)
                 before = (env.teacher_action.copy(), env.teacher_goal_known.copy())
                 obs, reward, done, info = env.step(action.numpy())
