@@ -139,3 +139,16 @@ def test_seed_groups_summarise_seeds_and_the_difference():
     v = g["memo"]["vs"]
     assert v["baseline"] == "relic" and abs(v["diff"] - 0.1) < 1e-9
     assert abs(v["welch_df"] - 4.0) < 1e-9 and abs(v["ci95"] - 2.776 * (0.02 / 3) ** 0.5) < 1e-6
+
+
+def test_evaluate_refuses_a_directory_that_is_not_a_house_bundle(tmp_path):
+    """A bundle directory is evaluated as a house bundle only when its manifest says so."""
+    (tmp_path / "empty").mkdir()
+    r = run(["training/evaluate.py", str(tmp_path / "empty"), "--trials", "1"])
+    assert r.returncode != 0 and "not a bundle" in r.stderr and "Traceback" not in r.stderr
+    grid = tmp_path / "grid"
+    grid.mkdir()
+    text = open("bundles/house_relic/manifest.yaml").read()
+    (grid / "manifest.yaml").write_text(text.replace("icrl_ros/MiniWorldHouse-v0", "icrl_ros/Darkroom-v0"))
+    r = run(["training/evaluate.py", str(grid), "--trials", "1"])
+    assert r.returncode != 0 and "icrl_ros/Darkroom-v0" in r.stderr and "checkpoint (.pt)" in r.stderr

@@ -361,15 +361,28 @@ def acting(args, bundle=None) -> tuple[bool, float]:
     return selection == "greedy", float(temperature)
 
 
+HOUSE_ENV = "icrl_ros/MiniWorldHouse-v0"
+
+
 def is_house(path: str) -> bool:
     """A bundle directory, or a checkpoint trained on the MiniWorld house."""
     p = Path(path)
     if p.is_dir():
+        from icrl_ros.runtime.manifest import Manifest, ManifestError
+
+        try:
+            env_id = (Manifest.load(p).created or {}).get("env_id")
+        except ManifestError as e:
+            fail(f"{path}: not a bundle ({e})")
+        if env_id != HOUSE_ENV:
+            fail(f"{path}: a bundle for {env_id or 'an unrecorded env'}; evaluate.py runs bundles of the MiniWorld "
+                 f"house ({HOUSE_ENV}) only: evaluate a grid-world policy from its checkpoint (.pt), or check the "
+                 f"bundle against its sample with training/bundle_tool.py check")
         return True
     if not p.is_file():
         fail(f"{path}: no such checkpoint file or bundle directory")
     blob = torch.load(p, map_location="cpu", weights_only=False)
-    return (blob.get("config", {}).get("env") or {}).get("id") == "icrl_ros/MiniWorldHouse-v0"
+    return (blob.get("config", {}).get("env") or {}).get("id") == HOUSE_ENV
 
 
 def evaluate_house(args, labels: list[str]) -> int:
