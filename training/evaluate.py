@@ -42,10 +42,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from icrl_ros.families import family_of
 from icrl_ros.models import ICLPolicy, load_checkpoint, make_memory
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import VecTrialEnv, make_vec
-from icrl_ros.models.radt import RADTPolicy
 from icrl_ros.runtime.runner_base import choose_actions
 from training._cli import fail
 from training.ppo import episode_returns_matrix, next_step_inputs, trial_start_inputs
@@ -140,7 +140,7 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
     held_out_tasks(env, trials, seed)
     oracle_trial = env.oracle_trial_return(steps)
     oracle_ep = env.oracle_episode_return() if hasattr(env, "oracle_episode_return") else None
-    if isinstance(policy, RADTPolicy):  # its memory is a retrieval index, empty at the trial start
+    if not family_of(policy).cached_step:  # RA-DT: its memory is a retrieval index, empty at the trial start
         cfg = blob["config"]
         memory, window = "retrieval", None
         out = run_radt_trials(policy, env, steps, greedy=greedy, seed=seed, temperature=temperature,

@@ -54,7 +54,8 @@ import numpy as np
 import torch
 
 from icrl_ros.memory import KIND_POLICIES, ON_FULL
-from icrl_ros.models import HCAMPolicy, ICLPolicy, MemoPolicy, ModelArgs, load_checkpoint, make_memory
+from icrl_ros.families import family_of
+from icrl_ros.models import ICLPolicy, ModelArgs, load_checkpoint, make_memory
 from icrl_ros.models.radt import RADTPolicy
 from icrl_ros.runtime import bundle as B
 from icrl_ros.runtime import manifest as M
@@ -223,13 +224,14 @@ def sample_length(policy: ICLPolicy) -> tuple[int, int]:
     """(steps, episode_len) of the recorded sample: crosses episode and segment / chunk ends."""
     a = policy.args
     ep = max(2, min(a.max_episode_steps, 10))
-    if isinstance(policy, RADTPolicy):  # episodes of H/2 .. H steps: several episode ends, so retrieval has entries
+    fam = family_of(policy)
+    if not fam.cached_step:  # RA-DT: episodes of H/2 .. H steps: several episode ends, so retrieval has entries
         if a.obs_type == "image":  # images: episodes of C/2 .. C steps (record_radt_images), a small sample
             return 4 * min(a.context, a.max_episode_steps), a.context
         return 5 * a.max_episode_steps, a.max_episode_steps
-    if isinstance(policy, MemoPolicy):
+    if fam.segments:
         return a.l_seg + max(8, a.l_seg // 4), max(2, min(a.max_episode_steps, a.l_seg // 2 + 1))
-    if isinstance(policy, HCAMPolicy):  # more complete chunks than top_k, so top-k chooses
+    if fam.chunk_store:  # more complete chunks than top_k, so top-k chooses
         return (a.hcam_top_k + 2) * a.hcam_chunk + a.hcam_chunk // 2, ep
     return 3 * ep, ep
 
@@ -258,8 +260,8 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
     try:
         torch.save(policy.state_dict(), tmp / B.WEIGHTS)
         specs = graph_specs(policy, precision)
-        trace_cache = max(4, policy.args.hcam_top_k) if isinstance(policy, HCAMPolicy) else 4  # TopK needs >= k
-        radt = isinstance(policy, RADTPolicy)
+        trace_cache = max(4, policy.args.hcam_top_k) if family_of(policy).chunk_store else 4  # TopK needs >= k
+        radt = not family_of(policy).cached_step
         for name, module in build_graphs(policy, precision).items():
             export_onnx(module, specs[name], tmp / f"{name}.onnx", opset, cache=trace_cache)
             manifest.onnx.graphs[name] = M.Graph(file=f"{name}.onnx", **specs[name])

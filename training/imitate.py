@@ -42,7 +42,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_ros.models import MemoPolicy, build_policy, make_memory, save_checkpoint, segment_schedule
+from icrl_ros.families import family_of
+from icrl_ros.models import build_policy, make_memory, save_checkpoint, segment_schedule
 from icrl_ros.models.encoders import OBJECT_SCALE_M
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import make_vec
@@ -182,7 +183,7 @@ class Imitator:
     def collect(self, g: np.random.Generator) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         env, policy, T = self.env, self.policy, self.cfg.ppo.rollout_length
         a, B = policy.args, env.num_envs
-        schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if isinstance(policy, MemoPolicy) else None
+        schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if family_of(policy).segments else None
         buf = {k: [] for k in (*self.keys, "label", "reward", "done")}
         obs = env.reset_trial()
         self.teacher.reset()
@@ -286,7 +287,7 @@ class Imitator:
         half of them from ``data`` (just collected) and half from ``pool`` (everything before),
         then ``data`` joins the pool."""
         policy, a = self.policy, self.policy.args
-        memo = isinstance(policy, MemoPolicy)
+        memo = family_of(policy).segments
         new = self.with_returns(data)
         keys = self.data_keys(new)
         old = concat_trials(pool, keys) if pool else None
@@ -313,7 +314,7 @@ class Imitator:
         (saved iterations; a fresh Memo segment schedule per step, since cached features do not
         depend on it), with validation on ``val`` every ``log_every`` steps."""
         policy, a = self.policy, self.policy.args
-        memo = isinstance(policy, MemoPolicy)
+        memo = family_of(policy).segments
         keys = self.data_keys(trials[0])
         data = concat_trials(trials, keys)
         held = concat_trials(val, keys) if val else None
@@ -342,7 +343,7 @@ class Imitator:
         """Held-out loss and agreement, plus how the student's stop compares with the teacher's."""
         policy = self.policy
         policy.eval()
-        memo = isinstance(policy, MemoPolicy)
+        memo = family_of(policy).segments
         T = held["label"].shape[1]
         bc, agree, stop_tp, stop_pred, stop_true, k = 0.0, 0.0, 0, 0, 0, 0
         split = np.zeros(4)  # agreeing / all steps whose goal was seen in an earlier episode, then the rest

@@ -29,7 +29,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from icrl_ros.models import HCAMPolicy, ICLPolicy, MemoPolicy, make_memory, refresh, segment_schedule
+from icrl_ros.families import family_of
+from icrl_ros.models import ICLPolicy, make_memory, refresh, segment_schedule
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import VecTrialEnv
 from training.config import PPOConfig
@@ -138,7 +139,7 @@ class PPOTrainer:
             self.teacher.reset()
         cur = policy.rollout_inputs(trial_start_inputs(env, obs, a.n_actions, dev))
         # Memo: one random segment schedule per rollout, shared by stepping and updates.
-        self.schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if isinstance(policy, MemoPolicy) else None
+        self.schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if family_of(policy).segments else None
         policy.eval()
         cache = make_memory(policy, B, T, dtype=torch.float16 if cfg.fp16_storage else torch.float32, device=dev,
                             schedule=self.schedule)
@@ -227,7 +228,7 @@ class PPOTrainer:
         cfg, policy = self.cfg, self.policy
         adv, ret = self.gae(buf, t1, boot)
         B = adv.shape[0]
-        recon = isinstance(policy, HCAMPolicy)
+        recon = family_of(policy).chunk_store
         teach = self.teacher is not None
         policy.train()
         for _ in range(cfg.update_epochs):

@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from icrl_ros.families import FAMILIES
 from icrl_ros.memory.base import ON_FULL, Memory, MemoryBudgetError, MemoryFullError, slot_bytes
 from icrl_ros.memory.kv_cache import FullContextMemory, KVCache, SinkWindowMemory
 from icrl_ros.memory.hcam import HCAMMemory
@@ -42,12 +43,9 @@ MEMORY_POLICIES: dict[str, type[Memory]] = {
 }
 """Registry: memory policy name -> class."""
 
-RELIC_POLICIES = ("full", "window")
-MEMO_POLICIES = ("memo",)
-HCAM_POLICIES = ("hcam",)
-RADT_POLICIES = ("retrieval",)
-KIND_POLICIES = {"relic": RELIC_POLICIES, "memo": MEMO_POLICIES, "hcam": HCAM_POLICIES, "radt": RADT_POLICIES}
-"""Model kind -> the memory policies that apply to it (the first is the default)."""
+KIND_POLICIES = {kind: f.memories for kind, f in FAMILIES.items()}
+"""Model kind -> the memory policies that apply to it (the first is the default; :mod:`icrl_ros.families`)."""
+RELIC_POLICIES = KIND_POLICIES["relic"]
 
 
 def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim: int, batch: int = 1,

@@ -11,9 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icrl_ros.families import family_of
 from icrl_ros.memory import KIND_POLICIES, HCAMMemory, MemoMemory, create_memory, model_dims, trial_sizes
-from icrl_ros.models.hcam import HCAMPolicy
-from icrl_ros.models.memo import MemoPolicy
 from icrl_ros.models.policy import ICLPolicy
 
 
@@ -67,11 +66,8 @@ def refresh(policy: ICLPolicy, mem, seq: dict[str, Tensor], schedule: list[int] 
 def build_policy(args, load_pretrained: bool = False) -> ICLPolicy:
     """The policy class for ``args.kind``; ``load_pretrained`` loads and freezes
     ``args.pretrained_encoder`` (at training start)."""
-    if args.kind == "radt":  # a DT over the episode window + retrieval, not a cached-step policy
-        from icrl_ros.models.radt import RADTPolicy
-
-        return RADTPolicy(args)
-    policy = {"memo": MemoPolicy, "hcam": HCAMPolicy}.get(args.kind, ICLPolicy)(args)
-    if load_pretrained:
+    fam = family_of(args)
+    policy = fam.policy_class()(args)
+    if load_pretrained and fam.cached_step:  # RA-DT: a DT over the episode window + retrieval, no frozen encoder
         policy.encoder.load_pretrained()
     return policy

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from icrl_ros.families import family_of
 from icrl_ros.models.checkpoint import model_args_from_dict
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.policy import ICLPolicy
@@ -156,7 +157,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         raise BundleError(f"{MANIFEST}: field 'model.args' is invalid ({e})") from e
     if m.model.kind != args.kind:
         raise BundleError(f"{MANIFEST}: field 'model.kind' is {m.model.kind!r}, model.args says {args.kind!r}")
-    radt = args.kind == "radt"
+    radt = not family_of(args).cached_step
     dims = {"n_layers": args.n_layers, "n_heads": args.n_heads, "head_dim": args.head_dim, "d_model": args.d_model,
             "n_actions": args.n_actions}
     for key, want in dims.items():

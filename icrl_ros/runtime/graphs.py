@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from icrl_ros.families import family_of
 from icrl_ros.models.hcam import HCAMPolicy
 from icrl_ros.models.memo import MemoPolicy
 from icrl_ros.models.policy import ICLPolicy
@@ -57,13 +58,14 @@ def graph_specs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, dict[st
     HCAM: the window is static (``hcam_chunk`` slots); ``cache`` is the chunk store's slots.
     """
     a = policy.args
-    if isinstance(policy, RADTPolicy):
+    fam = family_of(policy)
+    if not fam.cached_step:
         return radt_graph_specs(a)
     L, H, hd, D = a.n_layers, a.n_heads, a.head_dim, a.d_model
     f = dtype_name(cache_dtype(precision))  # the cache (and the new keys / values)
     io = _io
     enc_in = [io(n, dtype_name(dt), ["batch", *shape]) for n, (shape, dt) in policy.input_spec().items()]
-    hcam = isinstance(policy, HCAMPolicy)
+    hcam = fam.chunk_store
     win = a.hcam_chunk if hcam else "cache"
     specs = {
         "encoder": {"inputs": enc_in, "outputs": [io("x", "float32", ["batch", D])]},
@@ -84,7 +86,7 @@ def graph_specs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, dict[st
                                     + [io(f"chunk_key_{j}", f, ["batch", "cache", D]) for j in range(Lm)]
                                     + [io("chunk_valid", "bool", ["batch", "cache"])])
         specs["core"]["outputs"].append(io("x_mem", f, [Lm, "batch", 1, D]))
-    if isinstance(policy, MemoPolicy):
+    if fam.segments:
         kv = lambda n: io(n, f, [L, "batch", H, "cache", hd])  # noqa: E731
         specs["summarize"] = {
             "inputs": [kv("mem_k"), kv("mem_v"), io("mem_valid", "bool", ["batch", "cache"]),
@@ -253,9 +255,10 @@ class Autocast(nn.Module):
 def graph_modules(policy: ICLPolicy) -> dict[str, nn.Module]:
     """encoder, core (HCAM's reads the chunk store), heads and (Memo) summarize over ``policy``'s
     own submodules: no copy, the policy's mode untouched."""
-    core = HCAMCoreGraph(policy) if isinstance(policy, HCAMPolicy) else CoreGraph(policy)
+    fam = family_of(policy)
+    core = HCAMCoreGraph(policy) if fam.chunk_store else CoreGraph(policy)
     graphs: dict[str, nn.Module] = {"encoder": EncoderGraph(policy), "core": core, "heads": HeadsGraph(policy)}
-    if isinstance(policy, MemoPolicy):
+    if fam.segments:
         graphs["summarize"] = SummarizeGraph(policy)
     return graphs
 
@@ -266,7 +269,7 @@ def build_graphs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, nn.Mod
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
     policy = policy.eval()
-    if isinstance(policy, RADTPolicy):
+    if not family_of(policy).cached_step:
         if precision != "fp32":
             raise ValueError(f"precision: RA-DT bundles are fp32 only, got {precision!r}")
         graphs = {"policy": RADTGraph(policy).eval()}

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from icrl_ros.families import family_of
 from icrl_ros.memory import Memory, create_memory, model_dims
 from icrl_ros.runtime.bundle import Bundle, BundleError, load_bundle
 from icrl_ros.runtime.control import ControlStep
@@ -43,7 +44,7 @@ def build_memory(bundle: Bundle, name: str | None = None, budget_bytes: int | No
             cfg.pop(key, None)
     cfg.update(overrides)
     a = bundle.args
-    if bundle.kind == "radt":  # the retrieval memory: keys from the bundle's projection, numpy on the CPU
+    if not family_of(bundle).cached_step:  # RA-DT: the retrieval memory: keys from the bundle's projection, numpy on the CPU
         r = bundle.manifest.retrieval
         return create_memory(name, kind="radt", n_layers=a.n_layers, n_heads=a.n_heads, head_dim=a.head_dim,
                              budget_bytes=budget, key_proj=bundle.key_projection(), context=a.context,
@@ -89,7 +90,7 @@ class PolicyRunner(RunnerBase):
         bundle gets a :class:`~icrl_ros.runtime.radt_runner.RADTRunner` (same public API)."""
         check_backend(backend, device)
         bundle = load_bundle(path)
-        if bundle.kind == "radt":
+        if not family_of(bundle).cached_step:  # RA-DT
             from icrl_ros.runtime.radt_runner import RADTRunner
 
             runner = RADTRunner.for_bundle(bundle, backend, device, memory, memory_budget_bytes)

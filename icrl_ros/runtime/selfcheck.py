@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from icrl_ros.families import family_of
 from icrl_ros.memory import KIND_POLICIES, trial_sizes
 from icrl_ros.runtime.bundle import Bundle
 from icrl_ros.runtime.engine import make_engine
@@ -110,7 +111,7 @@ def record_radt_images(bundle: Bundle, steps: int, seed: int = 0) -> dict[str, n
 def check_sample(bundle: Bundle, backend: str = "onnxruntime", device: str = "cpu") -> dict:
     """Run the bundle's recorded sample through ``backend``; compare with the recorded outputs."""
     sample = bundle.sample()
-    if bundle.kind == "radt":
+    if not family_of(bundle).cached_step:  # RA-DT
         from icrl_ros.runtime.radt_runner import RADTRunner
 
         T = len(sample["episode_index"])
