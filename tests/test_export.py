@@ -242,3 +242,21 @@ def test_tensorrt_engine_cache_key_and_profiles(bundle):
     for field, other in [("trt_version", "10.4"), ("gpu", "NVIDIA A40"), ("onnx_sha", "abd"),
                          ("profile", {"mask": [1, 9]}), ("fp16", False)]:
         assert engine_key(**{**base, field: other}) != key, field
+
+
+def test_one_layer_memo_keeps_every_graph_input(tmp_path):
+    """A one-layer Memo's summarize never reads ``sum_valid`` (the last layer's keys and values do not depend
+    on its mask), so the ONNX tracer pruned that input and the bundle was refused at load. Export must keep
+    the signature its spec names, and the bundle must step and verify through ONNX Runtime."""
+    torch.manual_seed(2)
+    ckpt = tmp_path / "memo1.pt"
+    save_checkpoint(ckpt, build_policy(small_args(kind="memo", sink="none", n_layers=1, l_seg=6, l_sum=3,
+                                                  n_actions=4)), {"env": {"id": "icrl_ros/DarkKeyToDoor-v0"}})
+    out = tmp_path / "memo1"
+    assert export_cli.main([str(ckpt), "--out", str(out), "--verify", "--verify-steps", "40"]) == 0
+    names = [i.name for i in onnx.load(str(out / "summarize.onnx")).graph.input]
+    assert "sum_valid" in names
+    runner = PolicyRunner.from_bundle(out)
+    runner.reset_trial()
+    runner.begin_episode()
+    assert all(0 <= runner.act({"obs": t % 5})[0] < 4 for t in range(20))

@@ -308,3 +308,24 @@ def export_onnx(module: nn.Module, spec: dict, path, opset: int, cache: int = 4)
         torch.onnx.export(module, args, str(path), input_names=[i["name"] for i in spec["inputs"]],
                           output_names=[o["name"] for o in spec["outputs"]], opset_version=opset,
                           dynamic_axes=dyn, dynamo=False, do_constant_folding=True)
+    _restore_unused_inputs(path, spec)
+
+
+def _restore_unused_inputs(path, spec: dict) -> None:
+    """The tracer drops inputs the computation does not read (a one-layer Memo's summarize never reads
+    ``sum_valid``: the last layer's keys and values do not depend on its mask). Put them back, in the
+    spec's order, so every graph has the signature its spec (and the runtime's binding) names."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(path))
+    have = {i.name: i for i in model.graph.input}
+    if all(io["name"] in have for io in spec["inputs"]):
+        return
+    onnx_types = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "int64": TensorProto.INT64,
+                  "int32": TensorProto.INT32, "bool": TensorProto.BOOL, "uint8": TensorProto.UINT8}
+    inputs = [have.get(io["name"]) or helper.make_tensor_value_info(io["name"], onnx_types[io["dtype"]], io["shape"])
+              for io in spec["inputs"]]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+    onnx.save(model, str(path))
