@@ -2,7 +2,8 @@
 
 Each trial owns a :class:`~icrl_ros.memory.subtrajectories.SubTrajectoryMemory` that starts
 EMPTY; every finished episode of the agent enters it (its sub-trajectories with the
-episode's return). At every step the query is the key of the current episode's window,
+episode's return). The step is the deployed runner's (one function for both, over the memory's
+own window and retrieval). At every step the query is the key of the current episode's window,
 the top-l entries by cosine are re-ranked by relevance + episode return, and the top-k
 go to the cross-attention layers. The DT is conditioned on a return-to-go drawn per
 episode from N(target_return, target_return_std) and decreased by the rewards received.
@@ -22,17 +23,12 @@ import numpy as np
 import torch
 
 from icrl_ros.memory.subtrajectories import SubTrajectoryMemory
-from icrl_ros.models.radt import RADTPolicy, as_tensors, episode_windows
+from icrl_ros.models.radt import RADTPolicy
+from icrl_ros.runtime.graphs import RADTGraph
+from icrl_ros.runtime.radt_runner import retrieval_step_inputs
 from icrl_ros.runtime.runner_base import choose_actions
 from icrl_ros.sim import VecTrialEnv
 from training.ppo import episode_returns_matrix
-
-
-def empty_retrieved(batch: int, k: int, context: int) -> dict[str, np.ndarray]:
-    shape = (batch, k, 2 * context)
-    out = {n: np.zeros(shape, dtype=np.int64) for n in ("obs", "action", "episode_step")}
-    out.update(reward=np.zeros(shape, np.float32), rtg=np.zeros(shape, np.float32), valid=np.zeros(shape, bool))
-    return out
 
 
 @torch.no_grad()
@@ -42,52 +38,41 @@ def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bo
     """Run ``env.num_envs`` trials of ``steps`` steps from the env's current tasks; returns
     ``returns`` (N, E) per finished episode (NaN-padded), ``trial_return`` (N,), the memory
     figures, and ``memories`` (one per trial, for inspection); ``record``: also every
-    step's ``logits`` (N, T, A) and ``actions`` (N, T)."""
+    step's ``logits`` (N, T, A) and ``actions`` (N, T). Each trial steps its own memory through
+    :func:`~icrl_ros.runtime.radt_runner.retrieval_step_inputs` and the policy graph a bundle
+    exports, as the deployed runner does."""
     policy.eval()
     a = policy.args
-    B, H, C = env.num_envs, env.max_episode_steps, a.context
+    B, H = env.num_envs, env.max_episode_steps
     rng = np.random.default_rng(seed)
     g = torch.Generator().manual_seed(seed)
     shortest = getattr(env, "min_episode_steps", H)  # fixed-length episodes unless the env says otherwise
-    mems = [SubTrajectoryMemory(policy.trajectory_keys, a.key_dim, C, H, max_episodes=math.ceil(steps / shortest) + 1,
-                                utility_weight=utility_weight) for _ in range(B)]
-    ep = {n: np.zeros((B, H), dtype=dt) for n, dt in (("obs", np.int64), ("action", np.int64),
-                                                       ("reward", np.float32), ("rtg", np.float32))}
+    mems = [SubTrajectoryMemory(policy.trajectory_keys, a.key_dim, a.context, H, utility_weight=utility_weight,
+                                max_episodes=math.ceil(steps / shortest) + 1, n_obs=a.n_obs, n_actions=a.n_actions)
+            for _ in range(B)]
+    graph = RADTGraph(policy)
     target = rng.normal(target_return, target_return_std, B)
-    t = np.zeros(B, dtype=np.int64)
-    ep_ret, trial_ret = np.zeros(B), np.zeros(B)
+    trial_ret = np.zeros(B)
     episodes: list[list[float]] = [[] for _ in range(B)]
-    rows = np.arange(B)
     obs = env.observe()
     rec_logits, rec_actions = [], []
     for _ in range(steps):
-        ep["obs"][rows, t], ep["rtg"][rows, t] = obs, target - ep_ret
-        win = episode_windows(ep["obs"], ep["action"], ep["reward"], ep["rtg"], t, C, a.n_actions)
-        queries = policy.trajectory_keys(win["obs"], win["valid"])
-        ret = empty_retrieved(B, a.top_k, C)
-        for i, mem in enumerate(mems):
-            if len(mem):
-                got = mem.retrieve(queries[i:i + 1], retrieve_l, a.top_k)  # task=None: re-rank by return
-                for n in ret:
-                    ret[n][i] = got[n][0]
-        logits = policy(as_tensors(win), as_tensors(ret))[:, -1]
-        action = choose_actions(logits, greedy, temperature, g)
-        act = action.numpy()
+        rtg = [target[i] - mem.episode_return for i, mem in enumerate(mems)]
+        arrays = retrieval_step_inputs(mems, obs, rtg, retrieve_l, a.top_k)
+        logits = graph(*(torch.from_numpy(arrays[n]) for n in graph.names))
+        act = choose_actions(logits, greedy, temperature, g).numpy()
         if record:
             rec_logits.append(logits.double().numpy())
             rec_actions.append(act)
         obs, reward, done, _ = env.step(act)
-        ep["action"][rows, t], ep["reward"][rows, t] = act, reward
-        ep_ret += reward
         trial_ret += reward
-        t += 1
+        for i, mem in enumerate(mems):
+            mem.record_action(int(act[i]))
+            mem.record_reward(float(reward[i]))
         for i in np.flatnonzero(done):
-            mems[i].add_episodes(ep["obs"][i, :t[i]][None], ep["action"][i, :t[i]][None], ep["reward"][i, :t[i]][None])
-            episodes[i].append(ep_ret[i])
-            for arr in ep.values():
-                arr[i] = 0
+            episodes[i].append(mems[i].episode_return)
+            mems[i].end_episode()
             target[i] = rng.normal(target_return, target_return_std)
-        ep_ret[done], t[done] = 0, 0
     returns = episode_returns_matrix(episodes)
     out = {"returns": returns, "trial_return": trial_ret, "memory_bytes": int(sum(m.nbytes for m in mems)),
            "memory_tokens": int(len(mems[0])), "memories": mems}

@@ -287,7 +287,13 @@ class SubTrajectoryMemory(Memory):
         return self.window
 
     def query(self, l: int, k: int) -> dict[str, np.ndarray]:
-        """Top-k stored sub-trajectories (each (1, k, 2C)) for the window, re-ranked by return."""
+        """Top-k stored sub-trajectories (each (1, k, 2C)) for the window, re-ranked by return; all
+        invalid (zeros) while nothing is stored, without searching."""
+        if not len(self):
+            shape = (1, k, 2 * self.C)
+            return {"obs": np.zeros(shape + self.obs_shape, self.obs_dtype), "action": np.zeros(shape, np.int64),
+                    "reward": np.zeros(shape, np.float32), "rtg": np.zeros(shape, np.float32),
+                    "episode_step": np.zeros(shape, np.int64), "valid": np.zeros(shape, bool)}
         q = self.embed(self.window["obs"], self.window["valid"])
         out = self.retrieve(q, l, k)
         del out["slot"]

@@ -36,6 +36,22 @@ from icrl_ros.runtime.graphs import RETRIEVED_PREFIX, TORCH_DTYPES
 from icrl_ros.runtime.runner_base import RunnerBase
 
 
+def retrieval_step_inputs(memories: list[SubTrajectoryMemory], obs, rtg, l: int, k: int) -> dict[str, np.ndarray]:
+    """RA-DT's one control step before the network, for a batch of trials that each own a memory:
+    push the step (``obs[i]``, return-to-go ``rtg[i]``) into memory i's window, retrieve its top-l
+    by cosine re-ranked to top-k, and stack. Returns the policy graph's inputs by name (window
+    (B, C), ``retrieved_*`` (B, k, 2C)). The deployed runner (B = 1) and the training-side
+    evaluation loop (:mod:`training.radt_eval`) both step through here, so the window, padding and
+    retrieval they see are the memory's, written once."""
+    arrays: dict[str, list[np.ndarray]] = {}
+    for mem, o, g in zip(memories, obs, rtg):
+        window = {n: a.copy() for n, a in mem.observe(o, rtg=float(g)).items()}
+        retrieved = mem.query(l, k)
+        for name, a in (*window.items(), *((RETRIEVED_PREFIX + n, a) for n, a in retrieved.items())):
+            arrays.setdefault(name, []).append(a)
+    return {name: np.concatenate(parts) for name, parts in arrays.items()}
+
+
 class RADTRunner(RunnerBase):
     def __init__(self, bundle: Bundle, engine: Engine, memory: SubTrajectoryMemory) -> None:
         super().__init__(bundle, engine, memory)
@@ -113,9 +129,8 @@ class RADTRunner(RunnerBase):
                 for name, buf in self._obs_inputs.items():
                     buf.copy_(torch.as_tensor(np.asarray(obs[name])).reshape(buf.shape))
                 obs = self.engine.encode(self._obs_inputs)[0].cpu().numpy()  # (F,) step features
-            window = mem.observe(obs, rtg=self.target_return - mem.episode_return)
-            retrieved = mem.query(self.retrieve_l, self.args.top_k)
-            arrays = {**window, **{RETRIEVED_PREFIX + n: a for n, a in retrieved.items()}}
+            arrays = retrieval_step_inputs([mem], [obs], [self.target_return - mem.episode_return], self.retrieve_l,
+                                           self.args.top_k)
             for name, buf in self._inputs.items():
                 buf.copy_(torch.from_numpy(arrays[name]))
             logits = self.engine.policy(*self._inputs.values())[0].clone()
