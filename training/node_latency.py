@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         lat = np.array(list(agent.latencies_ms)[args.warmup:total])
         act = np.array(list(agent.act_ms)[args.warmup:total])
         rtt = np.diff(np.array(sent[args.warmup - 1:total])) * 1e3
-        info = dict(agent._last_info)
+        info = dict(agent.loop.last_info)
         episodes = agent.runner.episode + 1
     finally:
         bridge.send_signal(signal.SIGINT)

@@ -274,7 +274,7 @@ def test_watchdog_stops_on_stale_input_and_resumes(ros_context, tmp_path) -> Non
         drive(0.3, odom=False)
         n_actions = len(probe.got["action"])
         drive(0.6, odom=False)
-        assert agent.counters["watchdog_trips"] == 1 and agent._stale
+        assert agent.counters["watchdog_trips"] == 1 and agent.loop.stale
         recent = probe.got["cmd_vel"][-5:]
         assert all(c.linear.x == 0.0 and c.angular.z == 0.0 for c in recent)
         assert len(probe.got["action"]) == n_actions
@@ -282,7 +282,7 @@ def test_watchdog_stops_on_stale_input_and_resumes(ros_context, tmp_path) -> Non
 
         # odometry returns: acting resumes
         drive(1.5)
-        assert not agent._stale and len(probe.got["action"]) > n_actions
+        assert not agent.loop.stale and len(probe.got["action"]) > n_actions
         assert any(c.linear.x > 0.05 for c in probe.got["cmd_vel"][-20:])
         assert agent.counters["watchdog_trips"] == 1
     finally:

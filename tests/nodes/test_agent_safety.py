@@ -196,7 +196,7 @@ def test_a_large_frame_costs_nothing_unless_acted_on(ros_context, tmp_path) -> N
         agent.trigger_configure()
         agent.trigger_activate()
         probe.pub_goal.publish(String(data="sofa"))
-        assert spin_until(ex, lambda: agent._pending_goal == "sofa", 3)
+        assert spin_until(ex, lambda: agent.loop._pending_goal == "sofa", 3)
         data = bytes(1080 * 1920 * 3)
         costs = []
         for k in range(8):
