@@ -30,6 +30,6 @@ def image_policy(kind: str, max_episode_steps: int = 40):
 
 
 def export_image_bundle(kind: str, out: str | Path, max_episode_steps: int = 40) -> Path:
-    from training.export import export_bundle
+    from icrl_ros.training.export import export_bundle
 
     return export_bundle(image_policy(kind, max_episode_steps), out, env=ENV)

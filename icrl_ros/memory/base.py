@@ -7,7 +7,7 @@ allocated once (static shapes for ONNX Runtime / TensorRT / CUDA graphs):
 * ``valid`` (B, P) bool: which slots hold data (the attention mask's source);
 * ``episode`` (B, P) int64: episode index of each slot (-1 = pinned prefix / unused).
 
-Contract (checked by ``tests/test_memory.py`` over every registered policy):
+Contract (checked by ``tests/memory/test_memory.py`` over every registered policy):
 
 * ``nbytes`` is the bytes the buffers hold; it never changes after construction and
   never exceeds ``budget_bytes`` when a budget is given (too small a budget raises

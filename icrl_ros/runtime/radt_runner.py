@@ -41,7 +41,7 @@ def retrieval_step_inputs(memories: list[SubTrajectoryMemory], obs, rtg, l: int,
     push the step (``obs[i]``, return-to-go ``rtg[i]``) into memory i's window, retrieve its top-l
     by cosine re-ranked to top-k, and stack. Returns the policy graph's inputs by name (window
     (B, C), ``retrieved_*`` (B, k, 2C)). The deployed runner (B = 1) and the training-side
-    evaluation loop (:mod:`training.radt_eval`) both step through here, so the window, padding and
+    evaluation loop (:mod:`icrl_ros.training.radt_eval`) both step through here, so the window, padding and
     retrieval they see are the memory's, written once."""
     arrays: dict[str, list[np.ndarray]] = {}
     for mem, o, g in zip(memories, obs, rtg):

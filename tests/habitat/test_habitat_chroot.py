@@ -144,7 +144,7 @@ def test_twist_executor_drives_habitat_in_real_time(tmp_path) -> None:
     from tests.nodes.fake_runner import FakeRunner, write_fake_bundle
     from tests.nodes.probe import Probe
     from tests.nodes.ros_support import assert_action_steps, assert_loopback_env, spin_until
-    from training.habitat_bridge import export_house, start_server, stop_server
+    from icrl_ros.training.habitat_bridge import export_house, start_server, stop_server
 
     assert_loopback_env()
     log = tmp_path / "habitat_server.log"

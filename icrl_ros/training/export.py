@@ -1,0 +1,461 @@
+"""Export a trained checkpoint as a deploy bundle (what the ROS agent node loads).
+
+    python training/export.py runs/darkroom/checkpoints/final.pt --out bundles/darkroom
+    python training/export.py CKPT --out DIR --fp16 --verify            # fp16 graphs, checked
+    python training/export.py CKPT --out DIR --memory window --window 4096
+    python training/export.py runs/darkroom_hcam/checkpoints/final.pt --out DIR --max-chunks 512 --verify
+    python training/export.py CKPT --out DIR --tensorrt                  # + engines (GPU host)
+    python training/export.py runs/radt4/checkpoints/final.pt --out DIR --verify   # RA-DT (retrieval)
+
+Bundle directory::
+
+    manifest.yaml        (icrl_ros.runtime.manifest.Manifest) model kind + args + hash, dims,
+                         observation / action spec, default action selection + temperature,
+                         memory policy + budget defaults, position scheme, precision,
+                         ONNX opset and every graph's input / output names, dtypes, shapes,
+                         SHA-256 of every file
+    encoder.onnx core.onnx heads.onnx [summarize.onnx]   the graphs (icrl_ros.runtime.graphs;
+                         HCAM's core takes the chunk store, top-k + gather inside)
+    policy.onnx          RA-DT instead: window (C slots + validity) + k x 2C retrieved slots
+                         (+ validity; the null slot inside) -> logits
+    key_projection.npz   RA-DT: the fixed projection of the retrieval keys (the index lives
+                         in the runner's memory, empty at a trial start)
+    weights.pt           fp32 state dict (torch backend; the ONNX holds its own copy)
+    sink_cache.npz       StreamingLLM sink token's keys/values (sink == "token" only)
+    sample.npz           a recorded rollout: inputs, torch logits / values (bundle_tool check)
+    engines/             TensorRT engines (--tensorrt; rebuilt on the target when stale)
+
+``--verify`` replays a recorded rollout (``--verify-steps``, default 2000, crossing
+episode, Memo segment and HCAM chunk boundaries) through ONNX Runtime and the torch engine with an
+exact memory, prints the max |logit diff| against the torch full-sequence forward, and
+exits 1 when it is over tolerance (fp32 1e-4; fp16 2e-2 and >= 99% same greedy action).
+RA-DT: the reference is the training-side evaluation loop (``icrl_ros/training/radt_eval.py``, its
+index filling with the rollout's episodes, retrieval every step) on a recorded rollout,
+and the runners replay it (same actions) with their own memory and faiss retrieval.
+"""
+
+from __future__ import annotations
+
+
+import argparse
+import datetime
+import math
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from icrl_ros.memory import KIND_POLICIES, ON_FULL
+from icrl_ros.families import family_of
+from icrl_ros.models import ICLPolicy, ModelArgs, load_checkpoint, make_memory
+from icrl_ros.models.radt import RADTPolicy
+from icrl_ros.runtime import bundle as B
+from icrl_ros.runtime import manifest as M
+from icrl_ros.runtime.control import ControlStep
+from icrl_ros.runtime.graphs import PRECISIONS, TRACKED_INPUTS, build_graphs, dtype_name, export_onnx, graph_specs
+from icrl_ros.training._cli import fail
+
+DEFAULT_OPSET = 17
+MEMORY_DEFAULTS = {
+    "full": {"capacity": 8192, "on_full": "evict_oldest"},  # ReLIC's 8k context; streams at the bound
+    "window": {"window": 4096},
+    "memo": {"max_sets": 256, "on_full": "evict_oldest"},  # accumulates, then streaming Memo
+    "hcam": {"max_chunks": None},  # chunks of HCAM_STEPS steps (a ring: the oldest chunk is evicted)
+    "retrieval": {"max_episodes": None, "on_full": "evict_oldest"},  # RETRIEVAL_STEPS steps' episodes
+}
+HCAM_STEPS = 8192  # the default chunk ring spans ReLIC's 8k context
+RETRIEVAL_STEPS = 8192  # RA-DT keeps this many steps' worth of whole episodes (Darkroom: 82 > a 40-episode trial)
+
+
+def default_memory(args: ModelArgs, policy: str | None = None, budget_bytes: int | None = None) -> dict:
+    """The manifest's ``memory`` section: default ``policy`` (the kind's first), budget, and
+    the default sizes of every policy that applies to the model's kind."""
+    kinds = KIND_POLICIES.get(args.kind, KIND_POLICIES["relic"])
+    memory = {"policy": policy or kinds[0], "budget_bytes": budget_bytes, **{k: dict(MEMORY_DEFAULTS[k]) for k in kinds}}
+    if "hcam" in memory:
+        memory["hcam"]["max_chunks"] = max(args.hcam_top_k, HCAM_STEPS // args.hcam_chunk)
+    if "retrieval" in memory:
+        memory["retrieval"]["max_episodes"] = math.ceil(RETRIEVAL_STEPS / args.max_episode_steps)
+    return memory
+
+
+# -- metadata --------------------------------------------------------------------------------
+def env_metadata(env_id: str | None) -> dict:
+    """Action names (+ step sizes) and goal names of a registered env, without building it."""
+    if not env_id:
+        return {}
+    cls = None
+    try:
+        from icrl_ros.sim import VEC_ENVS
+
+        cls = VEC_ENVS.get(env_id)
+        if cls is None:
+            import gymnasium as gym
+            from gymnasium.envs.registration import load_env_creator
+
+            ep = gym.spec(env_id).entry_point
+            cls = load_env_creator(ep) if isinstance(ep, str) else ep
+    except Exception:  # noqa: BLE001 - unknown or unimportable env: caller falls back to defaults
+        return {}
+    out = {}
+    for attr in ("action_names", "goal_names"):
+        if getattr(cls, attr, None) is not None:
+            out[attr] = [str(x) for x in getattr(cls, attr)]
+    if getattr(cls, "forward_step", None) is not None:
+        out["forward_m"] = float(cls.forward_step)
+    if getattr(cls, "turn_step", None) is not None:
+        out["turn_deg"] = round(math.degrees(float(cls.turn_step)), 6)
+    return out
+
+
+def memory_section(memory: dict) -> M.Memory:
+    """The manifest's typed ``memory`` from :func:`default_memory`'s dict (policy, budget, sizes)."""
+    sizes = {k: dict(v) for k, v in memory.items() if k not in ("policy", "budget_bytes")}
+    return M.Memory(policy=memory["policy"], budget_bytes=memory.get("budget_bytes"), sizes=sizes)
+
+
+def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, memory: dict, config: dict,
+                   sample_steps: int, selection: str = "sample", temperature: float = 1.0) -> M.Manifest:
+    """The bundle's manifest before its graphs and files are added (``selection`` /
+    ``temperature``: the action choice the bundle runs with by default)."""
+    a = policy.args
+    spec = policy.input_spec()
+    obs = M.Observation(
+        inputs={n: {"dtype": dtype_name(dt), "shape": list(shape)} for n, (shape, dt) in spec.items()},
+        from_observation=[n for n in spec if n not in TRACKED_INPUTS and n != "goal"],
+        goal_names=env.get("goal_names", [f"goal_{i}" for i in range(a.n_goals)])[: a.n_goals] if a.n_goals else [])
+    if getattr(a, "obs_type", None) == "image":
+        obs.image_size = [a.image_size, a.image_size]
+        # The odometry frame the policy was trained with: "episode" (restarts at every episode
+        # start) or "house" (one frame per trial: odometry since boot / the map frame).
+        obs.pose_frame = ((config.get("env") or {}).get("options") or {}).get("pose_frame", "episode")
+    action = M.Action(names=env.get("action_names", [f"action_{i}" for i in range(a.n_actions)]),
+                      forward_m=env.get("forward_m"), turn_deg=env.get("turn_deg"), selection=selection,
+                      temperature=float(temperature))
+    retrieval = None
+    if a.kind == "radt":  # no RoPE: step embeddings inside the window and the retrieved slots
+        positions = {"step_embedding": "episode_step", "max_episode_steps": a.max_episode_steps,
+                     "window": a.context, "retrieved": a.top_k, "retrieved_len": 2 * a.context, "null_slot": True}
+        retrieval = M.Retrieval(key_projection=B.KEY_PROJECTION, key_dim=a.key_dim, key_seed=a.key_seed,
+                                l=int(config.get("retrieve_l", 50)), relevance_weight=1.0,
+                                utility_weight=float(config.get("utility_weight", 1.0)),
+                                target_return=float(config.get("target_return", 90.0)), utility="episode_return")
+    elif a.kind == "memo":
+        positions = {"rope": "memo_slots", "l_seg": a.l_seg, "l_sum": a.l_sum, "variant": a.memo_variant,
+                     "step_embedding": "episode_step", "max_episode_steps": a.max_episode_steps, "rope_base": a.rope_base}
+    else:
+        positions = {"rope": "episode_index", "step_embedding": "episode_step",
+                     "max_episode_steps": a.max_episode_steps, "rope_base": a.rope_base}
+    if a.kind == "hcam":  # chunks are counted from the trial start; the window is the last C steps
+        positions.update(local_window=a.hcam_chunk, chunk=a.hcam_chunk, top_k=a.hcam_top_k,
+                         memory_layers=list(a.memory_layers))
+    import onnx
+
+    return M.Manifest(
+        format=M.FORMAT, version=M.VERSION,
+        created={"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                 "torch": str(torch.__version__), "onnx": str(onnx.__version__), "env_id": (config.get("env") or {}).get("id")},
+        model=M.ModelInfo(kind=a.kind, args=a.to_dict(), hash=B.model_hash(policy), n_prefix=getattr(policy, "n_prefix", 0),
+                          trained_context=(config.get("ppo") or {}).get("rollout_length")),
+        dims=M.Dims(n_layers=a.n_layers, n_heads=a.n_heads, head_dim=a.head_dim, d_model=a.d_model, n_actions=a.n_actions),
+        observation=obs, action=action, memory=memory_section(memory), positions=positions, retrieval=retrieval,
+        precision=precision, onnx=M.Onnx(opset=opset, graphs={}),
+        sample=M.Sample(file=B.SAMPLE, steps=sample_steps, tolerance=1e-4 if precision == "fp32" else 2e-2),
+        files={})
+
+
+# -- rollouts ---------------------------------------------------------------------------------
+def random_observations(policy: ICLPolicy, steps: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """Observation inputs (1, T, ...) drawn at random per the encoder's spec."""
+    a, out = policy.args, {}
+    for name, (shape, dt) in policy.input_spec().items():
+        if name in TRACKED_INPUTS:
+            continue
+        full = (1, steps, *shape)
+        if name == "obs":
+            out[name] = torch.randint(0, a.n_obs, full, generator=g)
+        elif name == "goal":
+            out[name] = torch.randint(0, a.n_goals, full, generator=g)
+        elif dt == torch.uint8:
+            out[name] = torch.randint(0, 256, full, generator=g, dtype=torch.uint8)
+        elif dt.is_floating_point:
+            out[name] = torch.randn(full, generator=g, dtype=dt)
+        else:
+            out[name] = torch.randint(0, 2, full, generator=g, dtype=dt)
+    return out
+
+
+@torch.no_grad()
+def record_rollout(policy: ICLPolicy, steps: int, episode_len: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A self-consistent rollout (1, T): random observations, the policy's own greedy
+    previous actions, random 0/1 previous rewards, episodes of ``episode_len`` steps."""
+    g = torch.Generator().manual_seed(seed)
+    a = policy.args
+    inp = random_observations(policy, steps, g)
+    t = torch.arange(steps)
+    inp["episode_step"] = (t % episode_len)[None]
+    inp["episode_index"] = (t // episode_len)[None]
+    inp["prev_reward"] = torch.randint(0, 2, (1, steps), generator=g).float()
+    inp["prev_action"] = torch.full((1, steps), a.n_actions, dtype=torch.long)
+    step = ControlStep.live(policy, make_memory(policy, 1, steps))
+    for i in range(steps):
+        logits, _ = step({k: v[:, i] for k, v in inp.items()})
+        if i + 1 < steps:
+            inp["prev_action"][:, i + 1] = logits.argmax(-1)
+    return inp
+
+
+@torch.no_grad()
+def reference_outputs(policy: ICLPolicy, inp: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+    """Torch full-sequence forward (fp32): logits (1, T, A), values (1, T)."""
+    logits, values = policy.forward_sequence(inp)[:2]
+    return logits.double().numpy(), values.double().numpy()
+
+
+def sample_length(policy: ICLPolicy) -> tuple[int, int]:
+    """(steps, episode_len) of the recorded sample: crosses episode and segment / chunk ends."""
+    a = policy.args
+    ep = max(2, min(a.max_episode_steps, 10))
+    fam = family_of(policy)
+    if not fam.cached_step:  # RA-DT: episodes of H/2 .. H steps: several episode ends, so retrieval has entries
+        if a.obs_type == "image":  # images: episodes of C/2 .. C steps (record_radt_images), a small sample
+            return 4 * min(a.context, a.max_episode_steps), a.context
+        return 5 * a.max_episode_steps, a.max_episode_steps
+    if fam.segments:
+        return a.l_seg + max(8, a.l_seg // 4), max(2, min(a.max_episode_steps, a.l_seg // 2 + 1))
+    if fam.chunk_store:  # more complete chunks than top_k, so top-k chooses
+        return (a.hcam_top_k + 2) * a.hcam_chunk + a.hcam_chunk // 2, ep
+    return 3 * ep, ep
+
+
+# -- the bundle ---------------------------------------------------------------------------------
+def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = None, env: dict | None = None,
+                  precision: str = "fp32", opset: int = DEFAULT_OPSET, memory: dict | None = None,
+                  overwrite: bool = False, tensorrt: bool = False, selection: str = "sample",
+                  temperature: float = 1.0) -> Path:
+    """Write the bundle directory ``out`` (built in a temp dir, then renamed into place).
+    ``memory`` (default :func:`default_memory`), ``selection`` and ``temperature`` are what the
+    bundle runs with unless its user says otherwise: record the ones it was evaluated with."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out}: exists; pass --force to replace it")
+    policy = policy.eval().float()
+    config = config or {}
+    if memory is None:
+        memory = default_memory(policy.args)
+    steps, ep_len = sample_length(policy)
+    manifest = build_manifest(policy, precision, opset, env or {}, memory, config, steps, selection, temperature)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        torch.save(policy.state_dict(), tmp / B.WEIGHTS)
+        specs = graph_specs(policy, precision)
+        trace_cache = max(4, policy.args.hcam_top_k) if family_of(policy).chunk_store else 4  # TopK needs >= k
+        radt = not family_of(policy).cached_step
+        for name, module in build_graphs(policy, precision).items():
+            export_onnx(module, specs[name], tmp / f"{name}.onnx", opset, cache=trace_cache)
+            manifest.onnx.graphs[name] = M.Graph(file=f"{name}.onnx", **specs[name])
+        if getattr(policy, "n_prefix", 0):
+            with torch.no_grad():
+                k, v = policy.initial_cache(1)
+            dt = torch.float16 if precision == "fp16" else torch.float32
+            np.savez(tmp / B.SINK_CACHE, k=k.to(dt).numpy(), v=v.to(dt).numpy())
+        if radt:
+            np.savez(tmp / B.KEY_PROJECTION, key_proj=policy.key_proj.numpy())
+            if policy.args.obs_type == "image":  # the torch runner of the bundle being written records it
+                from icrl_ros.runtime.selfcheck import record_radt_images
+
+                rec = record_radt_images(B.Bundle(tmp, manifest, policy.args, specs, _policy=policy), steps)
+            else:
+                rec = radt_rollout(policy, steps, manifest.retrieval, seed=0)
+            np.savez(tmp / B.SAMPLE, **rec)
+        else:
+            inp = record_rollout(policy, steps, ep_len, seed=0)
+            logits, values = reference_outputs(policy, inp)
+            np.savez(tmp / B.SAMPLE, logits=logits, values=values, **{k: v.numpy() for k, v in inp.items()})
+        for f in sorted(tmp.iterdir()):
+            if f.is_file():
+                manifest.files[f.name] = M.FileRecord(sha256=B.sha256_file(f), bytes=f.stat().st_size)
+        manifest.validate(tmp / B.MANIFEST).save(tmp / B.MANIFEST)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if tensorrt:
+        build_tensorrt_engines(out)
+    return out
+
+
+def build_tensorrt_engines(path: Path) -> list[Path]:
+    """Build (or reuse) TensorRT engines for the bundle's default memory size."""
+    from icrl_ros.runtime.runner import build_memory
+    from icrl_ros.runtime.trt_engine import load_or_build
+
+    bundle = B.load_bundle(path)
+    slots = build_memory(bundle).slots
+    fp16 = bundle.precision == "fp16"
+    return [load_or_build(bundle, g, 1, slots, fp16, path / "engines")[0] for g in bundle.specs]
+
+
+def verify_bundle(path: str | Path, steps: int = 2000, backends: tuple[str, ...] = ("onnxruntime", "torch"),
+                  episode_len: int | None = None, seed: int = 1) -> dict[str, dict]:
+    """Replay a recorded rollout through each backend with an exact memory; compare with
+    the torch full-sequence forward. Returns ``{backend: compare(...)}``."""
+    from icrl_ros.runtime import PolicyRunner, load_bundle, make_engine
+    from icrl_ros.runtime.selfcheck import compare, exact_memory, replay
+
+    bundle = load_bundle(path)
+    policy = bundle.load_policy()
+    a = policy.args
+    if bundle.kind == "radt":
+        return verify_radt(bundle, policy, steps, backends, seed)
+    ep = episode_len or max(2, min(a.max_episode_steps, 100))
+    inp = record_rollout(policy, steps, ep, seed)
+    ref_l, ref_v = reference_outputs(policy, inp)
+    out = {}
+    for backend in backends:
+        runner = PolicyRunner(bundle, make_engine(bundle, backend, "cpu"), exact_memory(bundle, steps))
+        logits, values = replay(runner, inp)
+        out[backend] = compare(ref_l, ref_v, logits, values, bundle.precision)
+    return out
+
+
+def radt_rollout(policy: RADTPolicy, steps: int, retrieval: M.Retrieval, seed: int) -> dict[str, np.ndarray]:
+    """RA-DT's recorded rollout + reference logits: the evaluation loop on a replay
+    (``icrl_ros/training/radt_eval.py``), with the manifest's retrieval settings."""
+    from icrl_ros.training.radt_eval import record_rollout as record_radt
+
+    return record_radt(policy, steps, seed=seed, target_return=retrieval.target_return, retrieve_l=retrieval.l,
+                       utility_weight=retrieval.utility_weight)
+
+
+def verify_radt(bundle, policy: RADTPolicy, steps: int, backends: tuple[str, ...], seed: int) -> dict[str, dict]:
+    """RA-DT ``--verify``: runner replays (ORT, torch; retrieval from their own memory) of a
+    rollout recorded through the evaluation loop, against its logits."""
+    from icrl_ros.runtime import make_engine
+    from icrl_ros.runtime.radt_runner import RADTRunner
+    from icrl_ros.runtime.selfcheck import compare, exact_memory, record_radt_images, replay_radt
+
+    if bundle.args.obs_type == "image":  # no evaluation loop for images: the torch runner's recording
+        rec = record_radt_images(bundle, min(steps, 4 * bundle.args.context), seed)
+    else:
+        rec = radt_rollout(policy, steps, bundle.manifest.retrieval, seed)
+    episodes = int(rec["episode_index"].max()) + 1
+    out = {}
+    for backend in backends:
+        runner = RADTRunner(bundle, make_engine(bundle, backend, "cpu"), exact_memory(bundle, steps, episodes=episodes))
+        out[backend] = compare(rec["logits"], None, replay_radt(runner, rec), None, bundle.precision)
+        out[backend]["episodes"] = episodes
+    return out
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", help="checkpoint written by training/train.py")
+    p.add_argument("--out", required=True, help="bundle directory to write")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--fp16", action="store_true", help="float16 core / heads / cache (encoder stays float32)")
+    p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
+    p.add_argument("--memory", choices=("full", "window", "memo", "hcam", "retrieval"),
+                   help="default memory policy of the bundle")
+    p.add_argument("--capacity", type=int, help="full context: steps kept (default 8192)")
+    p.add_argument("--window", type=int, help="sink + window: steps kept (default 4096)")
+    p.add_argument("--max-sets", type=int, help="Memo: summary sets kept (default 256)")
+    p.add_argument("--max-chunks", type=int, help=f"HCAM: chunks kept, oldest evicted (default {HCAM_STEPS} steps' worth)")
+    p.add_argument("--max-episodes", type=int, help=f"RA-DT: whole episodes kept, oldest evicted (default {RETRIEVAL_STEPS} "
+                   "steps' worth)")
+    p.add_argument("--on-full", choices=ON_FULL, help="full / memo / retrieval: what happens at the bound")
+    p.add_argument("--budget-bytes", type=int, help="default memory byte budget (sizes derive from it)")
+    p.add_argument("--greedy", action="store_true",
+                   help="the bundle acts greedily by default (argmax) instead of sampling; record what it was "
+                        "evaluated with (training/evaluate.py samples unless --greedy)")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="default sampling temperature of the bundle (default 1: the policy's own distribution)")
+    p.add_argument("--action-names", help="comma-separated, when the env does not name its actions")
+    p.add_argument("--goal-names", help="comma-separated, when the env does not name its goals")
+    p.add_argument("--verify", action="store_true", help="compare ONNX Runtime and torch stepping with the torch forward")
+    p.add_argument("--verify-steps", type=int, default=2000, help="rollout length for --verify (default 2000)")
+    p.add_argument("--tensorrt", action="store_true", help="also build TensorRT engines (needs tensorrt + a GPU)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        policy, blob = load_checkpoint(args.checkpoint)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        fail(f"{args.checkpoint}: cannot load the checkpoint ({e})")
+    a = policy.args
+    config = blob.get("config") or {}
+    env = env_metadata((config.get("env") or {}).get("id"))
+    for flag, key, n in (("action_names", "action_names", a.n_actions), ("goal_names", "goal_names", a.n_goals)):
+        value = getattr(args, flag)
+        if value:
+            names = [s.strip() for s in value.split(",") if s.strip()]
+            if len(names) != n:
+                fail(f"--{flag.replace('_', '-')}: {len(names)} names given, the model has {n}")
+            env[key] = names
+    if a.n_goals and len(env.get("goal_names", [])) < a.n_goals:
+        env.pop("goal_names", None)  # placeholders goal_0 ... are used
+    if len(env.get("action_names", [])) != a.n_actions:
+        env.pop("action_names", None)
+    kind_policies = KIND_POLICIES.get(a.kind, KIND_POLICIES["relic"])
+    if args.memory and args.memory not in kind_policies:
+        fail(f"--memory {args.memory}: a {a.kind} model takes one of {list(kind_policies)}")
+    memory = default_memory(a, args.memory, args.budget_bytes)
+    if a.kind == "hcam" and args.max_chunks is not None and args.max_chunks < a.hcam_top_k:
+        fail(f"--max-chunks: must be >= model.hcam_top_k={a.hcam_top_k}, got {args.max_chunks}")
+    for flag, pol, key in (("capacity", "full", "capacity"), ("window", "window", "window"),
+                           ("max_sets", "memo", "max_sets"), ("on_full", "full", "on_full"),
+                           ("on_full", "memo", "on_full"), ("max_chunks", "hcam", "max_chunks"),
+                           ("max_episodes", "retrieval", "max_episodes"), ("on_full", "retrieval", "on_full")):
+        value = getattr(args, flag)
+        if value is not None and pol in memory:
+            if isinstance(value, int) and value <= 0:
+                fail(f"--{flag.replace('_', '-')}: must be > 0, got {value}")
+            memory[pol][key] = value
+    if args.tensorrt:
+        try:
+            import tensorrt  # noqa: F401
+        except ImportError:
+            fail("--tensorrt: the tensorrt Python package is not installed here; build engines on the target "
+                 "(the runner builds them on first use) or drop --tensorrt")
+    if not args.temperature > 0:
+        fail(f"--temperature: must be > 0, got {args.temperature}")
+    precision = "fp16" if args.fp16 else "fp32"
+    if a.kind == "radt" and args.fp16:
+        fail("--fp16: RA-DT bundles are fp32 only (a 0.2M-parameter model; its step is dominated by retrieval)")
+    try:
+        out = export_bundle(policy, args.out, config=config, env=env, precision=precision, opset=args.opset,
+                            memory=memory, overwrite=args.force, tensorrt=args.tensorrt,
+                            selection="greedy" if args.greedy else "sample", temperature=args.temperature)
+    except FileExistsError as e:
+        fail(str(e))
+    acting = "greedy" if args.greedy else f"sampled at temperature {args.temperature:g}"
+    print(f"wrote {out} ({a.kind}, {precision}, memory {memory['policy']}, actions {acting})")
+    if args.verify:
+        results = verify_bundle(out, args.verify_steps)
+        bad = False
+        for backend, r in results.items():
+            value = "" if math.isnan(r["max_value_diff"]) else f"max |value diff| {r['max_value_diff']:.3g}, "
+            what = f"{r['episodes']} episodes, retrieval every step, " if "episodes" in r else ""
+            print(f"verify {backend}: {args.verify_steps} steps, {what}max |logit diff| {r['max_logit_diff']:.3g}, "
+                  f"{value}greedy agreement {r['greedy_agreement']:.2%} "
+                  f"(tolerance {r['tolerance']:g}) {'ok' if r['ok'] else 'FAIL'}")
+            bad |= not r["ok"]
+        if bad:
+            fail(f"--verify: {out} differs from the torch forward beyond tolerance; re-export in fp32 or check the opset",
+                 code=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

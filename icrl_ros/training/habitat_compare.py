@@ -1,0 +1,192 @@
+"""The MiniWorld house and its Habitat export side by side: geodesic distance, success rule, frames/s.
+
+Two halves, because the simulators live in two Pythons (MiniWorld in .venv, habitat-sim in the chroot
+of ../shared/habitat); the JSON between them names every (house, start, goal) and pose:
+
+    # 1. MiniWorld (host): HouseEnv's own episodes and probe poses near goal objects, its geodesic and
+    #    success rule on each, and its frames/s
+    .venv/bin/python training/habitat_compare.py miniworld --seeds 1 5 ... --out runs/habitat_compare/mw.json
+    # 2. Habitat (chroot): export the same houses, replay every (start, goal) and pose in
+    #    HabitatExtObjNavEnv (reset with options start / goal), compare, and time the env
+    ../shared/habitat/setup.sh run /opt/hvenv/bin/python training/habitat_compare.py habitat \\
+        --pairs runs/habitat_compare/mw.json --export /tmp/icrl_houses --out runs/habitat_compare/habitat.json
+
+Single process each, random actions (forward / left / right) for the frame rate, 64x64 RGB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _steps_per_s(env, steps: int, rng: np.random.Generator, reset_kwargs: dict) -> float:
+    env.reset(**reset_kwargs)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        _, _, terminated, truncated, _ = env.step(int(rng.integers(1, 4)))
+        if terminated or truncated:
+            env.reset()
+    return steps / (time.perf_counter() - t0)
+
+
+def _free_poses(house_seed: int, n: int, rng: np.random.Generator) -> list[tuple[float, float, float]]:
+    from icrl_ros.sim.house_layout import generate_layout
+    from icrl_ros.sim.house_nav import NavGrid
+
+    nav = NavGrid(generate_layout(house_seed))
+    cells = np.argwhere(nav.free)[rng.integers(0, int(nav.free.sum()), n)]
+    return [(float(nav.xs[j]), float(nav.zs[i]), float(rng.uniform(-math.pi, math.pi))) for i, j in cells]
+
+
+def _frames_per_s(render, poses) -> float:
+    """Frames/s of ``render(x, z, yaw)`` over the poses (the renderer alone, no env logic)."""
+    render(*poses[0])
+    t0 = time.perf_counter()
+    for p in poses:
+        render(*p)
+    return len(poses) / (time.perf_counter() - t0)
+
+
+def miniworld_side(a: argparse.Namespace) -> None:
+    from icrl_ros.sim.house import HouseEnv
+    from icrl_ros.sim.house_layout import GOAL_NAMES, house_split
+
+    rng = np.random.default_rng(a.seed)
+    pairs, probes, fps, render_fps, frames = [], [], {}, {}, []
+    for s in a.seeds:
+        env = HouseEnv(split=house_split(s), house_seed=s, image_size=64)
+        for k in range(a.episodes):
+            _, info = env.reset(seed=a.seed + k) if k == 0 else env.reset()
+            pairs.append({"house_seed": s, "start": list(env.start_pose), "goal": GOAL_NAMES[env.goal],
+                          "geodesic": info["geodesic_distance"]})
+            # probe poses for the success rule: near a goal instance (0.3-1.6 m from its centre), any yaw
+            # half of the time, roughly facing it the other half, on free floor
+            targets = env.target_instances()
+            for _ in range(a.probes):
+                o = targets[int(rng.integers(len(targets)))]
+                for _ in range(100):
+                    r, th = rng.uniform(0.3, 1.0 + o.cat.radius + 0.6), rng.uniform(-math.pi, math.pi)
+                    x, z = o.x + r * math.cos(th), o.z + r * math.sin(th)
+                    if not env.nav.collides(x, z) and env.nav.free[env.nav.index(x, z)]:
+                        break
+                else:
+                    continue
+                face = math.atan2(-(o.z - z), o.x - x)
+                yaw = face + rng.uniform(-0.5, 0.5) if rng.random() < 0.5 else rng.uniform(-math.pi, math.pi)
+                env.x, env.z, env.yaw = x, z, (yaw + math.pi) % (2 * math.pi) - math.pi
+                probes.append({"house_seed": s, "pose": [env.x, env.z, env.yaw], "goal": GOAL_NAMES[env.goal],
+                               "success": env.target_visible_in_reach()})
+                frames.append(env.observe()["rgb"])
+        fps[str(s)] = _steps_per_s(env, a.steps, rng, {})
+        render_fps[str(s)] = _frames_per_s(env._renderer.render, _free_poses(s, a.steps, rng))
+        env.close()
+    out = {"side": "miniworld", "seeds": a.seeds, "pairs": pairs, "probes": probes, "steps_per_s": fps,
+           "render_frames_per_s": render_fps, "machine": platform.node(), "cpus": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    np.savez_compressed(Path(a.out).with_suffix(".npz"), probe_rgb=np.stack(frames))  # (P, 64, 64, 3)
+    print(f"MiniWorld: {len(pairs)} (start, goal) pairs, {len(probes)} probe poses "
+          f"({sum(p['success'] for p in probes)} succeed); steps/s per house {fps}; render frames/s {render_fps}")
+
+
+def habitat_side(a: argparse.Namespace) -> None:
+    from icrl_ros.sim.habitat_env import HabitatExtObjNavEnv, rotation_for_yaw
+    from icrl_ros.sim.habitat_scene import export_houses
+
+    mw = json.loads(Path(a.pairs).read_text())
+    t0 = time.perf_counter()
+    export_houses(mw["seeds"], a.export, episodes_per_house=4)
+    export_s = time.perf_counter() - t0
+    env = HabitatExtObjNavEnv.for_houses(a.export, image_size=64)
+    geo = []
+    for p in mw["pairs"]:
+        _, info = env.reset(options={"house_seed": p["house_seed"], "start": p["start"], "goal": p["goal"]})
+        geo.append((p["geodesic"], info["geodesic_distance"]))
+    agree = []
+    frames = []
+    for p in mw["probes"]:
+        obs, _ = env.reset(options={"house_seed": p["house_seed"], "start": p["pose"], "goal": p["goal"]})
+        frames.append(obs["rgb"])
+        _, _, _, _, info = env.step(0)
+        agree.append((bool(p["success"]), bool(info["success"])))
+    rng = np.random.default_rng(0)
+    fps = {str(s): _steps_per_s(env, a.steps, rng, {"options": {"house_seed": s}}) for s in mw["seeds"]}
+    render_fps = {}
+    for s in mw["seeds"]:  # habitat-sim alone: set the agent, render RGB + depth (what the env's camera is)
+        env.reset(options={"house_seed": s})
+        sim, y = env._env.sim, float(env._position()[1])
+
+        def render(x, z, yaw, sim=sim, y=y):
+            sim.set_agent_state(np.array([x, y, z], np.float32), rotation_for_yaw(yaw))
+            return sim.get_sensor_observations()
+
+        render_fps[str(s)] = _frames_per_s(render, _free_poses(s, a.steps, rng))
+    env.close()
+    g = np.array(geo, np.float64)
+    finite = np.isfinite(g).all(1)
+    d = g[finite, 1] - g[finite, 0]
+    rel = np.abs(d) / np.maximum(g[finite, 0], 1e-9)
+    tol = np.abs(d) <= a.tol_m + a.tol_rel * g[finite, 0]
+    s = np.array(agree, bool).reshape(-1, 2)
+    # the camera images at the same poses: how far apart the two renderers' pictures are
+    mw_rgb = np.load(Path(a.pairs).with_suffix(".npz"))["probe_rgb"].astype(np.float64)
+    hab_rgb = np.stack(frames).astype(np.float64)
+    image = {"mean_abs_diff_0_255": float(np.abs(hab_rgb - mw_rgb).mean()),
+             "mean_brightness_miniworld": float(mw_rgb.mean()), "mean_brightness_habitat": float(hab_rgb.mean()),
+             # a frame of one flat colour (a wall filling the view) has no correlation: left out
+             "per_image_correlation_median": float(np.median([np.corrcoef(h.ravel(), m.ravel())[0, 1]
+                                                              for h, m in zip(hab_rgb, mw_rgb)
+                                                              if h.std() > 0 and m.std() > 0]))}
+    res = {
+        "pairs": len(geo), "finite_both": int(finite.sum()),
+        "habitat_minus_miniworld_m": {"mean": float(d.mean()), "median": float(np.median(d)),
+                                      "p5": float(np.percentile(d, 5)), "p95": float(np.percentile(d, 95)),
+                                      "max_abs": float(np.abs(d).max())},
+        "abs_rel_error": {"median": float(np.median(rel)), "p95": float(np.percentile(rel, 95))},
+        "tolerance": f"|habitat - miniworld| <= {a.tol_m} m + {a.tol_rel:.0%} of the MiniWorld distance",
+        "within_tolerance": int(tol.sum()),
+        "probes": len(s), "success_rule_agree": int((s[:, 0] == s[:, 1]).sum()),
+        "success_both": int((s[:, 0] & s[:, 1]).sum()), "miniworld_only": int((s[:, 0] & ~s[:, 1]).sum()),
+        "habitat_only": int((~s[:, 0] & s[:, 1]).sum()), "images_at_probe_poses": image,
+        "habitat_steps_per_s": fps, "miniworld_steps_per_s": mw["steps_per_s"],
+        "habitat_sim_render_rgb_depth_per_s": render_fps, "miniworld_render_rgb_per_s": mw["render_frames_per_s"],
+        "export_s": export_s,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps({"result": res, "geodesic_pairs": geo, "success_pairs": agree}, indent=1))
+    print(json.dumps(res, indent=1))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="side", required=True)
+    m = sub.add_parser("miniworld", help="host half: HouseEnv episodes, probes, frames/s")
+    m.add_argument("--seeds", type=int, nargs="+", required=True)
+    m.add_argument("--episodes", type=int, default=25, help="(start, goal) pairs per house")
+    m.add_argument("--probes", type=int, default=2, help="success-rule probe poses per episode")
+    m.add_argument("--steps", type=int, default=500, help="random steps timed per house")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--out", required=True)
+    h = sub.add_parser("habitat", help="chroot half: export, replay, compare, frames/s")
+    h.add_argument("--pairs", required=True, help="the miniworld half's JSON")
+    h.add_argument("--export", required=True, help="folder for the exported scenes and episodes")
+    h.add_argument("--steps", type=int, default=500)
+    h.add_argument("--tol-m", type=float, default=0.25)
+    h.add_argument("--tol-rel", type=float, default=0.05)
+    h.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    (miniworld_side if a.side == "miniworld" else habitat_side)(a)
+
+
+if __name__ == "__main__":
+    main()

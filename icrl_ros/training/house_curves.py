@@ -1,0 +1,173 @@
+"""Per-episode curves of house object search: success, SPL and steps per in-context episode.
+
+Every trial runs the same fixed number of episodes, so each episode index averages over all
+trials (no survivor-only tail); figures carry their n and a 95% confidence interval (normal
+approximation, 1.96 standard errors). Used by the teacher benchmark
+(``training/house_teacher_curves.py``) and by ``training/evaluate.py`` on house policies.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+METRICS = ("success", "spl", "steps")
+
+
+def mean_ci(x: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+    """Mean, 95% CI half-width and n over ``axis``."""
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[axis]
+    sd = x.std(axis=axis, ddof=1) if n > 1 else np.zeros(np.delete(x.shape, axis))
+    return x.mean(axis=axis), 1.96 * sd / np.sqrt(max(n, 1)), n
+
+
+def window_rise(m: np.ndarray, first: int = 1, lo: int = 10, hi: int = 20) -> dict[str, float]:
+    """Per-trial mean over episodes ``lo``..``hi`` (1-based, inclusive) minus episode ``first``:
+    mean, 95% CI and n over trials (the in-context gain of a curve)."""
+    m = np.asarray(m, dtype=np.float64)
+    hi = min(hi, m.shape[1])
+    late = m[:, lo - 1:hi].mean(axis=1)
+    rise = late - m[:, first - 1]
+    mu, ci, n = mean_ci(rise)
+    lmu, lci, _ = mean_ci(late)
+    return {"rise": float(mu), "rise_ci": float(ci), "late": float(lmu), "late_ci": float(lci),
+            "first": float(m[:, first - 1].mean()), "n": int(n), "window": [lo, hi]}
+
+
+def summarise(episodes: dict[str, np.ndarray]) -> dict:
+    """(trials, E) matrices per metric -> per-episode mean / CI / n and the episode-1 vs 10-20 rises."""
+    out = {}
+    for k in METRICS:
+        mu, ci, n = mean_ci(episodes[k])
+        out[k] = {"mean": mu.tolist(), "ci": ci.tolist(), "n": n}
+        if episodes[k].shape[1] >= 2:
+            lo = min(10, episodes[k].shape[1])
+            out[k]["rise"] = window_rise(episodes[k], 1, lo, 20)
+    return out
+
+
+def print_table(curves: dict[str, dict], every: int = 1) -> None:
+    """Per-episode success / SPL / steps for each label, side by side."""
+    labels = list(curves)
+    E = max(len(c["spl"]["mean"]) for c in curves.values())
+    head = "episode " + " ".join(f"| {lab[:22]:>22} success   SPL steps" for lab in labels)
+    print(head)
+    for e in range(0, E, every):
+        row = f"{e + 1:7d} "
+        for lab in labels:
+            c = curves[lab]
+            if e < len(c["spl"]["mean"]):
+                row += (f"| {'':>22} {c['success']['mean'][e]:7.2f} {c['spl']['mean'][e]:5.2f} "
+                        f"{c['steps']['mean'][e]:5.0f}")
+        print(row)
+    for lab in labels:
+        c = curves[lab]
+        for k in ("success", "spl", "steps"):
+            r = c[k].get("rise")
+            if r:
+                print(f"{lab}: {k} episode 1 {r['first']:.3f} -> episodes {r['window'][0]}-{r['window'][1]} "
+                      f"{r['late']:.3f} +- {r['late_ci']:.3f}; rise {r['rise']:+.3f} +- {r['rise_ci']:.3f} (n={r['n']})")
+
+
+def plot(curves: dict[str, dict], path: Path, title: str) -> None:
+    """Success and SPL per in-context episode, with 95% CI bands and n in the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "x")]  # identical curves stay visible
+    for j, (lab, c) in enumerate(curves.items()):
+        ls, mk = styles[j % len(styles)]
+        for ax, k in zip(axes, METRICS):
+            mu, ci = np.array(c[k]["mean"]), np.array(c[k]["ci"])
+            x = np.arange(1, len(mu) + 1)
+            ax.plot(x, mu, ls=ls, marker=mk, ms=4, mfc="none", label=f"{lab} (n={c[k]['n']})")
+            ax.fill_between(x, mu - ci, mu + ci, alpha=0.2)
+    for ax, k, ylab in zip(axes, METRICS, ("success rate", "SPL", "steps per episode")):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("in-context episode (same house)")
+        ax.set_ylabel(ylab)
+        if k != "steps":
+            ax.set_ylim(0, 1.02)
+        else:
+            ax.set_ylim(bottom=0)  # from zero: a cropped axis made a 10-step wobble look like a fall
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="best")  # teacher curves sit near 1, students near 0.2
+    fig.suptitle(title + "  (bands: 95% CI)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(curves: dict[str, dict], raw: dict[str, dict[str, np.ndarray]], settings: dict, out: Path,
+          title: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"settings": settings, "curves": curves,
+           "raw": {lab: {k: np.asarray(v).tolist() for k, v in r.items()} for lab, r in raw.items()}}
+    (out / "curves.json").write_text(json.dumps(doc, indent=1))
+    plot(curves, out / "icl_curve.png", title)
+
+
+def paired_gap(a: dict[str, np.ndarray], b: dict[str, np.ndarray], lo: int = 10, hi: int = 20) -> dict:
+    """Per metric, the paired difference a - b of the per-trial means over episodes ``lo``..``hi``
+    (1-based, inclusive): mean, 95% CI, n. ``a`` and ``b`` are raw (trials, E) matrices of two
+    runs on the same trials (same seed: same houses, starts and goals), e.g. a policy and its
+    memory-wiped ablation; the houses must agree."""
+    if "house_seed" in a and "house_seed" in b and not np.array_equal(np.asarray(a["house_seed"]),
+                                                                      np.asarray(b["house_seed"])):
+        raise ValueError("the two runs were not on the same houses (house_seed differs): not paired")
+    out = {}
+    for k in METRICS:
+        x, y = np.asarray(a[k], np.float64), np.asarray(b[k], np.float64)
+        h = min(hi, x.shape[1], y.shape[1])
+        d = x[:, lo - 1:h].mean(1) - y[:, lo - 1:h].mean(1)
+        mu, ci, n = mean_ci(d)
+        out[k] = {"gap": float(mu), "ci": float(ci), "n": int(n), "window": [lo, h]}
+    return out
+
+
+def main(argv=None) -> int:
+    """``python training/house_curves.py gap A/curves.json[:label] B/curves.json[:label] [--window 10 20]``:
+    the paired gap of two evaluations of the same trials (e.g. ``evaluate.py`` with and without
+    ``--wipe-memory``)."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("command", choices=["gap"])
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--window", type=int, nargs=2, default=[10, 20], metavar=("LO", "HI"))
+    args = p.parse_args(argv)
+
+    def load(spec: str) -> tuple[str, dict]:
+        path, _, label = spec.partition(":")
+        try:
+            raw = json.loads(Path(path).read_text())["raw"]
+        except (OSError, ValueError, KeyError) as e:
+            raise SystemExit(f"{path}: not a curves.json written by evaluate.py ({e})")
+        label = label or next(iter(raw))
+        if label not in raw:
+            raise SystemExit(f"{path}: no run labelled {label!r}; it has {list(raw)}")
+        return label, raw[label]
+
+    (la, a), (lb, b) = load(args.a), load(args.b)
+    try:
+        g = paired_gap(a, b, *args.window)
+    except ValueError as e:
+        raise SystemExit(str(e))
+    for k, r in g.items():
+        print(f"{la} - {lb}: {k} over episodes {r['window'][0]}-{r['window'][1]} {r['gap']:+.3f} +- {r['ci']:.3f} "
+              f"(paired, n={r['n']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

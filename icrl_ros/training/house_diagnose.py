@@ -1,0 +1,226 @@
+"""Why a house policy fails: its episodes by outcome, beside what the in-context teacher knew.
+
+    python training/house_diagnose.py checkpoints/house_relic.pt --trials 12 --episodes 8 --seed 100
+    python training/house_diagnose.py bundles/house_relic --trials 12 --episodes 8   # the deployed bundle
+    python training/house_diagnose.py bundles/house_relic --teacher-forced --trials 20 --episodes 5
+
+``--teacher-forced`` (ReLIC): the teacher drives and the policy reads its trial twice, with memory
+and with memory wiped at every episode start; per episode, how well it predicts the teacher's
+actions (mean log-likelihood per step, argmax agreement), and the paired gain of memory over
+episodes 2 on (95% CIs over trials). Writes ``teacher_forced.json``.
+
+The policy drives; the memory teacher (:mod:`icrl_ros.sim.house_teacher`, which sees only what the
+robot saw) watches every state and says what it would do and whether it knows where an instance of
+the goal is. Per episode the outcome is ``success``, ``wrong_stop`` (the policy stopped where the
+goal was not in reach and view) or ``timeout`` (the step cap). Split by whether the teacher knew
+the goal at the episode start, the table says whether the policy fails to *use* memory (the goal
+was known, the policy still searched or stopped wrongly) or to *explore*; agreement with the
+teacher on the policy's own states shows the distribution shift imitation on the teacher's states
+leaves. Writes ``diagnosis.json``.
+"""
+
+from __future__ import annotations
+
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from icrl_ros.sim.house import STOP
+from icrl_ros.training._cli import fail
+from icrl_ros.training.house_eval import run_house_trials, stepper_for
+
+OUTCOMES = ("success", "wrong_stop", "timeout")
+
+
+class Tally:
+    """Per-step and per-episode counts, fed by :func:`run_house_trials`' observer."""
+
+    def __init__(self, trials: int, episodes: int) -> None:
+        self.episodes = episodes
+        self.known_at_start = np.full((trials, episodes), -1, np.int8)
+        self.outcome = np.full((trials, episodes), -1, np.int8)
+        self.steps = {k: np.zeros(2, np.int64) for k in ("n", "agree", "stop", "stop_right", "label_stop", "stop_hit")}
+        self._fresh = np.ones(trials, bool)
+
+    def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:
+        teach, known = labels
+        a = action.numpy()
+        for i in range(len(a)):
+            t, e = first + i, int(done_eps[i])
+            if e >= self.episodes or teach[i] < 0:
+                continue
+            k = int(known[i])
+            if self._fresh[t]:
+                self.known_at_start[t, e] = k
+                self._fresh[t] = False
+            s = self.steps
+            s["n"][k] += 1
+            s["agree"][k] += int(a[i] == teach[i])
+            s["stop"][k] += int(a[i] == STOP)
+            s["stop_right"][k] += int(a[i] == STOP and teach[i] == STOP)
+            s["label_stop"][k] += int(teach[i] == STOP)
+            s["stop_hit"][k] += int(teach[i] == STOP and a[i] == STOP)
+            if done[i]:
+                self.outcome[t, e] = 0 if info[i]["success"] else (1 if a[i] == STOP else 2)
+                self._fresh[t] = True
+
+    def summary(self) -> dict:
+        out = {}
+        for name, mask in (("all", self.known_at_start >= 0), ("goal_known_at_start", self.known_at_start == 1),
+                           ("goal_unknown_at_start", self.known_at_start == 0)):
+            n = int(mask.sum())
+            out[name] = {"episodes": n, **{o: float((self.outcome[mask] == j).mean()) if n else float("nan")
+                                          for j, o in enumerate(OUTCOMES)}}
+        s = {k: v.astype(float) for k, v in self.steps.items()}
+
+        def ratio(a, b):
+            return float(a / b) if b else float("nan")
+
+        out["steps"] = {
+            "agreement_goal_known": ratio(s["agree"][1], s["n"][1]),
+            "agreement_goal_unknown": ratio(s["agree"][0], s["n"][0]),
+            "agreement": ratio(s["agree"].sum(), s["n"].sum()),
+            "stop_precision": ratio(s["stop_right"].sum(), s["stop"].sum()),
+            "stop_recall": ratio(s["stop_hit"].sum(), s["label_stop"].sum()),
+            "steps_goal_known": int(s["n"][1]), "steps_goal_unknown": int(s["n"][0]),
+        }
+        valid = self.known_at_start >= 0
+        out["known_at_start_by_episode"] = [float(self.known_at_start[valid[:, e], e].mean()) if valid[:, e].any()
+                                            else float("nan") for e in range(self.episodes)]
+        return out
+
+
+class TeacherLikelihood:
+    """Teacher forcing (``run_house_trials(..., drive="teacher")``): the log-probability the policy
+    gives the teacher's action, and whether its argmax is that action, per (trial, episode). With
+    memory the policy should predict the teacher better in later episodes, once the teacher acts on
+    what it saw earlier in the trial; its memory-wiped ablation cannot."""
+
+    def __init__(self, trials: int, episodes: int) -> None:
+        self.episodes = episodes
+        self.logp = np.zeros((trials, episodes))
+        self.agree = np.zeros((trials, episodes))
+        self.n = np.zeros((trials, episodes))
+
+    def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:
+        teach = labels[0]
+        logp = logits.float().log_softmax(-1).numpy()
+        for i in range(len(teach)):
+            e = int(done_eps[i])
+            if e >= self.episodes or teach[i] < 0:
+                continue
+            t = first + i
+            self.logp[t, e] += logp[i, teach[i]]
+            self.agree[t, e] += float(logp[i].argmax() == teach[i])
+            self.n[t, e] += 1
+
+    def per_episode(self) -> dict[str, np.ndarray]:
+        """Per-step means within each (trial, episode): ``logp`` and ``agreement`` (trials, episodes)."""
+        n = np.maximum(self.n, 1)
+        return {"logp": self.logp / n, "agreement": self.agree / n}
+
+
+def print_summary(label: str, d: dict) -> None:
+    print(f"{label}: outcomes per episode (fractions)")
+    print(f"  {'episodes':<24} {'n':>5} " + " ".join(f"{o:>11}" for o in OUTCOMES))
+    for name in ("all", "goal_known_at_start", "goal_unknown_at_start"):
+        r = d[name]
+        print(f"  {name:<24} {r['episodes']:>5} " + " ".join(f"{r[o]:>11.3f}" for o in OUTCOMES))
+    s = d["steps"]
+    print(f"  agreement with the teacher on the policy's own states: {s['agreement']:.3f} (goal known "
+          f"{s['agreement_goal_known']:.3f} over {s['steps_goal_known']} steps, unknown "
+          f"{s['agreement_goal_unknown']:.3f} over {s['steps_goal_unknown']})")
+    print(f"  stop precision {s['stop_precision']:.3f} (stops the teacher would make), recall {s['stop_recall']:.3f}")
+    print("  teacher knew the goal at the start of episode k: "
+          + " ".join(f"{x:.2f}" for x in d["known_at_start_by_episode"]))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("policy", help="a house checkpoint (.pt) or bundle directory")
+    p.add_argument("--trials", type=int, default=12)
+    p.add_argument("--episodes", type=int, default=8)
+    p.add_argument("--seed", type=int, default=100)
+    p.add_argument("--split", default="test")
+    p.add_argument("--batch", type=int, default=12)
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
+    p.add_argument("--greedy", action="store_true", help="argmax actions instead of sampling")
+    p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"], help="bundles: the engine")
+    p.add_argument("--teacher-forced", action="store_true",
+                   help="the teacher drives; compare the policy's prediction of its actions with and without memory")
+    p.add_argument("--out", help="directory for diagnosis.json (teacher_forced.json)")
+    args = p.parse_args(argv)
+    if args.trials <= 0 or args.episodes <= 0:
+        fail("--trials and --episodes must be positive")
+    if not args.temperature > 0:
+        fail(f"--temperature must be positive, got {args.temperature}")
+    if args.teacher_forced:
+        return teacher_forced(args)
+    try:
+        stepper, options, desc = stepper_for(args.policy, args.backend)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        fail(f"{args.policy}: {e}")
+    tally = Tally(args.trials, args.episodes)
+    res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split, greedy=args.greedy,
+                           temperature=args.temperature, batch=args.batch, env_options=options, teacher="memory",
+                           observer=tally)
+    d = {**tally.summary(), "policy": desc, "trials": args.trials, "episodes": args.episodes, "seed": args.seed,
+         "greedy": args.greedy, "temperature": None if args.greedy else args.temperature,
+         "success_rate": float(res["success"].mean()), "spl": float(res["spl"].mean())}
+    print_summary(Path(args.policy).name, d)
+    print(f"  success {d['success_rate']:.3f}, SPL {d['spl']:.3f} over {args.trials} x {args.episodes} episodes")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "diagnosis.json").write_text(json.dumps(d, indent=1))
+        print(f"wrote {Path(args.out) / 'diagnosis.json'}")
+    return 0
+
+
+
+def mean_ci(x: np.ndarray) -> tuple[float, float]:
+    x = np.asarray(x, float)
+    return float(x.mean()), float(1.96 * x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
+
+
+def teacher_forced(args) -> int:
+    """``--teacher-forced``: the policy with memory and wiped on the teacher's trials (same states)."""
+    got, desc = {}, None
+    for wipe in (False, True):
+        try:
+            stepper, options, d = stepper_for(args.policy, args.backend, wipe=wipe)
+        except (FileNotFoundError, ValueError, KeyError) as e:
+            fail(f"{args.policy}: {e}")
+        desc = desc or d
+        tally = TeacherLikelihood(args.trials, args.episodes)
+        res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split,
+                               batch=args.batch, env_options=options, teacher="memory", observer=tally, drive="teacher")
+        got["wiped" if wipe else "memory"] = {**tally.per_episode(), "teacher_success": float(res["success"].mean())}
+    m, w = got["memory"], got["wiped"]
+    print(f"{Path(args.policy).name}: the teacher drives ({args.trials} trials x {args.episodes} episodes, seed "
+          f"{args.seed}; teacher success {m['teacher_success']:.3f}); the policy's prediction of its actions")
+    print(f"  {'episode':>7} | {'log-lik memory':>14} {'wiped':>7} | {'agree memory':>12} {'wiped':>7}")
+    for e in range(args.episodes):
+        print(f"  {e + 1:>7} | {m['logp'][:, e].mean():>14.3f} {w['logp'][:, e].mean():>7.3f} | "
+              f"{m['agreement'][:, e].mean():>12.3f} {w['agreement'][:, e].mean():>7.3f}")
+    out = {"policy": desc, "trials": args.trials, "episodes": args.episodes, "seed": args.seed, "batch": args.batch}
+    if args.episodes > 1:
+        for k in ("logp", "agreement"):
+            gain = m[k][:, 1:].mean(1) - w[k][:, 1:].mean(1)
+            mu, ci = mean_ci(gain)
+            out[f"{k}_gain"] = {"mean": mu, "ci95": ci, "min": float(gain.min()), "per_trial": gain.tolist()}
+            print(f"  memory - wiped, episodes 2-{args.episodes}, per trial: {k} {mu:+.3f} +- {ci:.3f} "
+                  f"(smallest {gain.min():+.3f}, n={args.trials})")
+    out.update({k: {kk: (vv.tolist() if isinstance(vv, np.ndarray) else vv) for kk, vv in v.items()}
+                for k, v in got.items()})
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "teacher_forced.json").write_text(json.dumps(out, indent=1))
+        print(f"wrote {Path(args.out) / 'teacher_forced.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,175 @@
+"""Evaluate a house policy: per-episode success, SPL and steps over fixed-length trials.
+
+    python training/evaluate.py checkpoints/house_memo.pt --trials 100 --episodes 20   # training side
+    python training/evaluate.py bundles/house_relic --trials 100 --episodes 20          # deployed bundle
+
+Every trial is one held-out house for exactly ``episodes`` episodes (an env that has run its
+episodes takes ``stop`` until the others finish; those steps are not counted), so every
+episode index averages over all trials. Two steppers run the same loop:
+
+* :class:`TorchStepper`: the training code (``icrl_ros.models.act`` with its memory);
+* :class:`BundleStepper`: what is deployed, a bundle through
+  :class:`~icrl_ros.runtime.runner.PolicyRunner` (ONNX Runtime by default) and the memory the
+  manifest names, batched over trials with ``PolicyRunner.step``.
+
+Actions are drawn by :func:`~icrl_ros.runtime.runner_base.choose_actions` (greedy or sampled at a
+temperature) with a seeded generator; the env's starts and goals come from ``seed`` as well.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from icrl_ros.models import load_checkpoint, make_memory
+from icrl_ros.runtime.control import ControlStep
+from icrl_ros.runtime.runner_base import choose_actions
+from icrl_ros.sim.house import STOP
+from icrl_ros.sim.house_vec import HouseVecEnv
+from icrl_ros.training.ppo import next_step_inputs, trial_start_inputs
+
+
+class TorchStepper:
+    """The training-side policy (its live control step against ``make_memory``)."""
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+        self.args = policy.args
+        self.mem = None
+
+    def reset(self, batch: int, steps: int) -> None:
+        self.mem = make_memory(self.policy, batch, steps)
+        self.control = ControlStep.live(self.policy, self.mem)
+
+    def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.control(inp)[0]
+
+    def memory_stats(self) -> dict:
+        return {"memory_bytes": int(self.mem.nbytes), "memory_tokens": int(self.mem.valid[0].sum())}
+
+
+class BundleStepper:
+    """A deploy bundle through PolicyRunner with the manifest's memory policy."""
+
+    def __init__(self, path: str | Path, backend: str = "onnxruntime", memory: str | None = None) -> None:
+        from icrl_ros.runtime.bundle import load_bundle
+        from icrl_ros.runtime.engine import make_engine
+
+        self.bundle = load_bundle(path)
+        self.engine = make_engine(self.bundle, backend, "cpu")
+        self.backend, self.memory = backend, memory
+        self.args = self.bundle.args
+        self.runner = None
+
+    def reset(self, batch: int, steps: int) -> None:
+        from icrl_ros.runtime.runner import PolicyRunner, build_memory
+
+        mem = build_memory(self.bundle, self.memory, batch=batch)
+        self.runner = PolicyRunner(self.bundle, self.engine, mem)
+        self.names = list(self.runner.spec)
+
+    def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.runner.step({n: inp[n] for n in self.names}, inp["episode_index"])[0]
+
+    def memory_stats(self) -> dict:
+        m = self.runner.memory
+        return {"memory_bytes": int(m.nbytes), "memory_tokens": int(m.valid[0].sum()),
+                "memory_policy": m.policy}
+
+
+@torch.no_grad()
+def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: str = "test",
+                     greedy: bool = False, temperature: float = 1.0, batch: int = 25, workers: int = 2,
+                     env_options: dict | None = None, teacher: str | None = None, observer=None,
+                     drive: str = "policy") -> dict:
+    """``trials`` trials of ``episodes`` episodes each, ``batch`` trials at a time. Returns the
+    (trials, episodes) matrices ``success``, ``spl``, ``steps`` and run figures.
+
+    ``teacher`` ("memory" | "wiped"): run the in-context teacher beside the policy (it only
+    watches). ``observer(labels, first_trial, action, logits, done, info, done_eps)`` is called
+    after every step: ``labels`` = the teacher's (action, goal known) arrays for the states the
+    actions were taken in, ``done_eps`` = each env's finished episodes before the step.
+
+    ``drive="teacher"``: the teacher's actions are executed and the policy only reads the states
+    (teacher forcing: its memory holds the teacher's trial, the same for every policy); the matrices
+    are then the teacher's results."""
+    if drive not in ("policy", "teacher"):
+        raise ValueError(f"drive: {drive!r} is not 'policy' or 'teacher'")
+    if drive == "teacher" and teacher is None:
+        raise ValueError("drive='teacher' needs teacher='memory' or 'wiped'")
+    a = stepper.args
+    options = dict(env_options or {})
+    options.pop("teacher", None)
+    if teacher is not None:
+        options["teacher"] = teacher
+    max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))
+    out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps")}
+    houses, total, t0 = [], 0, time.perf_counter()
+    for start in range(0, trials, batch):
+        B = min(batch, trials - start)
+        env = HouseVecEnv(B, split=split, seed=seed * 100_003 + start, image_size=a.image_size,
+                          num_workers=min(workers, B), max_episode_steps=max_steps, **options)
+        # one action sampler per batch: a batch's draws do not depend on how long the batches before it
+        # ran, so two policies (a policy and its memory-wiped ablation) share episode 1 trial for trial
+        g = torch.Generator().manual_seed(seed * 100_003 + start)
+        try:
+            obs = env.reset_trial()
+            houses += [i["house_seed"] for i in env.call("_info")]
+            stepper.reset(B, episodes * max_steps + 1)
+            cur = trial_start_inputs(env, obs, a.n_actions, "cpu")
+            done_eps = np.zeros(B, np.int64)
+            while (done_eps < episodes).any():
+                logits = stepper.logits(cur)
+                action = choose_actions(logits, greedy, temperature, g)
+                if drive == "teacher":
+                    action = torch.as_tensor(env.teacher_action, dtype=torch.long)
+                action = torch.where(torch.as_tensor(done_eps >= episodes), STOP, action)
+                before = (env.teacher_action.copy(), env.teacher_goal_known.copy())
+                obs, reward, done, info = env.step(action.numpy())
+                if observer is not None:
+                    observer(before, start, action, logits, done, info, done_eps.copy())
+                total += int((done_eps < episodes).sum())
+                for i in np.flatnonzero(done):
+                    e = done_eps[i]
+                    if e < episodes:
+                        out["success"][start + i, e] = float(info[i]["success"])
+                        out["spl"][start + i, e] = float(info[i]["spl"])
+                        out["steps"][start + i, e] = float(info[i]["episode_step"])
+                    done_eps[i] += 1
+                cur = next_step_inputs(env, obs, action, reward, done, cur, "cpu", info)
+            stats = stepper.memory_stats()
+        finally:
+            env.close()
+    wall = time.perf_counter() - t0
+    return {**out, "house_seed": np.array(houses), "agent_steps": total, "wall_s": wall,
+            "steps_per_s": total / wall, **stats}
+
+
+def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = None, wipe: bool = False):
+    """(stepper, env options, description) for a checkpoint file or a bundle directory.
+
+    ``wipe``: the no-memory ablation of a ReLIC policy, the same weights attending only to the
+    current episode (inter-episode attention off: what it saw in earlier episodes of the trial is
+    out of reach, as if memory were cleared at every episode start)."""
+    p = Path(path)
+    if p.is_dir():
+        st = BundleStepper(p, backend, memory)
+        args, m = st.bundle.args, st.bundle.manifest
+        desc = {"bundle": str(p), "backend": backend, "memory": memory or m.memory.policy}
+        opts = {"pose_frame": m.observation.frame}
+    else:
+        policy, blob = load_checkpoint(p)
+        st, args = TorchStepper(policy), policy.args
+        opts = dict((blob["config"].get("env") or {}).get("options") or {})
+        opts.setdefault("pose_frame", "episode")  # checkpoints from before pose frames were episode-framed
+        desc = {"checkpoint": str(p), "backend": "torch (training code)", "env_steps_trained": blob.get("env_steps")}
+    if wipe:
+        if args.kind != "relic":
+            raise ValueError(f"the memory-wiped ablation masks attention to earlier episodes: ReLIC only, this is "
+                             f"{args.kind}")
+        args.iea = False
+        desc["memory_wiped_each_episode"] = True
+    return st, opts, desc

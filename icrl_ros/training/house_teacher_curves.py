@@ -1,0 +1,135 @@
+"""Benchmark: the in-context house teacher beside its ceiling and its floor.
+
+    python training/house_teacher_curves.py --trials 100 --episodes 20 --out docs/results/house_teacher
+    python training/house_teacher_curves.py --task old ...      # the earlier task defaults
+
+Runs three agents on the same held-out houses, starts and goals (the env's episode stream is
+seeded per trial, and none of the agents draws random numbers):
+
+* ``oracle``: the privileged shortest-path follower (knows the map and every object);
+* ``teacher``: :class:`~icrl_ros.sim.house_teacher.HouseTeacher` with the trial's memory;
+* ``wiped``: the same teacher with its memory wiped at every episode start.
+
+Each trial is one house for ``--episodes`` episodes (capped at ``--max-steps`` steps). Prints
+the per-episode table and writes ``curves.json`` and ``icl_curve.png`` to ``--out`` after every
+agent; ``--resume`` keeps the agents an earlier run with the same settings already wrote there.
+"""
+
+from __future__ import annotations
+
+
+import argparse
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from icrl_ros.training import house_curves
+
+AGENTS = ("oracle", "teacher", "wiped")
+
+
+_ENVS: dict = {}  # one env per worker process and setting (its renderer is reused across trials)
+
+
+def run_trial(job: tuple) -> dict[str, list]:
+    agent, trial_seed, episodes, max_steps, split, task, extra = job
+    os.environ.setdefault("LP_NUM_THREADS", "1")
+    from icrl_ros.sim.house import OLD_TASK, HouseEnv
+
+    key = (agent, max_steps, split, task, tuple(sorted(extra.items())))
+    if key not in _ENVS:
+        kw = {**(dict(OLD_TASK) if task == "old" else {}), **extra}
+        teacher = {"teacher": "memory", "wiped": "wiped"}.get(agent)
+        _ENVS[key] = HouseEnv(split=split, max_episode_steps=max_steps, teacher=teacher, **kw)
+    env = _ENVS[key]
+    out = {"success": [], "spl": [], "steps": [], "house_seed": None}
+    _, info = env.reset(seed=trial_seed)
+    out["house_seed"] = info["house_seed"]
+    for _ in range(episodes):
+        while True:
+            a = env.oracle_action() if agent == "oracle" else info["teacher_action"]
+            _, _, term, trunc, info = env.step(a)
+            if term or trunc:
+                break
+        out["success"].append(float(info["success"]))
+        out["spl"].append(float(info["spl"]))
+        out["steps"].append(float(info["episode_step"]))
+        _, info = env.reset()
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trials", type=int, default=100)
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--max-steps", type=int, default=200)
+    p.add_argument("--split", default="test")
+    p.add_argument("--seed", type=int, default=1000, help="evaluation seed (trial k uses seed + k)")
+    p.add_argument("--task", choices=("new", "old"), default="new", help="task defaults (env OLD_TASK for old)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="a further HouseEnv argument (e.g. min_start_distance=4)")
+    p.add_argument("--agents", default=",".join(AGENTS))
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--out", default="docs/results/house_teacher")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the agents already in --out/curves.json when its settings match these")
+    args = p.parse_args(argv)
+    agents = args.agents.split(",")
+    import yaml
+
+    extra = {}
+    for kv in args.env:
+        if "=" not in kv:
+            p.error(f"--env: expected KEY=VALUE, got {kv!r}")
+        k, v = kv.split("=", 1)
+        extra[k] = yaml.safe_load(v)
+    for a in agents:
+        if a not in AGENTS:
+            p.error(f"--agents: {a!r} is not one of {AGENTS}")
+    raw, curves = {}, {}
+    same = ("trials", "episodes", "max_steps", "split", "seed", "task", "env")
+    settings = {k: v for k, v in vars(args).items() if k != "resume"}
+    done_s = 0.0
+    if args.resume and (Path(args.out) / "curves.json").is_file():
+        import json
+
+        doc = json.loads((Path(args.out) / "curves.json").read_text())
+        if all(doc["settings"].get(k) == settings[k] for k in same):
+            for agent in agents:
+                if agent in doc["raw"]:
+                    raw[agent] = {k: np.array(v) for k, v in doc["raw"][agent].items()}
+                    curves[agent] = doc["curves"][agent]
+                    print(f"{agent}: kept from {args.out}/curves.json", flush=True)
+            done_s = float(doc["settings"].get("wall_s", 0.0))
+        else:
+            print(f"--resume: {args.out}/curves.json has other settings; starting over", flush=True)
+    t0 = time.perf_counter()
+    title = f"House teacher, {args.task} task defaults, {args.split} houses"
+    ctx = mp.get_context("forkserver")
+    with ctx.Pool(args.workers) as pool:
+        for agent in agents:
+            if agent in raw:
+                continue
+            t = time.perf_counter()
+            jobs = [(agent, args.seed + k, args.episodes, args.max_steps, args.split, args.task, extra) for k in range(args.trials)]
+            res = pool.map(run_trial, jobs, chunksize=1)
+            raw[agent] = {k: np.array([r[k] for r in res]) for k in house_curves.METRICS}
+            raw[agent]["house_seed"] = np.array([r["house_seed"] for r in res])
+            curves[agent] = house_curves.summarise(raw[agent])
+            steps = raw[agent]["steps"].sum()
+            print(f"{agent}: {args.trials} trials x {args.episodes} episodes, {steps:.0f} steps in "
+                  f"{time.perf_counter() - t:.0f} s ({steps / (time.perf_counter() - t):.0f} steps/s, "
+                  f"{args.workers} workers)", flush=True)
+            ordered = {a: curves[a] for a in agents if a in curves}
+            house_curves.write(ordered, {a: raw[a] for a in ordered},
+                               {**settings, "wall_s": done_s + time.perf_counter() - t0}, Path(args.out), title)
+    house_curves.print_table({a: curves[a] for a in agents})
+    print(f"wrote {args.out}/curves.json and icl_curve.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

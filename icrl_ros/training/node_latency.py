@@ -1,0 +1,149 @@
+"""Per-step latency inside ``agent_node`` with a real bundle, against the house bridge in lockstep.
+
+The bridge (``sim_bridge_node``, MiniWorld house, test split) runs in its own process; the
+agent node runs in this one (so its raw samples can be read), on its own executor, exactly as
+its console script would. DDS stays on loopback (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``,
+a private ``ROS_DOMAIN_ID`` in 100-200). After ``--warmup`` steps, ``--steps`` steps are
+timed:
+
+    in -> out   the agent's image callback entered -> its action published (the node's
+                ``latency_p50_ms`` / ``latency_p99_ms``: conversion, resize, odometry, runner,
+                publish)
+    act         ``PolicyRunner.act`` alone (encode, core over the memory, Memo summary, heads)
+    round trip  action published -> the bridge's next observation received -> next action
+                published (env step + render + DDS both ways), from consecutive actions
+
+    python training/node_latency.py                       # 400 steps, bundles/house_memo, ORT
+    python training/node_latency.py --steps 1000 --backend torch --csv /tmp/latency.csv
+"""
+
+from __future__ import annotations
+
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from icrl_ros.training._cli import REPO_ROOT, fail
+from icrl_ros.training.demo_ros import NAMESPACE, loopback_ros_env, params_file
+
+
+def stats(ms: np.ndarray) -> dict[str, float]:
+    return {"n": len(ms), "p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean()), "max": float(ms.max())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bundle", default=str(REPO_ROOT / "bundles" / "house_memo"))
+    p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch", "tensorrt"])
+    p.add_argument("--steps", type=int, default=400, help="timed lockstep steps")
+    p.add_argument("--warmup", type=int, default=20, help="steps run before timing")
+    p.add_argument("--max-steps", type=int, default=200, help="bridge episode cap")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--csv", default="", help="also write the raw samples here")
+    p.add_argument("--timeout", type=float, default=600.0)
+    args = p.parse_args(argv)
+    if not 1 <= args.warmup or args.warmup + args.steps > 2000:
+        fail("--warmup must be >= 1 and --warmup + --steps <= 2000 (the node keeps its last 2000 samples)")
+    if not (Path(args.bundle) / "manifest.yaml").is_file():
+        fail(f"{args.bundle} is not an export bundle (no manifest.yaml)")
+    log_dir = Path(tempfile.mkdtemp(prefix="icrl_latency_"))
+    env = loopback_ros_env(None, log_dir / "ros")
+    bridge_file = params_file(log_dir / "bridge.yaml", {
+        "env_kwargs": json.dumps({"split": "test"}), "seed": args.seed, "mode": "lockstep",
+        "max_episode_steps": args.max_steps})
+    bridge = subprocess.Popen(
+        [sys.executable, "-m", "icrl_ros.nodes.sim_bridge_node", "--ros-args", "-r", f"__ns:={NAMESPACE}",
+         "--params-file", str(REPO_ROOT / "config" / "bridge.yaml"), "--params-file", str(bridge_file)],
+        cwd=REPO_ROOT, env=env, stdout=open(log_dir / "bridge.log", "wb"), stderr=subprocess.STDOUT)
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from icrl_ros.nodes.agent_node import AgentNode
+
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    agent = AgentNode(namespace=NAMESPACE, parameter_overrides=[
+        Parameter("bundle_path", value=str(Path(args.bundle).resolve())), Parameter("backend", value=args.backend),
+        Parameter("input_timeout_s", value=30.0), Parameter("action_selection", value="sample")])
+    ex = SingleThreadedExecutor()
+    ex.add_node(agent)
+    sent: list[float] = []  # monotonic time of each published action
+    try:
+        if agent.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+            fail(f"agent configure failed for {args.bundle}")
+        publish = agent.pub_action.publish
+
+        def timed_publish(msg) -> None:
+            publish(msg)
+            sent.append(time.monotonic())
+        agent.pub_action.publish = timed_publish
+        agent.trigger_activate()
+        total = args.warmup + args.steps
+        deadline = time.monotonic() + args.timeout
+        t_start = None
+        while agent.counters["actions"] < total:
+            ex.spin_once(timeout_sec=0.05)
+            if t_start is None and agent.counters["actions"] >= args.warmup:
+                t_start = time.monotonic()
+            if bridge.poll() is not None:
+                fail(f"the bridge exited ({bridge.returncode}); log: {log_dir / 'bridge.log'}")
+            if time.monotonic() > deadline:
+                fail(f"timed out with {agent.counters['actions']} of {total} steps")
+        wall = time.monotonic() - (t_start or time.monotonic())
+        lat = np.array(list(agent.latencies_ms)[args.warmup:total])
+        act = np.array(list(agent.act_ms)[args.warmup:total])
+        rtt = np.diff(np.array(sent[args.warmup - 1:total])) * 1e3
+        info = dict(agent.loop.last_info)
+        episodes = agent.runner.episode + 1
+    finally:
+        bridge.send_signal(signal.SIGINT)
+        try:
+            bridge.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            bridge.kill()
+        ex.shutdown()
+        agent.destroy_node()
+        rclpy.try_shutdown()
+
+    rows = [("in -> out (agent node: image callback -> action published)", stats(lat)),
+            ("act (PolicyRunner.act inside it)", stats(act)),
+            ("node overhead (in -> out minus act)", stats(lat - act)),
+            ("lockstep round trip (action -> next action: env step, render, DDS)", stats(rtt))]
+    load = os.getloadavg()
+    print(f"bundle {args.bundle} ({args.backend}), {args.steps} timed steps after {args.warmup} warm-up, "
+          f"{episodes} episodes (house test split, seed {args.seed}, cap {args.max_steps} steps)")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
+          f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}; "
+          f"{time.strftime('%Y-%m-%d %H:%M %Z')}")
+    print(f"memory at the end: {info.get('memory_tokens')} tokens, {info.get('memory_bytes', 0):,} bytes allocated; "
+          f"{args.steps / wall:.1f} steps/s")
+    print()
+    cols = " | ".join(f"{c:>7}" for c in ("p50 ms", "p90 ms", "p99 ms", "mean ms", "max ms"))
+    print(f"| {'measure':<70} | {'n':>4} | {cols} |")
+    print(f"|{'-' * 72}|{'-' * 5}:|{'-' * 8}:|{'-' * 8}:|{'-' * 8}:|{'-' * 8}:|{'-' * 8}:|")
+    for name, s in rows:
+        print(f"| {name:<70} | {s['n']:>4} | {s['p50']:>7.2f} | {s['p90']:>7.2f} | {s['p99']:>7.2f} | "
+              f"{s['mean']:>7.2f} | {s['max']:>7.2f} |")
+    print("(the round trip includes the bridge's episode_start_delay_s = 0.05 s whenever an episode ends)")
+    if args.csv:
+        n = min(len(lat), len(act), len(rtt))
+        np.savetxt(args.csv, np.stack([lat[:n], act[:n], rtt[:n]], 1), delimiter=",",
+                   header="in_out_ms,act_ms,round_trip_ms", comments="", fmt="%.4f")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

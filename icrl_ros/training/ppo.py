@@ -1,0 +1,293 @@
+"""PPO with ReLIC partial updates over in-context trials.
+
+One rollout = one trial of ``rollout_length`` steps per env, collected with cached-KV
+stepping. The rollout is cut into ``num_updates`` chunks. After each chunk but the last,
+a *partial update* runs a forward over every step collected so far with the loss on the
+newest chunk only; then each env's completed episodes are shuffled in its context and
+the cached keys/values (and values) are recomputed with the new weights. The last update
+of a rollout is a full update (loss on all steps).
+
+With ``ppo.teacher`` a scripted teacher (:mod:`icrl_ros.training.teachers`) labels each step with
+its action on the policy's own history, and ``ppo.teacher_coef`` x the cross-entropy to
+those labels joins the loss (kickstarting): the teacher's search keeps shaping the early,
+exploring episodes while PPO improves on it.
+
+HCAM adds its input-reconstruction loss (``model.hcam_recon_weight`` x the unweighted
+``losses/recon_loss``) on the same steps as the PPO loss: no gradient reaches the encoder
+through the gradient-stopped chunk memory, so this is what trains it to keep what memory
+needs (Lampinen et al., 2021).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor
+
+from icrl_ros.families import family_of
+from icrl_ros.models import ICLPolicy, make_memory, refresh, segment_schedule
+from icrl_ros.runtime.control import ControlStep
+from icrl_ros.sim import VecTrialEnv
+from icrl_ros.training.config import PPOConfig
+from icrl_ros.training.teachers import observe_teacher
+
+# Per-step bookkeeping stored beside the policy inputs.
+_EXTRA = {"episode_index": torch.long, "action": torch.long, "reward": torch.float32, "done": torch.float32,
+          "logprob": torch.float32, "value": torch.float32, "chunk": torch.long}
+
+
+def env_inputs(obs, device, final_obs=None) -> dict[str, Tensor]:
+    """Observation of a batched env -> policy inputs: a cell index array (with ``last_obs``,
+    the cell the last step arrived in: ``final_obs`` where given, else ``obs``), or a dict
+    with ``rgb``, ``odom`` and ``goal`` (the env's own ``prev_action`` is not used: the
+    trainer tracks it)."""
+    if isinstance(obs, dict):
+        return {k: torch.as_tensor(np.asarray(obs[k]), device=device) for k in ("rgb", "odom", "goal") if k in obs}
+    return {"obs": torch.as_tensor(obs, device=device),
+            "last_obs": torch.as_tensor(obs if final_obs is None else final_obs, device=device)}
+
+
+def trial_start_inputs(env, obs, n_actions: int, device) -> dict[str, Tensor]:
+    """Policy inputs of a trial's first step: no previous action (index ``n_actions``) or reward."""
+    B = env.num_envs
+    return {**env_inputs(obs, device), "prev_action": torch.full((B,), n_actions, dtype=torch.long, device=device),
+            "prev_reward": torch.zeros(B, device=device), "episode_step": torch.as_tensor(env.episode_step, device=device),
+            "episode_index": torch.zeros(B, dtype=torch.long, device=device)}
+
+
+def next_step_inputs(env, obs, action: Tensor, reward, done, cur: dict[str, Tensor], device,
+                     info: dict | None = None) -> dict[str, Tensor]:
+    """Policy inputs after an env step. The previous action and reward (and ``last_obs``,
+    from ``info["final_obs"]``) carry across an episode boundary (the new episode's first
+    token sees how the last one ended); ``done`` advances the episode index."""
+    final = info.get("final_obs") if isinstance(info, dict) else None  # grid worlds; the house's info is a list
+    return {**env_inputs(obs, device, final), "prev_action": action, "prev_reward": torch.as_tensor(reward, device=device),
+            "episode_step": torch.as_tensor(env.episode_step, device=device),
+            "episode_index": cur["episode_index"] + torch.as_tensor(done, device=device).long()}
+
+
+def cosine_lr(cfg: PPOConfig, frac: float) -> float:
+    """``cfg.lr`` on a cosine from 1 to ``cfg.min_lr_frac`` of itself at ``frac`` in [0, 1]."""
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def episode_returns_matrix(episodes: list[list[float]]) -> np.ndarray:
+    """Per-env lists of finished episodes' returns -> (N, E), NaN where an env finished fewer."""
+    returns = np.full((len(episodes), max(map(len, episodes), default=0)), np.nan)
+    for i, e in enumerate(episodes):
+        returns[i, :len(e)] = e
+    return returns
+
+
+@dataclass
+class RolloutStats:
+    episode_returns: list[tuple[int, float]] = field(default_factory=list)  # (episode index in trial, return)
+    trial_return_normalised: float = float("nan")  # rollout return / the oracle's over the same steps
+    losses: dict[str, list[float]] = field(default_factory=dict)
+
+    def add_loss(self, **kw: float) -> None:
+        for k, v in kw.items():
+            self.losses.setdefault(k, []).append(v)
+
+
+class PPOTrainer:
+    def __init__(self, policy: ICLPolicy, env: VecTrialEnv, cfg: PPOConfig, total_rollouts: int,
+                 device: str = "cpu", world_size: int = 1) -> None:
+        self.policy, self.env, self.cfg, self.device = policy, env, cfg, device
+        self.world_size = world_size
+        self.opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
+        n_upd = cfg.num_updates if cfg.partial_updates else 1
+        self.total_opt_steps = max(1, total_rollouts * n_upd * cfg.update_epochs * cfg.num_minibatches)
+        self.opt_step = 0
+        self.schedule: list[int] | None = None
+        self.keys = [*policy.rollout_spec(), "episode_index"]  # policy inputs stored per step
+        self.teacher = None
+        if cfg.teacher:
+            from icrl_ros.training.teachers import make_teacher  # raises for an env without a teacher
+
+            self.teacher = make_teacher(env, cfg.teacher)
+
+    # -- schedule -----------------------------------------------------------------
+    def lr_at(self, step: int) -> float:
+        c = self.cfg
+        if step < c.warmup_steps:
+            return c.lr * (step + 1) / c.warmup_steps
+        frac = min(1.0, (step - c.warmup_steps) / max(1, self.total_opt_steps - c.warmup_steps))
+        return cosine_lr(c, frac)
+
+    # -- rollout ------------------------------------------------------------------
+    def _chunks(self) -> list[tuple[int, int]]:
+        T, K = self.cfg.rollout_length, self.cfg.num_updates if self.cfg.partial_updates else 1
+        edges = np.linspace(0, T, K + 1).round().astype(int)
+        return list(zip(edges[:-1], edges[1:]))
+
+    def rollout_and_update(self) -> RolloutStats:
+        cfg, env, policy, dev = self.cfg, self.env, self.policy, self.device
+        B, T, a = env.num_envs, cfg.rollout_length, policy.args
+        stats = RolloutStats()
+        spec = policy.rollout_spec()
+        buf = {k: torch.zeros(B, T, *shape, dtype=dtype, device=dev) for k, (shape, dtype) in spec.items()}
+        buf.update({k: torch.zeros(B, T, dtype=dtype, device=dev) for k, dtype in _EXTRA.items()})
+        obs = env.reset_trial()
+        if self.teacher is not None:
+            buf["teacher_action"] = torch.zeros(B, T, dtype=torch.long, device=dev)
+            self.teacher.reset()
+        cur = policy.rollout_inputs(trial_start_inputs(env, obs, a.n_actions, dev))
+        # Memo: one random segment schedule per rollout, shared by stepping and updates.
+        self.schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if family_of(policy).segments else None
+        policy.eval()
+        cache = make_memory(policy, B, T, dtype=torch.float16 if cfg.fp16_storage else torch.float32, device=dev,
+                            schedule=self.schedule)
+        step = ControlStep.live(policy, cache)
+        ep_return = np.zeros(B)
+        chunks = self._chunks()
+        for c, (t0, t1) in enumerate(chunks):
+            for t in range(t0, t1):
+                logits, value = step(cur)
+                dist_ = torch.distributions.Categorical(logits=logits.float())
+                action = dist_.sample()
+                for key in self.keys:
+                    buf[key][:, t] = cur[key]
+                buf["action"][:, t], buf["logprob"][:, t] = action, dist_.log_prob(action)
+                buf["value"][:, t], buf["chunk"][:, t] = value, c
+                if self.teacher is not None:
+                    buf["teacher_action"][:, t] = torch.as_tensor(self.teacher.act(np.asarray(obs)), device=dev)
+                action_np = action.cpu().numpy()
+                obs, reward, done, info = env.step(action_np)
+                if self.teacher is not None:
+                    observe_teacher(self.teacher, info, reward, done, action_np)
+                buf["reward"][:, t] = torch.as_tensor(reward, device=dev)
+                buf["done"][:, t] = torch.as_tensor(done, dtype=torch.float32, device=dev)
+                ep_return += reward
+                ep_idx = cur["episode_index"].cpu().numpy()
+                for i in np.flatnonzero(done):
+                    stats.episode_returns.append((int(ep_idx[i]), float(ep_return[i])))
+                ep_return[done] = 0.0
+                cur = policy.rollout_inputs(next_step_inputs(env, obs, action, reward, done, cur, dev, info))
+            last = c == len(chunks) - 1
+            if last and hasattr(env, "oracle_trial_return"):
+                oracle = env.oracle_trial_return(T)
+                stats.trial_return_normalised = float((buf["reward"].sum(1).cpu().numpy() / oracle).mean())
+            loss_mask = torch.ones(B, t1, dtype=torch.bool, device=dev) if last else buf["chunk"][:, :t1] == c
+            boot = step(cur, commit=False)[1]
+            if last and cfg.trial_returns:  # the trial ends with the rollout: nothing follows
+                boot = torch.zeros_like(boot)
+            self.update(buf, t1, loss_mask, boot, stats)
+            if not last:
+                if cfg.shuffle_episodes:
+                    self.shuffle_episodes(buf, t1, cur["episode_index"])
+                self.refresh(buf, t1, cache)
+        return stats
+
+    # -- after-update bookkeeping ------------------------------------------------------
+    @staticmethod
+    def shuffle_episodes(buf: dict[str, Tensor], t1: int, current_episode: Tensor) -> None:
+        """Permute each env's completed episodes (contiguous blocks) into a random order; the
+        in-progress episode stays last. Episode indices are renumbered in the new order."""
+        B = current_episode.shape[0]
+        ep = buf["episode_index"][:, :t1]
+        n_ids = int(max(current_episode.max().item(), ep.max().item())) + 1
+        ids = torch.arange(n_ids, device=ep.device).expand(B, n_ids)
+        keys = torch.rand(B, n_ids, device=ep.device)
+        keys = torch.where(ids >= current_episode[:, None], 2.0 + ids.float(), keys)  # not completed: keep order, last
+        rank = keys.argsort(dim=1).argsort(dim=1)  # new index of each episode id
+        new_ep = rank.gather(1, ep)
+        perm = (new_ep * t1 + torch.arange(t1, device=ep.device)).argsort(dim=1)
+        for key, val in buf.items():
+            src = new_ep if key == "episode_index" else val[:, :t1]
+            idx = perm.view(B, t1, *([1] * (src.dim() - 2))).expand_as(src)
+            val[:, :t1] = src.gather(1, idx)
+
+    def refresh(self, buf: dict[str, Tensor], t1: int, cache) -> None:
+        """Recompute the memory and the values of steps [0, t1) with the current weights."""
+        self.policy.eval()
+        buf["value"][:, :t1] = refresh(self.policy, cache, {k: buf[k][:, :t1] for k in self.keys}, self.schedule)
+
+    # -- PPO update -------------------------------------------------------------------
+    def gae(self, buf: dict[str, Tensor], t1: int, boot: Tensor) -> tuple[Tensor, Tensor]:
+        g, lam = self.cfg.gamma, self.cfg.gae_lambda
+        r, v, d = buf["reward"][:, :t1] * self.cfg.reward_scale, buf["value"][:, :t1], buf["done"][:, :t1]
+        adv = torch.zeros_like(v)
+        last = torch.zeros_like(boot)
+        if self.cfg.trial_returns:  # no terminal inside a trial
+            d = torch.zeros_like(d)
+        for t in reversed(range(t1)):
+            next_v = boot if t == t1 - 1 else v[:, t + 1]
+            nonterm = 1.0 - d[:, t]
+            delta = r[:, t] + g * next_v * nonterm - v[:, t]
+            last = delta + g * lam * nonterm * last
+            adv[:, t] = last
+        return adv, adv + v
+
+    def update(self, buf: dict[str, Tensor], t1: int, loss_mask: Tensor, boot: Tensor, stats: RolloutStats) -> None:
+        cfg, policy = self.cfg, self.policy
+        adv, ret = self.gae(buf, t1, boot)
+        B = adv.shape[0]
+        recon = family_of(policy).chunk_store
+        teach = self.teacher is not None
+        policy.train()
+        for _ in range(cfg.update_epochs):
+            for mb in torch.randperm(B, device=adv.device).chunk(cfg.num_minibatches):
+                m = loss_mask[mb]
+                n = m.sum().clamp(min=1)
+                a_mb = adv[mb]
+                mean = a_mb[m].mean()
+                std = a_mb[m].std() if m.sum() > 1 else torch.ones(())
+                a_mb = (a_mb - mean) / (std + 1e-8)
+                self.opt.zero_grad(set_to_none=True)
+                logs = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
+                if recon:
+                    logs["recon_loss"] = 0.0
+                if teach:
+                    logs["teacher_loss"] = logs["teacher_agreement"] = 0.0
+                for micro in torch.arange(len(mb), device=adv.device).chunk(cfg.grad_accum):
+                    idx = mb[micro]
+                    inp = {k: buf[k][idx, :t1] for k in self.keys}
+                    out = policy.forward_sequence(inp, self.schedule)
+                    logits, values = out[:2]
+                    logp_all = F.log_softmax(logits.float(), dim=-1)
+                    logp = logp_all.gather(-1, buf["action"][idx, :t1, None]).squeeze(-1)
+                    entropy = -(logp_all.exp() * logp_all).sum(-1)
+                    mm = m[micro].float()
+                    log_ratio = logp - buf["logprob"][idx, :t1]
+                    ratio = log_ratio.exp()
+                    A = a_mb[micro]
+                    pg = torch.max(-A * ratio, -A * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef))
+                    vl = 0.5 * (values - ret[idx]).pow(2)
+                    pg_l, v_l, ent = ((x * mm).sum() / n for x in (pg, vl, entropy))
+                    loss = pg_l + cfg.vf_coef * v_l - cfg.ent_coef * ent
+                    if teach:
+                        label = buf["teacher_action"][idx, :t1, None]
+                        t_l = (-logp_all.gather(-1, label).squeeze(-1) * mm).sum() / n
+                        loss = loss + cfg.teacher_coef * t_l
+                        logs["teacher_loss"] += t_l.item()
+                        agree = (logits.argmax(-1, keepdim=True) == label).squeeze(-1).float()
+                        logs["teacher_agreement"] += (agree * mm).sum().item() / n.item()
+                    if recon:  # masked mean over this micro-batch, weighted like pg_l to a minibatch mean
+                        rec = policy.recon_loss(inp, out[4]["hidden"], m[micro]) * (mm.sum() / n)
+                        loss = loss + policy.args.hcam_recon_weight * rec
+                        logs["recon_loss"] += rec.item()
+                    loss.backward()
+                    with torch.no_grad():
+                        logs["policy_loss"] += pg_l.item()
+                        logs["value_loss"] += v_l.item()
+                        logs["entropy"] += ent.item()
+                        logs["approx_kl"] += (((ratio - 1) - log_ratio) * mm).sum().item() / n.item()
+                        logs["clipfrac"] += (((ratio - 1).abs() > cfg.clip_coef).float() * mm).sum().item() / n.item()
+                if self.world_size > 1:
+                    for p in policy.parameters():
+                        if p.grad is not None:
+                            dist.all_reduce(p.grad)
+                            p.grad /= self.world_size
+                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                for group in self.opt.param_groups:
+                    group["lr"] = self.lr_at(self.opt_step)
+                self.opt.step()
+                self.opt_step += 1
+                stats.add_loss(**logs, grad_norm=float(grad_norm), lr=self.lr_at(self.opt_step - 1))
+        policy.eval()

@@ -1,0 +1,1 @@
+"""Tests of icrl_ros.runtime."""

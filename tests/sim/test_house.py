@@ -1,0 +1,414 @@
+"""MiniWorld house env (icrl_ros/MiniWorldHouse-v0): contract, trial semantics, geometry,
+a shortest-path agent, the process-vectorised version and the splits."""
+
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+# Not importorskip: importing miniworld here would load pyglet before headless mode is set.
+if importlib.util.find_spec("miniworld") is None:
+    pytest.skip("miniworld is not installed", allow_module_level=True)
+
+import icrl_ros.sim  # noqa: F401,E402  (registers the ids)
+from icrl_ros.sim.house import FORWARD, NO_ACTION, STOP, TURN_LEFT, HouseEnv  # noqa: E402
+from icrl_ros.sim.house_layout import (  # noqa: E402
+    CATEGORIES, GOAL_NAMES, HouseLayout, ObjectInstance, Room, generate_layout, house_seeds, house_split,
+)
+from icrl_ros.sim.house_nav import NavGrid, visible  # noqa: E402
+from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG, HouseRenderer  # noqa: E402
+
+ENV_ID = "icrl_ros/MiniWorldHouse-v0"
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = HouseEnv()
+    yield e
+    e.close()
+
+
+def _rollout(env, actions):
+    out = []
+    for a in actions:
+        obs, r, term, trunc, info = env.step(a)
+        out.append((obs, r, term, trunc, info))
+        if term or trunc:
+            break
+    return out
+
+
+def test_contract_and_gymnasium_checker():
+    from gymnasium.utils.env_checker import check_env
+
+    e = gym.make(ENV_ID)
+    check_env(e.unwrapped, skip_render_check=True)
+    u = e.unwrapped
+    assert u.action_space == gym.spaces.Discrete(4)
+    assert u.action_names == ("stop", "forward", "turn_left", "turn_right")
+    assert len(u.goal_names) >= 12 and u.goal_names == GOAL_NAMES and u.max_episode_steps == 200
+    obs, info = e.reset(seed=0)
+    assert obs["rgb"].shape == (64, 64, 3) and obs["rgb"].dtype == np.uint8
+    assert obs["odom"].dtype == np.float32 and np.allclose(obs["odom"], 0)
+    assert int(obs["prev_action"]) == NO_ACTION
+    for key in ("goal_name", "success", "spl", "geodesic_distance", "agent_pose", "episode_step", "episode_index"):
+        assert key in info
+    assert info["goal_name"] == GOAL_NAMES[int(obs["goal"])]
+    e.close()
+
+
+def test_layouts_are_houses():
+    for seed in range(6):
+        L = generate_layout(seed)
+        assert 3 <= len(L.rooms) <= 6 and len(L.doors) >= len(L.rooms) - 1
+        assert 20 <= len(L.objects) <= 40 and len(L.categories_present()) >= 8
+        assert len({r.wall_tex for r in L.rooms} | {r.floor_tex for r in L.rooms}) >= 2
+        assert NavGrid(L).doors_connected()
+        assert generate_layout(seed) == L  # a pure function of the seed
+    assert len({c.name for c in CATEGORIES}) == len(CATEGORIES) >= 12
+    assert len({(c.shape, c.color) for c in CATEGORIES}) == len(CATEGORIES)
+
+
+def test_determinism_under_a_seed(env):
+    other = HouseEnv()
+    rng = np.random.default_rng(0)
+    acts = rng.choice(4, size=60, p=[0.02, 0.5, 0.24, 0.24])
+    for e in (env, other):
+        e.reset(seed=7)
+    a, b = _rollout(env, acts), _rollout(other, acts)
+    assert len(a) == len(b)
+    for (oa, ra, *_), (ob, rb, *_) in zip(a, b):
+        assert ra == rb and np.array_equal(oa["rgb"], ob["rgb"]) and np.array_equal(oa["odom"], ob["odom"])
+    other.close()
+
+
+def test_new_trial_regenerates_the_house_and_plain_reset_keeps_it(env):
+    _, info = env.reset(seed=3)
+    house, layout = info["house_seed"], env.layout
+    _, r, term, *_ = env.step(STOP)
+    assert term
+    for k in range(1, 4):
+        obs, info = env.reset()
+        assert info["house_seed"] == house and env.layout is layout and info["episode_index"] == k
+        assert int(obs["prev_action"]) in (STOP, NO_ACTION)  # carried across episodes
+        assert info["goal_name"] in {CATEGORIES[c].name for c in layout.categories_present()}
+    obs, info = env.reset(options={"new_trial": True})
+    assert info["house_seed"] != house and info["episode_index"] == 0 and int(obs["prev_action"]) == NO_ACTION
+    fixed = house_seeds("train", 1, start=1000)[0]
+    _, info = env.reset(options={"new_trial": True, "house_seed": fixed})
+    assert info["house_seed"] == fixed
+
+
+def test_geodesic_distance_against_straight_lines(env):
+    env.reset(seed=5)
+    nav, D = env.nav, env._field(env.goal)
+    goal = D == 0
+    gi, gj = np.argwhere(goal).T
+    rng = np.random.default_rng(0)
+    free = np.argwhere(np.isfinite(D))
+    ratios = []
+    for i, j in free[rng.choice(len(free), 200)]:
+        x, z = nav.xs[j], nav.zs[i]
+        straight = np.hypot(nav.xs[gj] - x, nav.zs[gi] - z).min()
+        g = nav.geodesic(D, x, z)
+        assert g >= straight * 0.99 - 1e-6  # never shorter than the straight line
+        ratios.append(g / max(straight, 1e-6))
+    # Many pairs see each other in a straight line: there geodesic ~ straight (16-neighbour grid).
+    assert np.median(ratios) < 1.2 and min(ratios) < 1.04
+    assert not np.isfinite(D[~nav.free]).any()
+
+
+def test_shortest_path_agent_succeeds_with_spl_near_one(env):
+    env.reset(seed=11)
+    spl = []
+    for _ in range(4):
+        for _ in range(env.max_episode_steps):
+            obs, r, term, trunc, info = env.step(env.oracle_action())
+            if term or trunc:
+                break
+        assert term and info["success"], info
+        assert info["geodesic_distance"] < 0.5
+        spl.append(info["spl"])
+        env.reset()
+    assert min(spl) > 0.8 and np.mean(spl) > 0.9, spl
+
+
+def test_stop_far_from_the_target_fails(env):
+    env.reset(seed=2)
+    assert env.geodesic_distance >= env.min_start_distance
+    obs, r, term, trunc, info = env.step(STOP)
+    assert term and not trunc and not info["success"] and info["spl"] == 0.0
+    assert r == pytest.approx(-env.slack_reward)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(FORWARD)
+
+
+def test_success_needs_the_target_in_view(env):
+    env.reset(seed=11)
+    for _ in range(env.max_episode_steps):
+        a = env.oracle_action()
+        if a == STOP:
+            break
+        env.step(a)
+    assert env.target_visible_in_reach()
+    for _ in range(6):  # turn around: still in reach, no longer in view
+        env.step(TURN_LEFT)
+    assert not env.target_visible_in_reach()
+    assert not env.step(STOP)[4]["success"]
+
+
+def test_odometry_and_move_continuous_collisions(env):
+    env.reset(seed=4)
+    obs0 = env.observe()
+    x0, z0 = env.x, env.z
+    assert env.move_continuous(0.0, math.pi / 2)  # a turn never collides
+    assert env.observe()["odom"][2] == pytest.approx(math.pi / 2, abs=1e-5)
+    assert env.episode_step == 0  # not an episode step
+    moved = 0.0
+    for _ in range(400):  # drive straight until something blocks
+        if not env.move_continuous(0.05, 0.0):
+            break
+        moved += 0.05
+    else:
+        pytest.fail("never blocked")
+    assert not env.nav.collides(env.x, env.z) and env.episode_step == 0
+    odom = env.observe()["odom"]  # moved along +y (left of the start heading)
+    assert odom[0] == pytest.approx(0.0, abs=1e-4) and odom[1] == pytest.approx(moved, abs=1e-4)
+    assert math.hypot(env.x - x0, env.z - z0) == pytest.approx(moved, abs=1e-6)
+    assert not np.array_equal(obs0["rgb"], env.observe()["rgb"])
+    # A blocked forward action does not move through the wall either.
+    for _ in range(3):
+        env.step(FORWARD)
+    assert not env.nav.collides(env.x, env.z)
+
+
+def test_geometric_visibility_matches_the_renderer():
+    """Two rooms through a door: an object in the far room is visible iff the renderer
+    draws pixels of it (rendered with and without the object)."""
+    from icrl_ros.sim.house_layout import Door
+
+    rooms = (Room(0, 4, 0, 4, "drywall_1", "wood_1", "white_1"), Room(4.2, 8.2, 0, 4, "drywall_1", "wood_1", "white_1"))
+    doors = (Door("x", 0, 1, 1.5, 2.7, 2.2),)
+    ball = ObjectInstance(2, 6.0, 0.8, 0.0)  # blue ball in the east room, north of the door
+    with_ball = HouseLayout(0, rooms, doors, (ball,), ())
+    without = HouseLayout(0, rooms, doors, (), ())
+    r_with, r_without = HouseRenderer(with_ball, 64), HouseRenderer(without, 64)
+    nav = NavGrid(with_ball)
+    poses = [(3.0, 2.6, 0.4), (2.0, 2.1, math.pi), (1.0, 0.8, 0.0), (3.5, 2.1, 0.3), (5.0, 2.0, 0.5),
+             (7.5, 3.5, 2.0), (6.0, 3.0, math.pi / 2), (6.0, 3.0, -math.pi / 2), (2.0, 3.5, 0.2)]
+    agree = 0
+    for x, z, yaw in poses:
+        drawn = (np.abs(r_with.render(x, z, yaw).astype(int) - r_without.render(x, z, yaw)).sum(-1) > 30).sum() > 0
+        geo = visible([ball], (x, CAMERA_HEIGHT, z), yaw, CAMERA_PITCH_DEG, FOV_Y_DEG, 1.0, nav.sight_walls)[0]
+        agree += drawn == geo
+    r_with.close()
+    r_without.close()
+    assert agree == len(poses)
+
+
+def test_top_down_map(env):
+    env.reset(seed=6)
+    traj = [np.array([env.x, env.z])]
+    for a in (FORWARD, FORWARD, TURN_LEFT, FORWARD, FORWARD):
+        traj.append(env.step(a)[4]["agent_pose"][:2])
+    img = env.render_top_down([np.array(traj)])
+    plain = env.render_top_down()
+    assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3 and img.shape == plain.shape
+    assert (img != plain).any(axis=-1).sum() > 20  # the trajectory is drawn
+
+
+def test_vec_env_shapes_and_auto_reset():
+    from icrl_ros.sim.house_vec import HouseVecEnv
+
+    with HouseVecEnv(3, "train", seed=0, image_size=32, num_workers=2, max_episode_steps=6,
+                     pose_frame="episode") as v:
+        assert v.num_workers == 2
+        obs = v.reset_trial()
+        assert obs["rgb"].shape == (3, 32, 32, 3) and obs["rgb"].dtype == np.uint8
+        assert obs["goal"].shape == (3,) and obs["odom"].shape == (3, 3) and obs["prev_action"].shape == (3,)
+        assert (obs["prev_action"] == NO_ACTION).all()
+        houses = [i["house_seed"] for i in v.call("_info")]
+        for t in range(6):
+            obs, rew, done, infos = v.step(np.full(3, TURN_LEFT))
+            assert rew.shape == (3,) and done.shape == (3,) and len(infos) == 3
+        assert done.all() and all(i["truncated"] and not i["terminated"] for i in infos)
+        assert (v.episode_step == 0).all() and np.allclose(obs["odom"], 0)  # next episode started
+        assert (obs["prev_action"] == TURN_LEFT).all()  # carried into the next episode
+        now = v.call("_info")
+        assert [i["house_seed"] for i in now] == houses and all(i["episode_index"] == 1 for i in now)
+        v.reset_trial()
+        assert [i["house_seed"] for i in v.call("_info")] != houses
+        assert all(house_split(h) == "train" for h in houses)
+
+
+def test_splits_are_disjoint_and_respected():
+    train, test = set(house_seeds("train", 400)), set(house_seeds("test", 100))
+    assert not train & test
+    assert 0.1 < len(test) / (max(train | test) + 1) < 0.3
+    e = HouseEnv(split="test")
+    for s in range(3):
+        assert house_split(e.reset(seed=s)[1]["house_seed"]) == "test"
+    e.close()
+
+
+def test_bad_arguments_fail_loudly():
+    with pytest.raises(TypeError, match="bad_kwarg"):
+        gym.make(ENV_ID, bad_kwarg=1)
+    with pytest.raises(ValueError, match="'val'"):
+        HouseEnv(split="val")
+    with pytest.raises(ValueError, match="image_size"):
+        HouseEnv(image_size=3)
+    test_seed = house_seeds("test", 1)[0]
+    with pytest.raises(ValueError, match="split"):
+        HouseEnv(split="train", house_seed=test_seed)
+    e = HouseEnv()
+    with pytest.raises(ValueError, match="split"):
+        e.reset(options={"house_seed": test_seed})
+    e.reset(seed=0)
+    with pytest.raises(ValueError, match="action"):
+        e.step(7)
+    e.close()
+
+
+def test_missing_egl_names_the_system_packages():
+    """Without libEGL the env raises a RuntimeError that names the Debian packages."""
+    code = (
+        "import pyglet.lib\n"
+        "orig = pyglet.lib.load_library\n"
+        "def fake(*names, **kw):\n"
+        "    if 'EGL' in names:\n"
+        "        raise ImportError('Library \"EGL\" not found.')\n"
+        "    return orig(*names, **kw)\n"
+        "pyglet.lib.load_library = fake\n"
+        "from icrl_ros.sim.house import HouseEnv\n"
+        "try:\n"
+        "    HouseEnv().reset(seed=0)\n"
+        "except RuntimeError as e:\n"
+        "    print(e)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert "apt-get install" in out.stdout and "libegl1" in out.stdout and "libgl1-mesa-dri" in out.stdout, out
+
+
+def test_ppo_rollout_and_update_on_the_house():
+    """One PPO rollout with partial updates on the batched house (image Memo): the trainer's
+    step inputs must accept the house's per-env info list."""
+    import torch
+
+    from icrl_ros.models import ModelArgs, build_policy
+    from icrl_ros.sim.house_vec import HouseVecEnv
+    from icrl_ros.training.config import PPOConfig
+    from icrl_ros.training.ppo import PPOTrainer
+
+    torch.manual_seed(0)
+    with HouseVecEnv(2, "train", seed=0, image_size=32, num_workers=1, max_episode_steps=8) as v:
+        args = ModelArgs.from_dict({**v.model_fields(), "kind": "memo", "d_model": 32, "n_layers": 1, "n_heads": 4,
+                                    "d_mlp": 64, "l_seg": 8, "l_sum": 2, "sink": "none"})
+        policy = build_policy(args)
+        before = [p.detach().clone() for p in policy.parameters()]
+        trainer = PPOTrainer(policy, v, PPOConfig(rollout_length=20, num_updates=2), total_rollouts=1)
+        stats = trainer.rollout_and_update()
+        assert stats.episode_returns and "policy_loss" in stats.losses
+        assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+
+
+def test_pose_frames_house_is_fixed_for_the_trial_episode_restarts():
+    from icrl_ros.geometry import episode_odometry
+
+    house, episode = HouseEnv(pose_frame="house"), HouseEnv(pose_frame="episode")
+    try:
+        for e in (house, episode):
+            e.reset(seed=11)
+            for _ in range(3):
+                e.step(FORWARD)
+            e.reset()  # next episode, same house, new start pose
+        assert house.start_pose == episode.start_pose and house.house_origin != house.start_pose
+        assert np.allclose(episode.observe()["odom"], 0)
+        want = episode_odometry(house.house_origin, (house.x, house.z, house.yaw))
+        assert np.allclose(house.observe()["odom"], want) and not np.allclose(want, 0)
+        house.reset(options={"new_trial": True})  # a new trial: a new frame at its first start
+        assert house.house_origin == house.start_pose and np.allclose(house.observe()["odom"], 0)
+    finally:
+        house.close()
+        episode.close()
+    with pytest.raises(ValueError, match="pose_frame"):
+        HouseEnv(pose_frame="map")
+
+
+def test_task_defaults_single_instance_goals_started_away_from_their_room():
+    e = HouseEnv(split="test")
+    try:
+        e.reset(seed=2)
+        for _ in range(30):
+            count = sum(o.category == e.goal for o in e.layout.objects)
+            limit = max(1, min(sum(o.category == c for o in e.layout.objects) for c in e.layout.categories_present()))
+            assert count <= limit
+            assert e.geodesic_distance >= e.min_start_distance - 1e-6
+            start_room = [r for r in e.layout.rooms if r.min_x < e.x < r.max_x and r.min_z < e.z < r.max_z]
+            for r in start_room:
+                assert not any(o.category == e.goal and r.min_x <= o.x <= r.max_x and r.min_z <= o.z <= r.max_z
+                               for o in e.layout.objects)
+            e.reset(options={"new_trial": True})
+    finally:
+        e.close()
+
+
+def test_recognition_counts_pixels_the_render_shows():
+    """The ray-cast pixel counts agree with MiniWorld's picture: against the pixels that differ
+    from a render with every object removed, the cast's object pixels overlap them and the
+    estimated count (cast pixels x the category's fill) is of the same size."""
+    from icrl_ros.sim.house_layout import HouseLayout as Layout
+    from icrl_ros.sim.house_view import cast_view
+
+    e = HouseEnv(split="test")
+    try:
+        e.reset(seed=5)
+        empty = Layout(e.layout.seed, e.layout.rooms, e.layout.doors, (), e.layout.pictures)
+        bare = HouseRenderer(empty, 64)
+        iou, ratio = [], []
+        for _ in range(40):
+            e.reset()
+            v = cast_view(e.layout, e.nav.walls, e.x, e.z, e.yaw, 64, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
+            if (v.instance >= 0).sum() < 40:
+                continue
+            changed = (np.abs(e.observe()["rgb"].astype(int) - bare.render(e.x, e.z, e.yaw).astype(int)).sum(-1) > 30)
+            cast = (v.instance >= 0).reshape(64, 64)
+            iou.append((changed & cast).sum() / max((changed | cast).sum(), 1))
+            ratio.append(v.pixels.sum() / max(changed.sum(), 1))
+        bare.close()
+        assert len(iou) >= 10
+        assert np.median(iou) > 0.35 and 0.6 < np.median(ratio) < 1.6, (np.median(iou), np.median(ratio))
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("memory", [True, False])
+def test_in_context_teacher_finds_goals_and_memory_makes_it_faster(memory):
+    e = HouseEnv(split="test", teacher="memory" if memory else "wiped")
+    try:
+        steps, found = [], []
+        _, info = e.reset(seed=3)
+        for ep in range(6):
+            while True:
+                _, _, term, trunc, info = e.step(info["teacher_action"])
+                if term or trunc:
+                    break
+            steps.append(info["episode_step"])
+            found.append(info["success"])
+            _, info = e.reset()
+        known = e.teacher.known.sum()
+        assert sum(found) >= 4
+        if memory:
+            assert known >= 5 and np.mean(steps[3:]) < 80
+        else:
+            assert known <= len(e.layout.objects)
+    finally:
+        e.close()

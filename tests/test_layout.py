@@ -1,0 +1,61 @@
+"""The package layout issue 14 asks for: the training code is an importable package
+(``icrl_ros.training``); ``training/*.py`` are command lines only; nothing edits ``sys.path``;
+only ROS programs import rclpy."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ROS_PROGRAMS = {"icrl_ros/training/demo_ros.py", "icrl_ros/training/node_latency.py"}
+"""Outside icrl_ros/nodes/, the programs that are ROS programs by design (a demo, a benchmark)."""
+
+
+def _python_files(*tops: str) -> list[Path]:
+    return sorted(p for top in tops for p in (REPO / top).rglob("*.py"))
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_every_training_script_is_a_command_line_over_a_package_module() -> None:
+    scripts = sorted((REPO / "training").glob("*.py"))
+    assert scripts and not (REPO / "training" / "__init__.py").exists()
+    for script in scripts:
+        tree = ast.parse(script.read_text())
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        assert len(calls) == 1 and ast.unparse(calls[0].func) == "runpy.run_module", script
+        module = calls[0].args[0].value
+        assert module == f"icrl_ros.training.{script.stem}", script
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and '__name__ == "__main__"' in Path(spec.origin).read_text(), module
+
+
+def test_no_code_edits_sys_path_and_only_ros_programs_import_rclpy() -> None:
+    for path in _python_files("icrl_ros", "training"):
+        rel = path.relative_to(REPO).as_posix()
+        tree = ast.parse(path.read_text())
+        edits = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                 and ast.unparse(n) in ("sys.path.insert", "sys.path.append")]
+        assert not edits, f"{rel} edits sys.path"
+        ros = {m for m in _imports(tree) if m.split(".")[0] == "rclpy"}
+        if ros and not rel.startswith("icrl_ros/nodes/"):
+            assert rel in ROS_PROGRAMS, f"{rel} imports {sorted(ros)} outside icrl_ros/nodes/"
+
+
+def test_a_script_runs_from_any_directory(tmp_path) -> None:
+    """The command line works from outside the checkout (no sys.path fix-up needed)."""
+    out = subprocess.run([sys.executable, str(REPO / "training" / "house_curves.py"), "--help"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "usage: house_curves.py" in out.stdout, out.stderr[-2000:]

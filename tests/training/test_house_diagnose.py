@@ -1,0 +1,81 @@
+"""house_diagnose's bookkeeping: outcomes split by what the teacher knew, agreement on the policy's states."""
+
+import numpy as np
+import torch
+
+from icrl_ros.sim.house import STOP
+from icrl_ros.training.house_diagnose import Tally
+
+FWD = 1
+
+
+def step(tally, teach, known, action, done=(False, False), success=(False, False), done_eps=(0, 0)):
+    info = [{"success": s} for s in success]
+    tally((np.array(teach), np.array(known)), 0, torch.tensor(action), None, np.array(done), info, np.array(done_eps))
+
+
+def test_outcomes_split_by_what_the_teacher_knew_at_the_episode_start():
+    t = Tally(trials=2, episodes=2)
+    # trial 0, episode 0: goal unknown at the start, the policy stops where the teacher would not -> wrong stop
+    # trial 1, episode 0: goal known, policy and teacher agree, then stop together -> success
+    step(t, [FWD, FWD], [False, True], [FWD, FWD])
+    step(t, [FWD, STOP], [True, True], [STOP, STOP], done=(True, True), success=(False, True))
+    # episode 1: trial 0 knew the goal at the start and ran out of steps; trial 1 did not and ran out too
+    step(t, [FWD, FWD], [True, False], [FWD, 2], done=(True, True), success=(False, False), done_eps=(1, 1))
+    d = t.summary()
+    assert d["all"]["episodes"] == 4
+    assert d["goal_known_at_start"]["episodes"] == 2 and d["goal_unknown_at_start"]["episodes"] == 2
+    assert d["goal_known_at_start"]["success"] == 0.5 and d["goal_known_at_start"]["timeout"] == 0.5
+    assert d["goal_unknown_at_start"]["wrong_stop"] == 0.5 and d["goal_unknown_at_start"]["timeout"] == 0.5
+    s = d["steps"]
+    assert s["stop_precision"] == 0.5 and s["stop_recall"] == 1.0  # two stops, one where the teacher stopped
+    assert s["steps_goal_known"] == 4 and s["steps_goal_unknown"] == 2
+    assert s["agreement_goal_known"] == 0.75 and s["agreement_goal_unknown"] == 0.5
+    assert d["known_at_start_by_episode"] == [0.5, 0.5]
+
+
+def test_steps_after_the_last_episode_are_not_counted():
+    t = Tally(trials=1, episodes=1)
+    t((np.array([FWD]), np.array([False])), 0, torch.tensor([STOP]), None, np.array([True]), [{"success": False}],
+      np.array([1]))  # env already ran its one episode: forced stop, ignored
+    assert t.summary()["all"]["episodes"] == 0 and t.summary()["steps"]["steps_goal_unknown"] == 0
+
+
+def test_paired_gap_of_a_policy_and_its_ablation():
+    import pytest
+
+    from icrl_ros.training.house_curves import paired_gap
+
+    a = {"success": np.array([[0, 1, 1], [0, 1, 0]]), "spl": np.array([[0, .5, .5], [0, .5, 0]]),
+         "steps": np.array([[200, 50, 50], [200, 50, 200]]), "house_seed": np.array([4, 9])}
+    b = {"success": np.array([[0, 0, 0], [0, 1, 0]]), "spl": np.zeros((2, 3)),
+         "steps": np.full((2, 3), 200), "house_seed": np.array([4, 9])}
+    g = paired_gap(a, b, 2, 3)
+    assert g["success"]["gap"] == 0.5 and g["success"]["n"] == 2 and g["success"]["window"] == [2, 3]
+    assert g["spl"]["gap"] == 0.375 and g["steps"]["gap"] == -112.5
+    with pytest.raises(ValueError, match="not paired"):
+        paired_gap(a, {**b, "house_seed": np.array([4, 8])})
+
+
+def test_teacher_likelihood_per_episode_and_drive_checks():
+    import math
+
+    import pytest
+
+    from icrl_ros.training.house_diagnose import TeacherLikelihood
+    from icrl_ros.training.house_eval import run_house_trials
+
+    t = TeacherLikelihood(trials=1, episodes=2)
+    even = torch.zeros(1, 4)  # uniform over 4 actions: log 1/4 whatever the teacher did
+    sure = torch.tensor([[0.0, 20.0, 0.0, 0.0]])  # all but certain of FWD
+    t((np.array([FWD]), np.array([True])), 0, torch.tensor([0]), even, np.array([False]), [{}], np.array([0]))
+    t((np.array([FWD]), np.array([True])), 0, torch.tensor([0]), sure, np.array([True]), [{}], np.array([0]))
+    t((np.array([STOP]), np.array([True])), 0, torch.tensor([0]), sure, np.array([True]), [{}], np.array([1]))
+    t((np.array([-1]), np.array([False])), 0, torch.tensor([0]), sure, np.array([True]), [{}], np.array([1]))  # no label
+    pe = t.per_episode()
+    assert pe["logp"][0, 0] == pytest.approx((math.log(0.25) + 0.0) / 2, abs=1e-6)
+    assert pe["agreement"][0].tolist() == [0.5, 0.0] and pe["logp"][0, 1] < -19
+    with pytest.raises(ValueError, match="drive"):
+        run_house_trials(None, 1, 1, drive="robot")
+    with pytest.raises(ValueError, match="teacher="):
+        run_house_trials(None, 1, 1, drive="teacher")

@@ -1,0 +1,237 @@
+"""The house recipe end to end at a tiny size: DAgger on the env's in-context teacher with the
+frozen pretrained encoder (resumable), PPO --init with the teacher term, export, and the
+evaluation through the training code and through the bundle (ONNX Runtime), which agree."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tests.training.test_train_cli import run
+
+if importlib.util.find_spec("miniworld") is None:  # importing it here would open a display
+    pytest.skip("the MiniWorld house needs the miniworld package", allow_module_level=True)
+
+TINY = ["--set", "env.num_envs=2", "--set", "ppo.rollout_length=48", "--set", "model.d_model=32",
+        "--set", "model.n_layers=2", "--set", "model.n_heads=4", "--set", "model.d_mlp=64",
+        "--set", "env.options.max_episode_steps=30", "--set", "checkpoint_every=1"]
+
+
+def test_house_imitation_resume_ppo_export_and_evaluation_agree(tmp_path):
+    cfg = "config/train/house_memo_imitate.yaml"
+    im = tmp_path / "im"
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(im), "--set", "total_steps=96", *TINY])
+    assert r.returncode == 0, r.stderr
+    assert "iteration 1/1" in r.stdout and "episodes=" in r.stdout and "success=" in r.stdout
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(im), "--set", "total_steps=192", *TINY,
+             "--resume", str(im / "checkpoints" / "latest.pt")])
+    assert r.returncode == 0, r.stderr
+    assert "resumed" in r.stdout and "iteration 2/2" in r.stdout and "iteration 1/2" not in r.stdout
+    ckpt = im / "checkpoints" / "final.pt"
+    blob = torch.load(ckpt, weights_only=False)
+    assert blob["env_steps"] == 192 and blob["model_args"]["visual_encoder"] == "features"
+    # the frozen encoder is the shipped one, unchanged by training
+    enc = torch.load("checkpoints/house_encoder.pt", weights_only=True)
+    assert torch.equal(blob["state_dict"]["encoder.image.net.0.weight"], enc["net.0.weight"])
+
+    r = run(["training/train.py", "--config", "config/train/house_memo.yaml", "--run-dir", str(tmp_path / "ppo"),
+             "--init", str(ckpt), "--set", "total_steps=96", "--set", "ppo.num_updates=2", *TINY, "--no-progress"])
+    assert r.returncode == 0, r.stderr
+
+    bundle = tmp_path / "bundle"
+    r = run(["training/export.py", str(ckpt), "--out", str(bundle), "--verify", "--verify-steps", "120"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    import yaml
+
+    assert yaml.safe_load((bundle / "manifest.yaml").read_text())["observation"]["pose_frame"] == "house"
+
+    out = tmp_path / "eval"
+    r = run(["training/evaluate.py", str(ckpt), str(bundle), "--label", "torch", "--label", "bundle",
+             "--trials", "2", "--episodes", "2", "--batch", "2", "--seed", "3", "--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "curves.json").read_text())
+    assert (out / "icl_curve.png").is_file()
+    a, b = doc["raw"]["torch"], doc["raw"]["bundle"]
+    assert np.array(a["spl"]).shape == (2, 2) and doc["curves"]["torch"]["spl"]["n"] == 2
+    assert a == b  # same seeds, same actions: the deployed runtime is the evaluated policy
+    assert doc["settings"]["runs"]["bundle"]["env_options"]["pose_frame"] == "house"
+
+
+def test_house_offline_imitation_from_saved_trials(tmp_path):
+    """--save-trials writes the labelled trials (cached features, not images); with --beta 1 the
+    teacher's labels are what was executed, --noise replaces them by the given actions; --offline
+    trains on the saved files and reports held-out agreement."""
+    cfg = "config/train/house_relic_imitate.yaml"
+    data = tmp_path / "data"
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "c"), "--set", "total_steps=192",
+             *TINY, "--beta", "1", "--save-trials", str(data)])
+    assert r.returncode == 0, r.stderr
+    files = sorted(data.glob("trials_*.pt"))
+    assert [f.name for f in files] == ["trials_0000.pt", "trials_0001.pt"]
+    t = torch.load(files[0], weights_only=False)
+    assert t["rgb_feat"].shape == (2, 48, 128) and "rgb" not in t
+    executed = t["prev_action"][:, 1:]
+    assert torch.equal(executed, t["label"][:, :-1])  # the teacher acted; its action is the next prev_action
+
+    noisy = tmp_path / "noisy"
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "n"), "--set", "total_steps=96",
+             *TINY, "--beta", "1", "--noise", "1", "--noise-actions", "2", "--save-trials", str(noisy)])
+    assert r.returncode == 0, r.stderr
+    t = torch.load(noisy / "trials_0000.pt", weights_only=False)
+    assert (t["prev_action"][:, 1:] == 2).all() and (t["label"] != 2).any()  # always turned left, labels unchanged
+
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "off"), *TINY,
+             "--offline", str(data), "--updates", "4", "--val-files", "1"])
+    assert r.returncode == 0, r.stderr
+    assert "offline imitation on 1 files (96 labelled steps), 1 held out" in r.stdout
+    assert "update 4/4" in r.stdout and "val_agreement=" in r.stdout
+    blob = torch.load(tmp_path / "off" / "checkpoints" / "final.pt", weights_only=False)
+    assert blob["offline_updates"] == 4
+    # the object-memory model on the same trials, with its auxiliary head trained
+    r = run(["training/imitate.py", "--config", "config/train/house_relic_mem.yaml", "--run-dir", str(tmp_path / "mem"),
+             *TINY, "--offline", str(data), "--updates", "2", "--val-files", "1", "--aux-coef", "0.5"])
+    assert r.returncode == 0, r.stderr
+    assert "aux_loss=" in r.stdout and "val_agree_remembered=" in r.stdout and "val_aux_err_m=" in r.stdout
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "noaux"), *TINY,
+             "--offline", str(data), "--updates", "1", "--aux-coef", "0.5"])
+    assert r.returncode != 0 and "--aux-coef needs a model with memory_aux" in r.stderr
+
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "agg"), "--set", "total_steps=96",
+             *TINY, "--pool", str(data), "--updates", "3", "--init", str(tmp_path / "off" / "checkpoints" / "final.pt")])
+    assert r.returncode == 0, r.stderr
+    assert "aggregating with 2 saved files (192 labelled steps); 3 updates of 1 trials" in r.stdout
+    assert "iteration 1/1" in r.stdout and "agreement=" in r.stdout
+
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "bad"), *TINY,
+             "--offline", str(noisy), "--val-files", "1"])
+    assert r.returncode != 0 and "need more than --val-files 1" in r.stderr
+
+
+class FakeHeads:
+    """object_estimates of fixed tensors (what the frozen heads would say per step)."""
+
+    def __init__(self, p, xy, dist) -> None:
+        self.out = (p, xy, dist)
+
+    def object_estimates(self, f, odom):
+        return self.out
+
+
+def test_remembered_goal_targets_follow_the_nearest_sighting_into_later_episodes():
+    """The memory_aux targets: the goal counts as seen from the first confident sighting on, the
+    nearest sighting names its position, the offset is in the robot's frame, and a sighting in an
+    earlier episode is flagged (only memory can give that one)."""
+    import math
+
+    from icrl_ros.training.imitate import remembered_goal
+
+    T, C = 6, 2
+    p, xy, dist = torch.zeros(1, T, C), torch.zeros(1, T, C, 2), torch.full((1, T, C), 9.0)
+    p[0, 1, 0], xy[0, 1, 0], dist[0, 1, 0] = 0.95, torch.tensor([3.0, 0.0]), 2.0  # goal 0 seen at step 1
+    p[0, 0, 1], xy[0, 0, 1], dist[0, 0, 1] = 0.95, torch.tensor([0.0, 4.0]), 1.0  # category 1, near
+    p[0, 2, 1], xy[0, 2, 1], dist[0, 2, 1] = 0.95, torch.tensor([0.0, 5.0]), 3.0  # ... and far: ignored
+    p[0, 3, 1] = 0.6  # below the sighting threshold
+    odom = torch.zeros(1, T, 3)
+    odom[0, 4, 2] = math.pi / 2  # facing +y
+    data = {"rgb_feat": torch.zeros(1, T, 4), "odom": odom, "goal": torch.tensor([[0, 0, 0, 1, 1, 1]]),
+            "episode_index": torch.tensor([[0, 0, 0, 1, 1, 1]])}
+    out = remembered_goal(FakeHeads(p, xy, dist), data)
+    assert out["aux_seen"][0].tolist() == [0, 1, 1, 1, 1, 1]
+    assert out["aux_earlier"][0].tolist() == [False, False, False, True, True, True]
+    vec = out["aux_vec"][0] * 5.0
+    assert vec[1].tolist() == pytest.approx([3.0, 0.0]) and vec[3].tolist() == pytest.approx([0.0, 4.0])
+    assert vec[4].tolist() == pytest.approx([4.0, 0.0], abs=1e-5)  # straight ahead once facing +y
+
+
+def test_object_estimates_of_the_shipped_encoder_land_on_the_objects():
+    """The frozen heads' sightings (P(in view) > SIGHTING_P) placed in the house frame by
+    object_estimates fall near a real instance of the category: the frames of odometry, bearing
+    and the env agree. Teacher-driven steps in a test house; the shipped encoder."""
+    from icrl_ros.models.encoders import VIEW_FOV_DEG, FeatureEncoder, FeatureHeads, load_frozen
+    from icrl_ros.sim.house import HouseEnv
+    from icrl_ros.sim.house_layout import CATEGORIES
+    from icrl_ros.geometry import episode_odometry
+    from icrl_ros.sim.house_render import FOV_Y_DEG
+    from icrl_ros.training.imitate import SIGHTING_P
+
+    assert VIEW_FOV_DEG == FOV_Y_DEG
+    enc, heads = FeatureEncoder(128, 64), FeatureHeads(128, len(CATEGORIES))
+    load_frozen(enc, "checkpoints/house_encoder.pt")
+    load_frozen(heads, "checkpoints/house_encoder.pt", prefix="heads.")
+    env = HouseEnv(split="test", teacher="memory")
+    obs, info = env.reset(seed=0)
+    errors = []
+    with torch.no_grad():
+        for _ in range(300):
+            p, xy, _ = heads.object_estimates(enc(torch.as_tensor(obs["rgb"])[None]), torch.as_tensor(obs["odom"])[None])
+            for c in np.flatnonzero(p[0].numpy() > SIGHTING_P):
+                true = [episode_odometry(env.house_origin, (o.x, o.z, 0.0))[:2]
+                        for o in env.layout.objects if o.category == c]
+                errors.append(min((float(np.hypot(*(xy[0, c].numpy() - t))) for t in true), default=99.0))
+            obs, _, term, trunc, info = env.step(info["teacher_action"])
+            if term or trunc:
+                obs, info = env.reset()
+    env.close()
+    errors = np.array(errors)
+    assert len(errors) >= 30, len(errors)
+    assert np.median(errors) < 1.0 and (errors < 1.5).mean() > 0.6, (np.median(errors), (errors < 1.5).mean())
+
+
+def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
+    """evaluate.py --wipe-memory: the same ReLIC weights attending only to the current episode. The
+    first episode (nothing earlier to see) is identical to the full-memory run, draw for draw, in
+    every batch of trials (the sampler restarts per batch); the second is not."""
+    from icrl_ros.models import load_checkpoint
+    from icrl_ros.training.house_eval import run_house_trials, stepper_for
+
+    ckpt = "checkpoints/house_relic.pt"
+    logits = {}
+    for wipe in (False, True):
+        st, opts, desc = stepper_for(ckpt, wipe=wipe)
+        assert desc.get("memory_wiped_each_episode", False) == wipe and st.args.iea == (not wipe)
+        seen = logits[wipe] = {(trial, ep): [] for trial in (0, 1) for ep in (0, 1)}
+
+        def keep(labels, first, action, lg, done, info, done_eps, seen=seen):
+            if done_eps[0] < 2:
+                seen[first, int(done_eps[0])].append((lg[0].clone(), int(action[0])))
+
+        run_house_trials(st, 2, 2, seed=3, batch=1, env_options={**opts, "max_episode_steps": 12}, observer=keep)
+    for trial in (0, 1):
+        kept, wiped = logits[False][trial, 0], logits[True][trial, 0]
+        assert len(kept) == len(wiped) > 0
+        assert all(torch.equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(kept, wiped)), trial
+    assert not torch.allclose(logits[False][0, 1][0][0], logits[True][0, 1][0][0], atol=1e-4)
+    assert load_checkpoint(ckpt)[0].args.iea  # the checkpoint itself is untouched
+    r = run(["training/evaluate.py", "bundles/house_memo", "--wipe-memory", "--trials", "1", "--episodes", "1",
+             "--out", str(tmp_path / "m")])
+    assert r.returncode != 0 and "ReLIC only" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_shipped_house_policy_uses_its_memory_in_context():
+    """The shipped bundle (ONNX Runtime, as the node runs it) reads the in-context teacher's trial
+    (teacher forcing: the same states for both runs) with its memory and with memory wiped at
+    every episode start. From episode 2 on the teacher acts on what it saw earlier; with memory the
+    policy predicts those actions better. Measured (BENCHMARKS, issue 12; `house_diagnose.py
+    --teacher-forced`, 20 other trials, seed 300): +0.166 +- 0.039 mean log-likelihood per step over
+    episodes 2-5, per-trial sd ~0.09 (one trial in 20 below 0). The threshold, +0.05 on the mean of
+    two trials, is ~1.8 sd of such a mean below it; a policy that ignores its memory gains ~0."""
+    from icrl_ros.nodes.shipped import DEFAULT_BUNDLE
+    from icrl_ros.training.house_diagnose import TeacherLikelihood
+    from icrl_ros.training.house_eval import run_house_trials, stepper_for
+
+    got = {}
+    for wipe in (False, True):
+        st, opts, _ = stepper_for(f"bundles/{DEFAULT_BUNDLE}", wipe=wipe)
+        tally = TeacherLikelihood(2, 4)
+        r = run_house_trials(st, 2, 4, seed=21, batch=2, env_options=opts, teacher="memory", observer=tally,
+                             drive="teacher")
+        assert r["success"].all()  # the teacher drove: every episode found
+        got[wipe] = tally.per_episode()
+    gain = got[False]["logp"][:, 1:].mean(1) - got[True]["logp"][:, 1:].mean(1)
+    agree = got[False]["agreement"][:, 1:].mean(1) - got[True]["agreement"][:, 1:].mean(1)
+    assert np.array_equal(got[False]["logp"][:, 0], got[True]["logp"][:, 0])  # episode 1: nothing to remember
+    assert gain.mean() >= 0.05 and agree.mean() > 0, (gain, agree)

@@ -1,0 +1,91 @@
+"""The scripted Dark-Key-To-Door teacher and in-context imitation (DAgger) + PPO --init."""
+
+import numpy as np
+import torch
+
+from icrl_ros.sim.gridworlds import DarkKeyToDoorVecEnv
+from tests.training.test_train_cli import run
+import pytest
+
+from icrl_ros.training.teachers import KeyDoorExplorer, grid_cycle, make_teacher, teacher_trials
+
+TINY = ["--set", "env.num_envs=4", "--set", "ppo.rollout_length=60", "--set", "total_steps=480",
+        "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=4",
+        "--set", "model.last_obs=true"]
+
+
+@pytest.mark.parametrize("name", ["cycle", "explorer"])
+def test_teacher_remembers_the_key_and_the_door(name):
+    env = DarkKeyToDoorVecEnv(1, "all")
+    env.set_tasks(np.array([[0, 2 * 9 + 1, 8 * 9 + 8]]))  # start (0,0), key (2,1), door in the far corner
+    teacher = make_teacher(env, name)
+    obs, lengths, steps, rewards = env.observe(), [], 0, []
+    for _ in range(300):
+        action = teacher.act(obs)
+        obs, r, done, info = env.step(action)
+        teacher.observe(info["final_obs"], r, done, action)
+        steps += 1
+        rewards.append(r[0])
+        if done[0]:
+            lengths.append(steps)
+            steps = 0
+    assert teacher.target[0].tolist() == [2 * 9 + 1, 8 * 9 + 8]  # both found and remembered
+    # once both are known every episode is a shortest path: 3 steps to the key + 13 to the door
+    assert lengths[-3:] == [16, 16, 16] and sum(rewards) >= 2 * (len(lengths) - 1)
+
+
+def test_grid_cycle_is_a_closed_tour_of_every_cell_but_the_corner():
+    tour = grid_cycle(9)
+    assert len(tour) == len(set(tour)) == 80 and 80 not in tour
+    xy = np.array([divmod(c, 9) for c in tour + tour[:1]])
+    assert (np.abs(np.diff(xy, axis=0)).sum(1) == 1).all()
+    with pytest.raises(ValueError, match="odd"):
+        grid_cycle(8)
+
+
+@pytest.mark.parametrize("name", ["cycle", "explorer"])
+def test_teacher_scores_near_the_oracle_on_held_out_tasks(name):
+    env = DarkKeyToDoorVecEnv(200, "test", seed=0)
+    env.reset_trial()
+    oracle = env.oracle_trial_return(500)
+    norm = (teacher_trials(env, 500, name) / oracle).mean()
+    assert 0.8 < norm <= 1.0
+    # a random walk for comparison
+    env.reset_trial()
+    oracle = env.oracle_trial_return(500)
+    rng, total = np.random.default_rng(0), np.zeros(200)
+    for _ in range(500):
+        total += env.step(rng.integers(0, 4, 200))[1]
+    assert (total / oracle).mean() < 0.1
+
+
+def test_teacher_reset_forgets_one_env_only():
+    t = KeyDoorExplorer(2, 9)
+    t.observe(np.array([5, 7]), np.array([1.0, 1.0]), np.array([False, False]))
+    t.reset(np.array([0]))
+    assert t.target[0].tolist() == [-1, -1] and t.target[1].tolist() == [7, -1] and t.has_key.tolist() == [False, True]
+
+
+def test_imitate_then_ppo_init(tmp_path):
+    cfg = "config/train/dark_key_to_door.yaml"
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "im"), *TINY])
+    assert r.returncode == 0, r.stderr
+    assert "iteration 2/2" in r.stdout and "agreement=" in r.stdout
+    ckpt = tmp_path / "im" / "checkpoints" / "final.pt"
+    blob = torch.load(ckpt, weights_only=False)
+    assert blob["env_steps"] == 480 and blob["trainer"] == "imitate"
+    r = run(["training/train.py", "--config", cfg, "--run-dir", str(tmp_path / "ppo"), "--init", str(ckpt), *TINY,
+             "--no-progress"])
+    assert r.returncode == 0, r.stderr
+    # the fine-tune starts from the imitated weights
+    tuned = torch.load(tmp_path / "ppo" / "checkpoints" / "final.pt", weights_only=False)
+    assert tuned["model_args"] == blob["model_args"]
+    # a config whose model differs is refused with the differing field named
+    r = run(["training/train.py", "--config", cfg, "--run-dir", str(tmp_path / "bad"), "--init", str(ckpt),
+             *TINY[:-2], "--no-progress"])
+    assert r.returncode != 0 and "last_obs" in r.stderr
+    r = run(["training/imitate.py", "--config", "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "dr"),
+             *TINY[:-2]])
+    assert r.returncode != 0 and "no scripted teacher" in r.stderr
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "t"), "--teacher", "nope", *TINY])
+    assert r.returncode != 0 and "choose one of" in r.stderr

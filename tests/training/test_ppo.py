@@ -1,0 +1,151 @@
+import numpy as np
+import pytest
+import torch
+
+from icrl_ros.models import ICLPolicy, ModelArgs
+from icrl_ros.sim import make_vec
+from icrl_ros.training.config import PPOConfig, TrainConfig
+from icrl_ros.models import STEP_KEYS
+from icrl_ros.training.ppo import _EXTRA, PPOTrainer
+
+
+def _trainer(env_id="icrl_ros/Darkroom-v0", num_envs=4, **ppo):
+    env = make_vec(env_id, num_envs, seed=0)
+    args = ModelArgs(n_obs=env.n_obs, n_actions=env.n_actions, max_episode_steps=env.max_episode_steps,
+                     d_model=32, n_layers=1, n_heads=4, d_mlp=64)
+    cfg = PPOConfig(**{"rollout_length": 64, "num_updates": 4, **ppo})
+    return PPOTrainer(ICLPolicy(args), env, cfg, total_rollouts=2)
+
+
+def test_shuffle_keeps_episodes_whole_and_in_progress_last():
+    torch.manual_seed(0)
+    B, T = 3, 20
+    # episodes of length 4 (the last one in progress at t1 = 18)
+    ep = (torch.arange(T) // 4).expand(B, T).clone()
+    buf = {k: torch.zeros(B, T, dtype=torch.long) for k in (*STEP_KEYS, *_EXTRA)}
+    buf["episode_index"] = ep.clone()
+    buf["obs"] = torch.arange(T).expand(B, T).clone()  # original time stamps ride along
+    current = torch.full((B,), 4)
+    PPOTrainer.shuffle_episodes(buf, 18, current)
+    for b in range(B):
+        t = buf["obs"][b, :18]
+        e = buf["episode_index"][b, :18]
+        blocks = t[:16].view(4, 4)
+        for i, blk in enumerate(blocks):  # each block is one original episode, in time order
+            assert (blk[1:] - blk[:-1] == 1).all() and blk[0] % 4 == 0
+            assert (e[4 * i: 4 * i + 4] == i).all()
+        assert t[16:].tolist() == [16, 17] and (e[16:] == 4).all()  # in-progress episode stays last
+        assert sorted(t.tolist()) == list(range(18))
+    assert not all(buf["obs"][b, :16].tolist() == list(range(16)) for b in range(B))
+
+
+@pytest.mark.parametrize("trial_returns", [False, True])
+def test_gae_matches_reference_loop(trial_returns):
+    tr = _trainer(trial_returns=trial_returns)
+    g, lam = tr.cfg.gamma, tr.cfg.gae_lambda
+    rng = np.random.default_rng(0)
+    B, T = 2, 10
+    buf = {"reward": torch.tensor(rng.random((B, T)), dtype=torch.float32),
+           "value": torch.tensor(rng.random((B, T)), dtype=torch.float32),
+           "done": torch.tensor(rng.random((B, T)) < 0.3, dtype=torch.float32)}
+    boot = torch.tensor(rng.random(B), dtype=torch.float32)
+    adv, ret = tr.gae(buf, T, boot)
+    for b in range(B):
+        for t in range(T):
+            total, disc = 0.0, 1.0
+            for s in range(t, T):
+                nv = boot[b] if s == T - 1 else buf["value"][b, s + 1]
+                nt = 1.0 if trial_returns else 1 - buf["done"][b, s]  # trial returns: no terminal inside
+                delta = buf["reward"][b, s] + g * nv * nt - buf["value"][b, s]
+                total += disc * delta
+                disc *= g * lam * nt
+                if nt == 0:
+                    break
+            assert abs(adv[b, t].item() - float(total)) < 1e-5
+
+
+@pytest.mark.parametrize("env_id", ["icrl_ros/Darkroom-v0", "icrl_ros/DarkKeyToDoor-v0"])
+@pytest.mark.parametrize("partial", [True, False])
+def test_rollout_and_update_runs_and_changes_weights(env_id, partial):
+    torch.manual_seed(0)
+    tr = _trainer(env_id, partial_updates=partial, fp16_storage=partial)
+    before = [p.detach().clone() for p in tr.policy.parameters()]
+    stats = tr.rollout_and_update()
+    assert stats.losses["policy_loss"] and all(np.isfinite(v).all() for v in stats.losses.values())
+    assert len(stats.losses["policy_loss"]) == (4 if partial else 1) * tr.cfg.num_minibatches
+    assert any(not torch.equal(a, b) for a, b in zip(before, tr.policy.parameters()))
+
+
+def test_refresh_makes_cache_equal_to_a_fresh_forward():
+    """After an update + refresh, cached stepping continues exactly like a full forward."""
+    torch.manual_seed(0)
+    tr = _trainer(rollout_length=48, num_updates=2)
+    from icrl_ros.memory import KVCache
+    from icrl_ros.runtime.control import ControlStep
+
+    B, a = tr.env.num_envs, tr.policy.args
+    T = 30
+    buf = {k: torch.zeros(B, T, dtype=torch.long) for k in STEP_KEYS}
+    buf["obs"] = torch.randint(0, a.n_obs, (B, T))
+    buf["episode_step"] = torch.arange(T).expand(B, T) % 10
+    buf["episode_index"] = torch.arange(T).expand(B, T) // 10
+    buf["prev_reward"] = torch.rand(B, T)
+    buf["value"] = torch.zeros(B, T)
+    cache = KVCache(a.n_layers, B, a.n_heads, a.head_dim, 40)
+    tr.refresh(buf, 25, cache)
+    one = {k: buf[k][:, 25] for k in STEP_KEYS}
+    with torch.no_grad():
+        step_logits = ControlStep.live(tr.policy, cache)(one)[0]
+        full_logits = tr.policy.forward_sequence({k: buf[k][:, :26] for k in STEP_KEYS})[0][:, 25]
+    assert (step_logits - full_logits).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize(
+    "override,needle",
+    [("env.id=icrl_ros/Nope-v0", "env.id"), ("model.sink=kvv", "model.sink"), ("ppo.rollout_length=-5", "ppo.rollout_length"),
+     ("env.num_envs=0", "env.num_envs"), ("ppo.gamma=1.5", "ppo.gamma"), ("ppo.learning_rate=1", "learning_rate"),
+     ("model.d_model=-64", "model.d_model"), ("bogus=1", "bogus")],
+)
+def test_bad_config_names_the_field(override, needle):
+    with pytest.raises(ValueError, match=needle):
+        TrainConfig.load("config/train/darkroom.yaml", [override])
+
+
+def test_shipped_configs_load():
+    """Every config in config/train/ loads with the trainer it is for: the offline RA-DT ones
+    (they name a ``data`` file) with train_radt.py's config, the rest with train.py's."""
+    import glob
+
+    import yaml
+
+    from icrl_ros.training.train_radt import RADTTrainConfig
+
+    paths = sorted(glob.glob("config/train/*.yaml"))
+    offline = [p for p in paths if "data" in (yaml.safe_load(open(p)) or {})]
+    assert offline and len(offline) < len(paths)
+    for path in paths:
+        (RADTTrainConfig if path in offline else TrainConfig).load(path)
+    with pytest.raises(ValueError, match="train_radt.py"):
+        TrainConfig.load(offline[0])
+
+
+def test_teacher_term_pulls_the_policy_to_the_teachers_labels():
+    """Kickstarting: with ``ppo.teacher`` every step is labelled by the scripted teacher on the
+    policy's own history; ``teacher_coef`` > 0 raises agreement with those labels, 0 does not."""
+    agreement = {}
+    for coef in (0.0, 5.0):
+        torch.manual_seed(0)
+        tr = _trainer("icrl_ros/DarkKeyToDoor-v0", num_envs=8, rollout_length=100, num_updates=2, num_minibatches=2,
+                      update_epochs=4, lr=3e-3, ent_coef=0.0, teacher="cycle", teacher_coef=coef)
+        for _ in range(6):
+            stats = tr.rollout_and_update()
+        assert len(stats.losses["teacher_loss"]) == 2 * 4 * 2
+        agreement[coef] = float(np.mean(stats.losses["teacher_agreement"][-4:]))
+    assert agreement[5.0] > 0.6 and agreement[5.0] > agreement[0.0] + 0.2, agreement
+
+
+def test_teacher_needs_a_grid_world_it_plays():
+    with pytest.raises(ValueError, match="no scripted teacher"):
+        _trainer("icrl_ros/Darkroom-v0", teacher="cycle", teacher_coef=0.1)
+    with pytest.raises(ValueError, match="ppo.teacher"):
+        PPOConfig(teacher_coef=0.1).validate()

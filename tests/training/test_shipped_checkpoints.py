@@ -1,0 +1,46 @@
+"""The checkpoints shipped in checkpoints/ still do what BENCHMARKS.md says (short versions)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from icrl_ros.models import load_checkpoint
+from icrl_ros.sim import make_vec
+from icrl_ros.training.evaluate import held_out_tasks, run_trials
+
+ROOT = Path(__file__).resolve().parents[2]
+DARKROOM = ROOT / "checkpoints" / "darkroom_relic.pt"
+
+
+@pytest.mark.skipif(not DARKROOM.is_file(), reason="checkpoints/darkroom_relic.pt not shipped")
+def test_darkroom_relic_learns_in_context_on_held_out_goals():
+    policy, blob = load_checkpoint(DARKROOM)
+    env = make_vec("icrl_ros/Darkroom-v0", 40, split="test", seed=0)
+    held_out_tasks(env, 40, seed=0)  # each of the 20 held-out goals twice
+    out = run_trials(policy, env, steps=1000, window=blob["config"]["ppo"]["rollout_length"], seed=0)
+    R = out["returns"]
+    first, tenth = np.nanmean(R[:, 0]), np.nanmean(R[:, 9])
+    # BENCHMARKS.md (100 trials, 40 episodes): 33 -> 88; issue bar: >= 75 and >= 30 above episode 1
+    assert tenth >= first + 30, (first, tenth)
+    assert tenth >= 75, tenth
+
+
+DKTD = ROOT / "checkpoints" / "dark_key_to_door_relic.pt"
+
+
+@pytest.mark.skipif(not DKTD.is_file(), reason="checkpoints/dark_key_to_door_relic.pt not shipped")
+def test_dark_key_to_door_relic_learns_in_context_on_held_out_tasks():
+    policy, blob = load_checkpoint(DKTD)
+    env = make_vec("icrl_ros/DarkKeyToDoor-v0", 64, split="test", seed=0)
+    held_out_tasks(env, 64, seed=0)
+    oracle = env.oracle_trial_return(500)
+    # sampled at temperature 0.6, chosen on training tasks (BENCHMARKS.md)
+    out = run_trials(policy, env, steps=500, seed=0, temperature=0.6)
+    R = out["returns"]
+    first, tenth = np.nanmean(R[:, 0]), np.nanmean(R[:, 9])
+    norm = float((out["trial_return"] / oracle).mean())
+    # BENCHMARKS.md: 0.639 +- 0.026 of the oracle on 400 held-out trials, 0.77 -> 1.88 by episode
+    # 10; these 64 trials measured 0.610, 0.73 -> 1.89. Margins for 64 trials.
+    assert tenth >= first + 0.7, (first, tenth)
+    assert norm >= 0.55, norm

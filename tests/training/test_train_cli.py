@@ -1,0 +1,154 @@
+"""The training and evaluation CLIs end to end on tiny budgets (real processes)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+TINY = ["--set", "env.num_envs=4", "--set", "ppo.rollout_length=64", "--set", "total_steps=512",
+        "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=4", "--no-progress"]
+
+
+def run(args, **kw):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, env=env, **kw)
+
+
+def test_train_resume_and_evaluate(tmp_path):
+    r = run(["training/train.py", "--config", "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "a"), *TINY])
+    assert r.returncode == 0, r.stderr
+    ckpt = tmp_path / "a" / "checkpoints" / "final.pt"
+    blob = torch.load(ckpt, weights_only=False)
+    assert blob["rollout"] == 2 and blob["env_steps"] == 512
+    assert (tmp_path / "a" / "tb").is_dir()
+    # resume continues the schedule instead of restarting it
+    r = run(["training/train.py", "--config", "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "a"),
+             "--resume", str(tmp_path / "a" / "checkpoints" / "latest.pt"), *TINY[:-1], "--set", "total_steps=1024",
+             "--no-progress"])
+    assert r.returncode == 0, r.stderr
+    assert "rollout 3/4" in r.stdout and "rollout 1/4" not in r.stdout
+    out = tmp_path / "eval"
+    r = run(["training/evaluate.py", str(ckpt), "--trials", "4", "--steps", "250", "--out", str(out),
+             "--temperature", "0.5"])
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "eval.json").read_text())
+    (label, data), = res.items()
+    assert [row["episode"] for row in data["episodes"]][:2] == [1, 2] and data["trials"] == 4
+    assert data["temperature"] == 0.5 and data["greedy"] is False
+    k = data["episodes_all_trials"]  # fixed-step trials: the all-trial prefix, then survivors only
+    assert all(row["n"] == 4 for row in data["episodes"][:k]) and all(row["n"] < 4 for row in data["episodes"][k:])
+    r = run(["training/evaluate.py", str(ckpt), "--temperature", "0", "--out", str(out)])
+    assert r.returncode != 0 and "--temperature must be positive" in r.stderr and "Traceback" not in r.stderr
+    assert (out / "icl_curve.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [(["--set", "env.id=Nope-v0"], "env.id"), (["--set", "model.sink=sinky"], "model.sink"),
+     (["--set", "ppo.num_updates=-1"], "ppo.num_updates"), (["--config", "missing.yaml"], "missing.yaml"),
+     (["--set", "ppo.teacher=cycle"], "no scripted teacher")],
+)
+def test_bad_config_fails_at_start_with_the_field(args, needle):
+    r = run(["training/train.py", "--config", "config/train/darkroom.yaml", *args, "--no-progress"])
+    assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_torchrun_two_processes_gloo(tmp_path):
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    r = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "training/train.py", "--config",
+                        "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "d"), *TINY[:-1],
+                        "--set", "total_steps=1024", "--no-progress"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "2 process(es)" in r.stdout
+    assert torch.load(tmp_path / "d" / "checkpoints" / "final.pt", weights_only=False)["env_steps"] == 1024
+
+
+def test_evaluate_merge_combines_stored_results_and_refuses_bad_files(tmp_path):
+    def result(means):
+        return {"env": "icrl_ros/Darkroom-v0", "split": "test", "trials": 4, "memory_bytes": 1024,
+                "memory_tokens_at_end": 8, "episodes": [{"episode": i + 1, "mean": m, "ci95": 1.0, "n": 4}
+                                                        for i, m in enumerate(means)],
+                "trial_return": {"mean": 1.0, "ci95": 0.1, "oracle_normalised": 0.5, "oracle_normalised_ci95": 0.1}}
+
+    (tmp_path / "a.json").write_text(json.dumps({"relic": result([30.0, 80.0])}))
+    (tmp_path / "b.json").write_text(json.dumps({"memo": result([25.0, 70.0, 75.0])}))
+    r = run(["training/evaluate.py", "--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+             "--out", str(tmp_path / "all")])
+    assert r.returncode == 0, r.stderr
+    merged = json.loads((tmp_path / "all" / "eval.json").read_text())
+    assert list(merged) == ["relic", "memo"] and merged["memo"]["episodes"][2]["mean"] == 75.0
+    assert (tmp_path / "all" / "icl_curve.png").stat().st_size > 0
+    assert "80.00" in r.stdout and "75.00" in r.stdout
+    r = run(["training/evaluate.py", "--merge", str(tmp_path / "a.json"), str(tmp_path / "a.json"),
+             "--out", str(tmp_path / "dup")])
+    assert r.returncode != 0 and "labels repeat" in r.stderr
+    (tmp_path / "bad.json").write_text(json.dumps({"x": 1}))
+    r = run(["training/evaluate.py", "--merge", str(tmp_path / "bad.json")])
+    assert r.returncode != 0 and "not an eval.json" in r.stderr
+
+
+def test_curves_mark_episodes_only_some_trials_reached(tmp_path):
+    import numpy as np
+
+    from icrl_ros.training.evaluate import episode_rows, episodes_all_trials, plot, print_table
+
+    # 4 fixed-step trials: all finish 2 episodes, two finish a 3rd, one a 4th (the fast one, high return)
+    R = np.array([[1, 2, np.nan, np.nan], [1, 2, 3, np.nan], [1, 2, 3, 9], [1, 2, np.nan, np.nan]], float)
+    rows = episode_rows(R)
+    assert [r["n"] for r in rows] == [4, 4, 2, 1] and rows[3]["mean"] == 9.0
+    assert episodes_all_trials(rows, 4) == 2 and episodes_all_trials(rows[:2], 4) == 2
+    result = {"env": "icrl_ros/Darkroom-v0", "split": "test", "trials": 4, "episodes": rows, "memory_bytes": 0,
+              "memory_tokens_at_end": 0,
+              "trial_return": {"mean": 1.0, "ci95": 0.1, "oracle_normalised": 0.5, "oracle_normalised_ci95": 0.1}}
+    print_table([result], ["x"])
+    plot([result], ["x"], tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_table_marks_survivor_rows(capsys, tmp_path):
+    import numpy as np
+
+    from icrl_ros.training.evaluate import episode_rows, print_table
+
+    rows = episode_rows(np.array([[1, 2, 3], [1, 2, np.nan]], float))
+    print_table([{"trials": 2, "episodes": rows, "memory_bytes": 0, "memory_tokens_at_end": 0,
+                  "trial_return": {"mean": 1.0, "ci95": 0.1, "oracle_normalised": 0.5, "oracle_normalised_ci95": 0.1}}],
+                ["x"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].rstrip().endswith("(n=  2)") and lines[3].rstrip().endswith("(n=  1)*")
+    assert any("faster trials only" in line for line in lines)
+
+
+def test_seed_groups_summarise_seeds_and_the_difference():
+    from icrl_ros.training.evaluate import seed_groups
+
+    def res(x):
+        return {"trial_return": {"oracle_normalised": x}}
+
+    labels = ["relic/s0", "relic/s1", "relic/s2", "memo/s0", "memo/s1", "memo/s2", "single"]
+    vals = [0.5, 0.6, 0.7, 0.6, 0.7, 0.8, 0.1]
+    g = seed_groups([res(v) for v in vals], labels)
+    assert list(g) == ["relic", "memo"]  # "single" names no seed
+    assert abs(g["relic"]["mean"] - 0.6) < 1e-9 and abs(g["relic"]["std"] - 0.1) < 1e-9
+    assert abs(g["relic"]["ci95"] - 4.303 * 0.1 / 3 ** 0.5) < 1e-6  # t(2 df)
+    v = g["memo"]["vs"]
+    assert v["baseline"] == "relic" and abs(v["diff"] - 0.1) < 1e-9
+    assert abs(v["welch_df"] - 4.0) < 1e-9 and abs(v["ci95"] - 2.776 * (0.02 / 3) ** 0.5) < 1e-6
+
+
+def test_evaluate_refuses_a_directory_that_is_not_a_house_bundle(tmp_path):
+    """A bundle directory is evaluated as a house bundle only when its manifest says so."""
+    (tmp_path / "empty").mkdir()
+    r = run(["training/evaluate.py", str(tmp_path / "empty"), "--trials", "1"])
+    assert r.returncode != 0 and "not a bundle" in r.stderr and "Traceback" not in r.stderr
+    grid = tmp_path / "grid"
+    grid.mkdir()
+    text = open("bundles/house_relic/manifest.yaml").read()
+    (grid / "manifest.yaml").write_text(text.replace("icrl_ros/MiniWorldHouse-v0", "icrl_ros/Darkroom-v0"))
+    r = run(["training/evaluate.py", str(grid), "--trials", "1"])
+    assert r.returncode != 0 and "icrl_ros/Darkroom-v0" in r.stderr and "checkpoint (.pt)" in r.stderr
