@@ -44,6 +44,9 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=30.0)
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--out", default="")
+    p.add_argument("--fake-runner", action="store_true",
+                   help="the tests' scripted runner (always forward, no network) instead of the shipped bundle: "
+                        "separates the ROS side of the agent from the policy")
     args = p.parse_args()
 
     env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
@@ -67,11 +70,19 @@ def main() -> int:
     seconds = args.minutes * 60.0
     logs = Path(args.out).with_suffix("") if args.out else Path("/tmp") / f"bench_camera_{args.width}x{args.height}"
     logs.mkdir(parents=True, exist_ok=True)
-    agent_cmd = [sys.executable, "-m", "icrl_ros.nodes.agent_node", "--ros-args",
+    module, extra = "icrl_ros.nodes.agent_node", []
+    if args.fake_runner:
+        import runpy
+
+        write_fake_bundle = runpy.run_path(str(REPO / "tests" / "nodes" / "fake_runner.py"))["write_fake_bundle"]
+        module = "tests.nodes.fake_agent_main"
+        extra = ["-p", "bundle_path:=" + write_fake_bundle(str(logs / "fake_bundle"), script=[1], image_size=[64, 64],
+                                                         goal_names=["red_box"])]
+    agent_cmd = [sys.executable, "-m", module, "--ros-args",
                  "--params-file", str(REPO / "config" / "agent.yaml"), "--params-file", str(REPO / "config" / "fetch.yaml"),
                  "-p", "device:=cpu", "-p", "backend:=onnxruntime", "-p", "autostart:=true",
                  "-p", "idle_after_stop:=false", "-p", "status_rate_hz:=1.0", "-p", "camera_topic:=/camera/image_raw",
-                 "-p", "memory_path:=" + str(logs / "memory")]
+                 "-p", "memory_path:=" + str(logs / "memory"), *extra]
     agent = subprocess.Popen(agent_cmd, cwd=REPO, env=env, stdout=open(logs / "agent.log", "wb"),
                              stderr=subprocess.STDOUT)
     rclpy.init()
