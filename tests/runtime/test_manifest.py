@@ -21,12 +21,7 @@ SHIPPED = REPO / "bundles" / "house_relic" / "manifest.yaml"  # exported with ve
 V1 = REPO / "bundles" / "house_memo" / "manifest.yaml"  # a committed bundle exported before version 2
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_policy():

@@ -47,13 +47,7 @@ def decisive(policy):
     return policy
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Small models on a shared 2-core machine: torch's intra-op threads only contend."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

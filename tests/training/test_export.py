@@ -26,12 +26,7 @@ def small_args(**kw) -> ModelArgs:
     return ModelArgs(**base)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
