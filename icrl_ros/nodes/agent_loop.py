@@ -246,17 +246,10 @@ class AgentLoop:
             self._active_since = self.clock()
             self.stale = False
 
-    def deactivate(self, why: str = "deactivated") -> None:
-        """Stop the base (a zero velocity) and stop acting; the memory and episode are kept."""
-        self.stop_robot(why)
-        with self.lock:
-            self.active = False
-            self._pending = None
-
     def stop_robot(self, why: str) -> bool:
-        """Abort the current step and publish one zero velocity while the loop is active (deactivate,
-        shutdown, error, process exit). Nothing publishes a non-zero command after this until
-        :meth:`activate`. True when a zero went out."""
+        """Abort the current step, drop the held frame and publish one zero velocity while the loop is
+        active (deactivate, shutdown, error, process exit); the memory and episode are kept. Nothing
+        publishes a non-zero command after this until :meth:`activate`. True when a zero went out."""
         with self.lock:
             if self.action_executor is not None:
                 self.action_executor.abort()

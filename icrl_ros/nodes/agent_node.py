@@ -345,7 +345,7 @@ class AgentNode(LifecycleNode):
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self.loop.lock:
-            self.loop.deactivate()
+            self.loop.stop_robot("deactivated")
             for timer in self._watchdogs.values():
                 timer.cancel()
         return super().on_deactivate(state)  # publishers go inactive after the zero went out

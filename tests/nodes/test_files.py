@@ -171,7 +171,7 @@ def test_demo_runs_the_node_default_bundle() -> None:
     """`make demo` shows the bundle a user gets with an empty bundle_path (it ran house_memo for two
     sessions after the default moved to house_relic)."""
     from icrl_ros.nodes import shipped
-    from icrl_ros.training.demo_ros import parser
+    from icrl_ros.nodes.demo_ros import parser
 
     assert os.path.basename(parser().parse_args([]).bundle) == shipped.DEFAULT_BUNDLE
 

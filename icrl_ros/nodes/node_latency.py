@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from icrl_ros.training._cli import REPO_ROOT, fail
-from icrl_ros.training.demo_ros import NAMESPACE, loopback_ros_env, params_file
+from icrl_ros.nodes.demo_ros import NAMESPACE, loopback_ros_env, params_file
 
 
 def stats(ms: np.ndarray) -> dict[str, float]:
