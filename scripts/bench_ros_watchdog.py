@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import random
+import runpy
 import signal
 import subprocess
 import sys
@@ -41,9 +42,10 @@ def main() -> int:
     for var in ("ROS_STATIC_PEERS", "FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE"):
         os.environ.pop(var, None)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    sys.path.insert(0, str(REPO))
     from icrl_ros.nodes.dds import use_shipped_profile
-    from tests.nodes.fake_runner import write_fake_bundle
+
+    # the test suite's fake bundle writer, read as a file (tests/ is not a package to import from here)
+    write_fake_bundle = runpy.run_path(str(REPO / "tests" / "nodes" / "fake_runner.py"))["write_fake_bundle"]
 
     use_shipped_profile()  # the camera frames leave this process: the large segment
     tmp = Path(tempfile.mkdtemp(prefix="bench_watchdog_"))

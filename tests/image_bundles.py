@@ -20,11 +20,11 @@ def image_policy(kind: str, max_episode_steps: int = 40):
     common = dict(n_obs=1, n_actions=4, max_episode_steps=max_episode_steps, n_goals=len(GOALS), use_reward=False,
                   image_size=IMAGE, obs_type="image", d_model=32, n_layers=2, n_heads=4, d_mlp=64)
     if kind == "radt":
-        from icrl_ros.models.radt import RADTArgs, RADTPolicy
+        from icrl_ros.families.radt.model import RADTArgs, RADTPolicy
 
         return RADTPolicy(RADTArgs(**common, context=6, key_dim=64)).eval()
     from icrl_ros.models.config import ModelArgs
-    from icrl_ros.models.hcam import HCAMPolicy
+    from icrl_ros.families.hcam.model import HCAMPolicy
 
     return HCAMPolicy(ModelArgs(kind="hcam", **common, hcam_chunk=4, hcam_top_k=2, sink="kv0")).eval()
 

@@ -1,6 +1,8 @@
 """Bounded memory managers that own the key/value cache between steps.
 
-One class per memory policy (see :mod:`icrl_ros.memory.base` for the shared contract):
+The shared contract (:mod:`icrl_ros.memory.base`), ReLIC's KV caches (:mod:`.kv_cache`) and
+snapshots live here; each other family's memory lives in its folder (``icrl_ros/families/<kind>/
+memory.py``) and is registered by its ``FAMILY``. One class per memory policy:
 
 =============  ====================  ==========================================================
 name           class                 what it keeps
@@ -21,31 +23,27 @@ name           class                 what it keeps
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from icrl_ros.families import FAMILIES
+from icrl_ros.families import FAMILIES, _load, family_of, memory_policies
 from icrl_ros.memory.base import ON_FULL, Memory, MemoryBudgetError, MemoryFullError, slot_bytes
 from icrl_ros.memory.kv_cache import FullContextMemory, KVCache, SinkWindowMemory
-from icrl_ros.memory.hcam import HCAMMemory
-from icrl_ros.memory.memo import MemoMemory
-from icrl_ros.memory.retrieval import RetrievalIndex, Retrieved
 from icrl_ros.memory.snapshot import SnapshotError
-from icrl_ros.memory.subtrajectories import SubTrajectoryMemory
 
-MEMORY_POLICIES: dict[str, type[Memory]] = {
-    "full": FullContextMemory,
-    "window": SinkWindowMemory,
-    "memo": MemoMemory,
-    "hcam": HCAMMemory,
-    "retrieval": SubTrajectoryMemory,
-}
-"""Registry: memory policy name -> class."""
+MEMORY_POLICIES: dict[str, str] = memory_policies()
+"""Registry: memory policy name -> ``module:Class`` (each family's ``FAMILY.memories``; the class
+is imported by :func:`memory_class` when asked for)."""
 
-KIND_POLICIES = {kind: f.memories for kind, f in FAMILIES.items()}
+KIND_POLICIES = {kind: tuple(f.memories) for kind, f in FAMILIES.items()}
 """Model kind -> the memory policies that apply to it (the first is the default; :mod:`icrl_ros.families`)."""
 RELIC_POLICIES = KIND_POLICIES["relic"]
+
+
+def memory_class(name: str) -> type[Memory]:
+    """The class of memory policy ``name``."""
+    if name not in MEMORY_POLICIES:
+        raise ValueError(f"memory: unknown policy {name!r}; known: {sorted(MEMORY_POLICIES)}")
+    return _load(MEMORY_POLICIES[name])
 
 
 def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim: int, batch: int = 1,
@@ -60,33 +58,14 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
     ``key_proj``, ``context``, ``horizon``, ``n_actions``, ``obs_features`` (image models) and the re-ranking weights
     ``relevance_weight`` / ``utility_weight``; the KV dims are ignored). A size field left
     out (None) is derived from ``budget_bytes`` (the largest memory that fits); a given
-    size must fit the budget.
+    size must fit the budget. Each class builds itself (``Memory.create``).
     """
-    if name not in MEMORY_POLICIES:
-        raise ValueError(f"memory: unknown policy {name!r}; known: {sorted(MEMORY_POLICIES)}")
-    allowed = KIND_POLICIES.get(kind, RELIC_POLICIES)
-    if name not in allowed:
-        raise ValueError(f"memory: policy {name!r} does not apply to a {kind} model; use one of {list(allowed)}")
+    memory_class(name)  # an unknown name fails before a family mismatch
+    cls = family_of(kind).memory_class(name)
     dims = dict(n_layers=n_layers, batch=batch, n_heads=n_heads, head_dim=head_dim)
-    common = dict(dtype=dtype, device=device, budget_bytes=budget_bytes)
-    size = cfg.get
-    if name == "full":
-        return FullContextMemory(**dims, capacity=size("capacity"), n_prefix=n_prefix,
-                                 on_full=cfg.get("on_full", "error"), **common)
-    if name == "window":
-        return SinkWindowMemory(**dims, window=size("window"), n_prefix=n_prefix, **common)
-    if name == "retrieval":
-        return SubTrajectoryMemory.from_projection(
-            cfg["key_proj"], cfg["context"], cfg["horizon"], cfg["n_actions"], obs_features=cfg.get("obs_features", 0),
-            max_episodes=size("max_episodes"),
-            relevance_weight=cfg.get("relevance_weight", 1.0), utility_weight=cfg.get("utility_weight", 1.0),
-            on_full=cfg.get("on_full", "evict_oldest"), budget_bytes=budget_bytes)
-    if name == "hcam":
-        return HCAMMemory(**dims, n_mem_layers=n_mem_layers, chunk=chunk, top_k=top_k, max_chunks=size("max_chunks"),
-                          **common)
-    return MemoMemory(n_layers, batch, n_heads, head_dim, l_seg, l_sum, variant, size("max_sets"),
-                      segment_capacity=cfg.get("segment_capacity"), schedule=cfg.get("schedule"),
-                      on_full=cfg.get("on_full", "evict_oldest"), **common)
+    model = dict(n_prefix=n_prefix, l_seg=l_seg, l_sum=l_sum, variant=variant, n_mem_layers=n_mem_layers,
+                 chunk=chunk, top_k=top_k)
+    return cls.create(dims, model, cfg, dict(dtype=dtype, device=device, budget_bytes=budget_bytes))
 
 
 def model_dims(args) -> dict:
@@ -104,17 +83,9 @@ def trial_sizes(name: str, args, steps: int, schedule: list[int] | None = None) 
     set (memo; segments per ``schedule``, else ``l_seg``), every chunk (hcam), one stored
     episode per step at most (retrieval). A sliding window keeps a trial only when it is longer
     than the trial, so it has no such size."""
-    if name == "full":
-        return {"capacity": steps, "on_full": "error"}
-    if name == "memo":
-        shortest = min(schedule) if schedule else args.l_seg
-        return {"max_sets": max(1, math.ceil(steps / shortest)), "on_full": "error"}
-    if name == "hcam":
-        return {"max_chunks": max(args.hcam_top_k, steps // args.hcam_chunk)}
-    if name == "retrieval":
-        return {"max_episodes": steps, "on_full": "error"}
-    raise ValueError(f"memory: a {name!r} memory has no size that keeps a whole trial")
+    return memory_class(name).trial_sizes(args, steps, schedule)
 
 
-__all__ = ["Memory", "KVCache", "HCAMMemory", "RetrievalIndex", "SubTrajectoryMemory", "Retrieved", "FullContextMemory", "SinkWindowMemory", "MemoMemory", "MEMORY_POLICIES",
-           "KIND_POLICIES", "create_memory", "model_dims", "trial_sizes", "MemoryBudgetError", "MemoryFullError", "SnapshotError", "ON_FULL", "slot_bytes"]
+__all__ = ["Memory", "KVCache", "FullContextMemory", "SinkWindowMemory", "MEMORY_POLICIES", "memory_class",
+           "KIND_POLICIES", "create_memory", "model_dims", "trial_sizes", "MemoryBudgetError", "MemoryFullError",
+           "SnapshotError", "ON_FULL", "slot_bytes"]

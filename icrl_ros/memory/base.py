@@ -66,6 +66,20 @@ class Memory:
     valid: Tensor
     episode: Tensor
 
+    @classmethod
+    def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> Memory:
+        """Build from :func:`icrl_ros.memory.create_memory`'s arguments: ``dims`` (n_layers, batch,
+        n_heads, head_dim), ``model`` (the model's fields a memory needs: n_prefix, l_seg, l_sum,
+        variant, n_mem_layers, chunk, top_k), ``cfg`` (this policy's own settings), ``common``
+        (dtype, device, budget_bytes)."""
+        raise NotImplementedError(f"{cls.__name__}.create")
+
+    @classmethod
+    def trial_sizes(cls, args, steps: int, schedule: list[int] | None = None) -> dict:
+        """The settings that keep everything a trial of ``steps`` steps needs (see
+        :func:`icrl_ros.memory.trial_sizes`); a memory that cannot raises."""
+        raise ValueError(f"memory: a {cls.__name__} has no size that keeps a whole trial")
+
     def _allocate(self, n_layers: int, batch: int, n_heads: int, head_dim: int, slots: int, dtype, device,
                   budget_bytes: int | None) -> None:
         need = batch * slots * slot_bytes(n_layers, n_heads, head_dim, dtype)
@@ -96,6 +110,29 @@ class Memory:
         store); the core then returns one extra output per ``commit`` argument beyond
         (k, v, episode)."""
         return ()
+
+    # -- one control step (icrl_ros.runtime.control.ControlStep asks; a family's memory may differ) --
+    episode_masked: bool = True
+    """Without inter-episode attention the step masks slots of other episodes (Memo's summaries
+    mix episodes, so its memory says False)."""
+
+    def write_position(self, episode: Tensor, out: Tensor) -> None:
+        """The next step's RoPE index (B,) into ``out``: the episode index."""
+        out.copy_(episode)
+
+    def commit_step(self, engine, k: Tensor, v: Tensor, episode: Tensor, *more: Tensor) -> None:
+        """Store one step's core outputs (``more``: the core's extra outputs, see
+        :meth:`core_inputs`); ``engine`` runs any graph the memory needs (Memo: summarize)."""
+        self.commit(k, v, episode, *more)
+
+    def load_trial(self, policy, seq: dict[str, Tensor], schedule: list[int] | None = None) -> Tensor:
+        """Adopt what ``policy``'s whole-sequence forward over a trial prefix ``seq`` ends with
+        (the memory the same steps one at a time would hold); returns the values (B, T)."""
+        _, values, k, v = policy.forward_sequence(seq)
+        self.load_sequence(k, v, seq["episode_index"])
+        if policy.n_prefix:
+            self.set_prefix(*policy.initial_cache(k.shape[1], k.device))
+        return values
 
     # -- sizes ------------------------------------------------------------------------
     @property

@@ -159,6 +159,15 @@ class FullContextMemory(KVCache):
         super().__init__(n_layers, batch, n_heads, head_dim, capacity, None, n_prefix, dtype, device, on_full,
                          budget_bytes)
 
+    @classmethod
+    def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> FullContextMemory:
+        return cls(**dims, capacity=cfg.get("capacity"), n_prefix=model.get("n_prefix", 0),
+                   on_full=cfg.get("on_full", "error"), **common)
+
+    @classmethod
+    def trial_sizes(cls, args, steps: int, schedule: list[int] | None = None) -> dict:
+        return {"capacity": steps, "on_full": "error"}
+
 
 class SinkWindowMemory(KVCache):
     """Sink + sliding window: the newest ``window`` steps in a ring (default: as many as
@@ -171,3 +180,7 @@ class SinkWindowMemory(KVCache):
                                         dtype, n_prefix, "window")
         super().__init__(n_layers, batch, n_heads, head_dim, window, window, n_prefix, dtype, device,
                          "evict_oldest", budget_bytes)
+
+    @classmethod
+    def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> SinkWindowMemory:
+        return cls(**dims, window=cfg.get("window"), n_prefix=model.get("n_prefix", 0), **common)

@@ -30,7 +30,7 @@ def model_args_from_dict(d: dict, kind: str | None = None):
     """The stored model arguments of a checkpoint or bundle: ``RADTArgs`` for ``kind`` (default:
     ``d["kind"]``) ``radt`` (a DT with a retrieval memory), else ``ModelArgs``."""
     if (kind or d.get("kind")) == "radt":
-        from icrl_ros.models.radt import RADTArgs
+        from icrl_ros.families.radt.model import RADTArgs
 
         return RADTArgs.from_dict(d)
     return ModelArgs.from_dict(d)

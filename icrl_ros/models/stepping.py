@@ -2,8 +2,9 @@
 
 Stepping itself is :class:`icrl_ros.runtime.control.ControlStep` (``ControlStep.live(policy,
 memory)``), the step the deploy runtime runs. ReLIC uses a :class:`~icrl_ros.memory.KVCache`,
-Memo a :class:`~icrl_ros.memory.MemoMemory` (which summarises at segment ends), HCAM an
-:class:`~icrl_ros.memory.HCAMMemory` (local window + chunk store).
+Memo a :class:`~icrl_ros.families.memo.memory.MemoMemory` (which summarises at segment ends), HCAM
+an :class:`~icrl_ros.families.hcam.memory.HCAMMemory` (local window + chunk store); each memory
+knows how to adopt a whole-sequence forward (``Memory.load_trial``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 from torch import Tensor
 
 from icrl_ros.families import family_of
-from icrl_ros.memory import KIND_POLICIES, HCAMMemory, MemoMemory, create_memory, model_dims, trial_sizes
+from icrl_ros.memory import KIND_POLICIES, create_memory, model_dims, trial_sizes
 from icrl_ros.models.policy import ICLPolicy
 
 
@@ -48,19 +49,7 @@ def make_memory(policy: ICLPolicy, batch: int, steps: int, window: int | None = 
 @torch.no_grad()
 def refresh(policy: ICLPolicy, mem, seq: dict[str, Tensor], schedule: list[int] | None = None) -> Tensor:
     """Recompute the memory and the values of a trial prefix with the current weights."""
-    if isinstance(mem, HCAMMemory):
-        _, values, k, v, extras = policy.forward_sequence(seq, max_chunks=mem.max_chunks)
-        mem.load_sequence(k, v, extras["layer_inputs"], seq["episode_index"])
-        return values
-    if isinstance(mem, MemoMemory):
-        _, values, state = policy.forward_sequence(seq, schedule)
-        mem.load_state(state)
-        return values
-    _, values, k, v = policy.forward_sequence(seq)
-    mem.load_sequence(k, v, seq["episode_index"])
-    if policy.n_prefix:
-        mem.set_prefix(*policy.initial_cache(k.shape[1], k.device))
-    return values
+    return mem.load_trial(policy, seq, schedule)
 
 
 def build_policy(args, load_pretrained: bool = False) -> ICLPolicy:

@@ -14,7 +14,7 @@ static dims the model implies (:func:`~icrl_ros.runtime.graphs.graph_specs`); th
 sink-token cache and the recorded sample have the right arrays. Weights for the torch
 backend are loaded strictly and checked against ``model.hash`` when first used.
 
-RA-DT bundles (``model.kind: radt``) carry :class:`~icrl_ros.models.radt.RADTArgs`, one
+RA-DT bundles (``model.kind: radt``) carry :class:`~icrl_ros.families.radt.model.RADTArgs`, one
 ``policy`` graph, the retrieval keys' projection (``key_projection.npz``, checked for
 shape) and a ``retrieval`` manifest section (top-l, re-ranking weights, target return).
 """
@@ -32,7 +32,7 @@ from icrl_ros.families import family_of
 from icrl_ros.models.checkpoint import model_args_from_dict
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.policy import ICLPolicy
-from icrl_ros.models.radt import RADTArgs
+from icrl_ros.families.radt.model import RADTArgs
 from icrl_ros.runtime.manifest import FORMAT, MANIFEST, VERSION, Manifest, ManifestError
 
 WEIGHTS = "weights.pt"
@@ -191,11 +191,9 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
 
     # graphs against the model
     if radt:
-        from icrl_ros.runtime.graphs import radt_graph_specs
+        from icrl_ros.families.radt.model import input_spec
 
-        from icrl_ros.models.radt import input_spec
-
-        specs, sample_keys = radt_graph_specs(args), RADT_SAMPLE_KEYS
+        specs, sample_keys = graph_specs(args, precision), RADT_SAMPLE_KEYS
         if args.obs_type == "image":
             sample_keys = (*input_spec(args), *sample_keys[1:])
     else:

@@ -27,8 +27,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from icrl_ros.memory import MemoMemory
-
 
 class ControlStep:
     """One token per env through ``engine`` against ``memory`` (batch = ``memory.batch``).
@@ -38,8 +36,7 @@ class ControlStep:
 
     def __init__(self, engine, memory, iea: bool) -> None:
         self.engine, self.memory = engine, memory
-        self.is_memo = isinstance(memory, MemoMemory)
-        self.own_mask = not (iea or self.is_memo)
+        self.own_mask = not iea and memory.episode_masked
         self.position = torch.zeros(memory.batch, dtype=torch.long, device=memory.valid.device)
         self.mask = torch.zeros_like(memory.valid) if self.own_mask else None
 
@@ -61,21 +58,14 @@ class ControlStep:
         if episode is None:
             episode = inputs["episode_index"]
         x = eng.encode(inputs)
-        if self.is_memo:
-            self.position.fill_(mem.pos_base() + mem.seg_count)
-        else:
-            self.position.copy_(episode)  # RoPE on the episode index
+        mem.write_position(episode, self.position)  # RoPE index: the episode (Memo: its slot rule)
         past_k, past_v, valid, slot_episode = mem.view()
         mask = valid
         if self.own_mask:  # this episode's slots and the sink token only
             mask = torch.logical_and(valid, (slot_episode == episode[:, None]) | (slot_episode < 0), out=self.mask)
         h, k, v, *more = eng.core(x, self.position, mask, past_k, past_v, *mem.core_inputs())
         if commit:
-            if self.is_memo:
-                if mem.commit(k, v, episode):
-                    mem.add_summary(*eng.summarize(*mem.summary_inputs()))
-            else:
-                mem.commit(k, v, episode, *more)  # HCAM: + the token's memory-layer inputs
+            mem.commit_step(eng, k, v, episode, *more)  # HCAM: + the token's memory-layer inputs; Memo summarises
         return eng.heads(h)
 
 

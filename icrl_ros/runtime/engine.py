@@ -18,7 +18,7 @@ heads          hidden (B, D) -> logits (B, A) float32, value (B,) float32
 summarize      (Memo) mem_k, mem_v (L, B, H, P, hd), mem_valid, sum_valid (B, P),
                pos_base, seg_len, new_base (B,) -> sum_k, sum_v (L, B, H, l_sum, hd)
 policy         (RA-DT, its only graph) window (B, C) x 6 then retrieved (B, k, 2C)
-               x 6, in ``radt_graph_specs`` order -> logits (B, A) float32
+               x 6, in ``icrl_ros.families.radt.graphs.graph_specs`` order -> logits (B, A) float32
 =============  ===============================================================
 
 Engines build from ``bundle.specs``, so an RA-DT bundle (one ``policy`` graph) has no

@@ -1,11 +1,12 @@
 """The graphs a deploy bundle holds, as torch modules over a trained policy.
 
-One control step is ``encoder -> core -> heads`` (plus ``summarize`` at a Memo segment
-end); RA-DT's is one ``policy`` graph (window + retrieved sub-trajectories -> logits,
-:class:`RADTGraph`), the retrieval itself runs outside it (faiss). HCAM's core also reads the chunk store and returns the token's memory-layer
-inputs (what the store keeps); top-k and gather run inside it. Every graph is a pure
-function of plain tensors, so the same module serves the torch engine, ONNX export
-(and, through the ONNX, TensorRT). Shapes, names and dtypes are fixed by
+One control step is ``encoder -> core -> heads``: the shared graphs here, ReLIC's whole set.
+Each family's ``graphs`` module (:mod:`icrl_ros.families`) says what it adds or replaces:
+Memo a ``summarize`` graph at segment ends (:mod:`icrl_ros.families.memo.graphs`), HCAM a core
+that also reads the chunk store (:mod:`icrl_ros.families.hcam.graphs`), RA-DT one ``policy``
+graph over its window and retrieved sub-trajectories (:mod:`icrl_ros.families.radt.graphs`).
+Every graph is a pure function of plain tensors, so the same module serves the torch engine,
+ONNX export (and, through the ONNX, TensorRT). Shapes, names and dtypes are fixed by
 :func:`graph_specs`, which the exporter writes into the manifest and the bundle loader
 checks the ONNX files against.
 
@@ -30,11 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from icrl_ros.families import family_of
-from icrl_ros.models.hcam import HCAMPolicy
-from icrl_ros.models.memo import MemoPolicy
 from icrl_ros.models.policy import ICLPolicy
-from icrl_ros.models.radt import REWARD_KEYS, RETRIEVED_KEYS, WINDOW_KEYS, RADTArgs, RADTPolicy
-from icrl_ros.models.radt import input_spec as radt_input_spec
 
 PRECISIONS = ("fp32", "fp16")
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "bool": torch.bool,
@@ -51,115 +48,39 @@ def cache_dtype(precision: str) -> torch.dtype:
     return torch.float16 if precision == "fp16" else torch.float32
 
 
-def graph_specs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, dict[str, list[dict]]]:
-    """Inputs and outputs of every graph: ``{graph: {"inputs": [{name, dtype, shape}], "outputs": [...]}}``.
+def graph_specs(policy: nn.Module, precision: str = "fp32") -> dict[str, dict[str, list[dict]]]:
+    """Inputs and outputs of every graph of ``policy``'s family (its ``graphs`` module):
+    ``{graph: {"inputs": [{name, dtype, shape}], "outputs": [...]}}``. Shapes use ``"batch"`` and
+    ``"cache"`` for the dynamic axes, integers elsewhere."""
+    return family_of(policy).graph_module().graph_specs(policy, precision)
 
-    Shapes use ``"batch"`` and ``"cache"`` for the dynamic axes, integers elsewhere.
-    HCAM: the window is static (``hcam_chunk`` slots); ``cache`` is the chunk store's slots.
-    """
+
+def shared_graph_specs(policy: ICLPolicy, precision: str = "fp32", window: int | str = "cache"
+                       ) -> dict[str, dict[str, list[dict]]]:
+    """The encoder / core / heads every cached-step family has (ReLIC's whole set). ``window``:
+    the core's cache slots (a dynamic ``"cache"``, or a static size)."""
     a = policy.args
-    fam = family_of(policy)
-    if not fam.cached_step:
-        return radt_graph_specs(a)
     L, H, hd, D = a.n_layers, a.n_heads, a.head_dim, a.d_model
     f = dtype_name(cache_dtype(precision))  # the cache (and the new keys / values)
-    io = _io
-    enc_in = [io(n, dtype_name(dt), ["batch", *shape]) for n, (shape, dt) in policy.input_spec().items()]
-    hcam = fam.chunk_store
-    win = a.hcam_chunk if hcam else "cache"
-    specs = {
-        "encoder": {"inputs": enc_in, "outputs": [io("x", "float32", ["batch", D])]},
+    enc_in = [io_spec(n, dtype_name(dt), ["batch", *shape]) for n, (shape, dt) in policy.input_spec().items()]
+    return {
+        "encoder": {"inputs": enc_in, "outputs": [io_spec("x", "float32", ["batch", D])]},
         "core": {
-            "inputs": [io("x", "float32", ["batch", D]), io("position", "int64", ["batch"]),
-                       io("mask", "bool", ["batch", win])]
-            + [io(f"past_k_{i}", f, ["batch", H, win, hd]) for i in range(L)]
-            + [io(f"past_v_{i}", f, ["batch", H, win, hd]) for i in range(L)],
-            "outputs": [io("hidden", "float32", ["batch", D]), io("new_k", f, [L, "batch", H, 1, hd]),
-                        io("new_v", f, [L, "batch", H, 1, hd])],
+            "inputs": [io_spec("x", "float32", ["batch", D]), io_spec("position", "int64", ["batch"]),
+                       io_spec("mask", "bool", ["batch", window])]
+            + [io_spec(f"past_k_{i}", f, ["batch", H, window, hd]) for i in range(L)]
+            + [io_spec(f"past_v_{i}", f, ["batch", H, window, hd]) for i in range(L)],
+            "outputs": [io_spec("hidden", "float32", ["batch", D]), io_spec("new_k", f, [L, "batch", H, 1, hd]),
+                        io_spec("new_v", f, [L, "batch", H, 1, hd])],
         },
-        "heads": {"inputs": [io("hidden", "float32", ["batch", D])],
-                  "outputs": [io("logits", "float32", ["batch", a.n_actions]), io("value", "float32", ["batch"])]},
+        "heads": {"inputs": [io_spec("hidden", "float32", ["batch", D])],
+                  "outputs": [io_spec("logits", "float32", ["batch", a.n_actions]),
+                              io_spec("value", "float32", ["batch"])]},
     }
-    if hcam:  # the chunk store as HCAMMemory.core_inputs() hands it over
-        Lm, C = len(a.memory_layers), a.hcam_chunk
-        specs["core"]["inputs"] += ([io(f"chunk_x_{j}", f, ["batch", "cache", C, D]) for j in range(Lm)]
-                                    + [io(f"chunk_key_{j}", f, ["batch", "cache", D]) for j in range(Lm)]
-                                    + [io("chunk_valid", "bool", ["batch", "cache"])])
-        specs["core"]["outputs"].append(io("x_mem", f, [Lm, "batch", 1, D]))
-    if fam.segments:
-        kv = lambda n: io(n, f, [L, "batch", H, "cache", hd])  # noqa: E731
-        specs["summarize"] = {
-            "inputs": [kv("mem_k"), kv("mem_v"), io("mem_valid", "bool", ["batch", "cache"]),
-                       io("sum_valid", "bool", ["batch", "cache"]), io("pos_base", "int64", ["batch"]),
-                       io("seg_len", "int64", ["batch"]), io("new_base", "int64", ["batch"])],
-            "outputs": [io("sum_k", f, [L, "batch", H, a.l_sum, hd]), io("sum_v", f, [L, "batch", H, a.l_sum, hd])],
-        }
-    return specs
 
 
-def _io(name: str, dtype: str, shape) -> dict:
+def io_spec(name: str, dtype: str, shape) -> dict:
     return {"name": name, "dtype": dtype, "shape": list(shape)}
-
-
-RADT_DTYPES = {"obs": "int64", "prev_action": "int64", "action": "int64", "prev_reward": "float32",
-               "reward": "float32", "rtg": "float32", "episode_step": "int64", "valid": "bool"}
-RETRIEVED_PREFIX = "retrieved_"
-
-
-def radt_graph_specs(a: RADTArgs) -> dict[str, dict[str, list[dict]]]:
-    """RA-DT's graphs, static but for the batch. ``policy``: the window (WINDOW_KEYS, each
-    (batch, C)), the retrieved sub-trajectories (``retrieved_`` + RETRIEVED_KEYS, each
-    (batch, k, 2C); the learnt null slot is inside the graph) -> the last position's
-    logits (batch, A). Every precision: inputs and logits are float32 / int64 / bool.
-
-    Image models: ``obs`` inputs are step features (..., F) float32, and an ``encoder``
-    graph (rgb, odom, goal, each (batch, ...)) -> x (batch, F) makes them; ``use_reward:
-    false`` drops the reward and return-to-go inputs."""
-    C, k, F = a.context, a.top_k, a.obs_features
-
-    def io(name: str, lead: list) -> dict:
-        if name == "obs" and F:
-            return _io(name, "float32", lead + [F])
-        return _io(name, RADT_DTYPES[name], lead)
-
-    keep = lambda names: [n for n in names if a.use_reward or n not in REWARD_KEYS]  # noqa: E731
-    window = [io(n, ["batch", C]) for n in keep(WINDOW_KEYS)]
-    retrieved = [io(n, ["batch", k, 2 * C]) for n in keep(RETRIEVED_KEYS)]
-    for r in retrieved:
-        r["name"] = RETRIEVED_PREFIX + r["name"]
-    specs = {"policy": {"inputs": window + retrieved, "outputs": [_io("logits", "float32", ["batch", a.n_actions])]}}
-    if F:
-        enc = radt_input_spec(a)
-        specs = {"encoder": {"inputs": [_io(n, dtype_name(dt), ["batch", *shape]) for n, (shape, dt) in enc.items()],
-                             "outputs": [_io("x", "float32", ["batch", F])]}, **specs}
-    return specs
-
-
-class RADTGraph(nn.Module):
-    """``RADTPolicy.forward`` at the acting (last) window position, inputs in
-    :func:`radt_graph_specs` order -> logits (B, A) float32."""
-
-    def __init__(self, policy: RADTPolicy) -> None:
-        super().__init__()
-        self.policy = policy
-        self.names = [io["name"] for io in radt_graph_specs(policy.args)["policy"]["inputs"]]
-
-    def forward(self, *inputs: Tensor) -> Tensor:
-        named = dict(zip(self.names, inputs))
-        window = {n: named[n] for n in WINDOW_KEYS if n in named}
-        retrieved = {n: named[RETRIEVED_PREFIX + n] for n in RETRIEVED_KEYS if RETRIEVED_PREFIX + n in named}
-        return self.policy(window, retrieved)[:, -1].float()
-
-
-class RADTEncoderGraph(nn.Module):
-    """Image RA-DT: rgb (B, S, S, 3), odom (B, 3), goal (B,) -> step features x (B, F) float32."""
-
-    def __init__(self, policy: RADTPolicy) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, rgb: Tensor, odom: Tensor, goal: Tensor) -> Tensor:
-        return self.policy.step_features(rgb, odom, goal).float()
 
 
 class EncoderGraph(nn.Module):
@@ -194,27 +115,6 @@ class CoreGraph(nn.Module):
         return h[:, 0], k, v
 
 
-class HCAMCoreGraph(CoreGraph):
-    """HCAM's core: as :class:`CoreGraph` over the local window (P = C slots), then the
-    chunk store: Lm ``chunk_x`` (B, N, C, D), Lm ``chunk_key`` (B, N, D), ``chunk_valid``
-    (B, N). Also returns the token's memory-layer inputs ``x_mem`` (Lm, B, 1, D), which
-    :meth:`HCAMMemory.commit` writes into the current chunk.
-    """
-
-    def __init__(self, policy: HCAMPolicy) -> None:
-        super().__init__(policy)
-        self.n_mem = len(policy.args.memory_layers)
-
-    def forward(self, x: Tensor, position: Tensor, mask: Tensor, *rest: Tensor
-                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        L, Lm = self.n_layers, self.n_mem
-        kv, chunk_x, chunk_key, chunk_valid = rest[:2 * L], rest[2 * L:2 * L + Lm], rest[2 * L + Lm:-1], rest[-1]
-        full = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)[:, None]  # (B, 1, C + 1)
-        h, k, v, x_mem = self.core(x[:, None], position[:, None], full, list(kv[:L]), list(kv[L:]), list(chunk_x),
-                                   list(chunk_key), chunk_valid[:, None, :])
-        return h[:, 0], k, v, x_mem.to(chunk_x[0].dtype)
-
-
 class HeadsGraph(nn.Module):
     """hidden (B, D) -> logits (B, A), value (B,), both float32."""
 
@@ -225,17 +125,6 @@ class HeadsGraph(nn.Module):
     def forward(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
         h = self.norm(hidden)
         return self.actor(h).float(), self.critic(h).squeeze(-1).float()
-
-
-class SummarizeGraph(nn.Module):
-    """``MemoPolicy.summarize`` as a graph (arguments as in :meth:`MemoMemory.summary_inputs`)."""
-
-    def __init__(self, policy: MemoPolicy) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base) -> tuple[Tensor, Tensor]:
-        return self.policy.summarize(mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base)
 
 
 class Autocast(nn.Module):
@@ -252,30 +141,27 @@ class Autocast(nn.Module):
         return out
 
 
-def graph_modules(policy: ICLPolicy) -> dict[str, nn.Module]:
-    """encoder, core (HCAM's reads the chunk store), heads and (Memo) summarize over ``policy``'s
-    own submodules: no copy, the policy's mode untouched."""
-    fam = family_of(policy)
-    core = HCAMCoreGraph(policy) if fam.chunk_store else CoreGraph(policy)
-    graphs: dict[str, nn.Module] = {"encoder": EncoderGraph(policy), "core": core, "heads": HeadsGraph(policy)}
-    if fam.segments:
-        graphs["summarize"] = SummarizeGraph(policy)
-    return graphs
+def graph_modules(policy: nn.Module) -> dict[str, nn.Module]:
+    """The graph modules of ``policy``'s family over the policy's own submodules: no copy, the
+    policy's mode untouched."""
+    return family_of(policy).graph_module().graph_modules(policy)
 
 
-def build_graphs(policy: ICLPolicy, precision: str = "fp32") -> dict[str, nn.Module]:
-    """The graph modules for ``policy`` in ``precision`` (weights stay float32; fp16 runs
-    the core, heads and summarize under float16 autocast)."""
+def shared_graph_modules(policy: ICLPolicy, core: nn.Module | None = None) -> dict[str, nn.Module]:
+    """encoder, core (``core`` if given, else :class:`CoreGraph`) and heads."""
+    return {"encoder": EncoderGraph(policy), "core": core or CoreGraph(policy), "heads": HeadsGraph(policy)}
+
+
+def build_graphs(policy: nn.Module, precision: str = "fp32") -> dict[str, nn.Module]:
+    """The graph modules for ``policy`` in ``precision`` (weights stay float32; fp16 runs every
+    graph but the encoder under float16 autocast). A family's graphs module may define its own
+    ``build_graphs`` (RA-DT: fp32 only)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
     policy = policy.eval()
-    if not family_of(policy).cached_step:
-        if precision != "fp32":
-            raise ValueError(f"precision: RA-DT bundles are fp32 only, got {precision!r}")
-        graphs = {"policy": RADTGraph(policy).eval()}
-        if policy.args.obs_type == "image":
-            graphs = {"encoder": RADTEncoderGraph(policy).eval(), **graphs}
-        return graphs
+    mod = family_of(policy).graph_module()
+    if hasattr(mod, "build_graphs") and mod.build_graphs is not build_graphs:
+        return mod.build_graphs(policy, precision)
     graphs = graph_modules(policy)
     if precision == "fp16":
         graphs = {k: g if k == "encoder" else Autocast(g) for k, g in graphs.items()}

@@ -38,6 +38,8 @@ from typing import Any
 
 import yaml
 
+from icrl_ros.families import FAMILIES
+
 MANIFEST = "manifest.yaml"
 FORMAT = "icrl_ros.bundle/1"
 """The format's name (its family); :data:`VERSION` is what changes between layouts."""
@@ -253,7 +255,7 @@ class Manifest:
             raise bad("model.kind", f"is {self.model.kind!r}, model.args says {self.model.args.get('kind')!r}")
         if self.dims.n_actions != len(self.action.names):
             raise bad("action.names", f"has {len(self.action.names)} names, the model has {self.dims.n_actions} actions")
-        if self.model.kind == "radt" and self.retrieval is None:
+        if self.model.kind in FAMILIES and not FAMILIES[self.model.kind].cached_step and self.retrieval is None:
             raise bad("retrieval", "is missing (an RA-DT bundle needs it)")
         for name, g in self.onnx.graphs.items():
             if g.file not in self.files:

@@ -87,11 +87,11 @@ class PolicyRunner(RunnerBase):
         "memo" | "hcam" | "retrieval"; default the manifest's) within ``memory_budget_bytes``,
         and an engine. Actions: ``selection`` "sample" | "greedy" at ``temperature``, default the
         manifest's (:meth:`~icrl_ros.runtime.runner_base.RunnerBase.configure_actions`). An RA-DT
-        bundle gets a :class:`~icrl_ros.runtime.radt_runner.RADTRunner` (same public API)."""
+        bundle gets a :class:`~icrl_ros.families.radt.runner.RADTRunner` (same public API)."""
         check_backend(backend, device)
         bundle = load_bundle(path)
         if not family_of(bundle).cached_step:  # RA-DT
-            from icrl_ros.runtime.radt_runner import RADTRunner
+            from icrl_ros.families.radt.runner import RADTRunner
 
             runner = RADTRunner.for_bundle(bundle, backend, device, memory, memory_budget_bytes)
         else:

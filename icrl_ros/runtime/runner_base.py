@@ -8,7 +8,7 @@ manifest's ``action.selection`` / ``action.temperature`` say), the info
 dict, and the snapshot file handling (memory + runner state in one atomic file, the
 runner state validated before the memory changes). Subclasses run the model:
 :class:`~icrl_ros.runtime.runner.PolicyRunner` (encoder -> core over a KV memory ->
-heads) and :class:`~icrl_ros.runtime.radt_runner.RADTRunner` (RA-DT: window + retrieval
+heads) and :class:`~icrl_ros.families.radt.runner.RADTRunner` (RA-DT: window + retrieval
 -> one graph).
 
 Thread-safe: one lock around act / reset / snapshot / restore, so a ROS service callback

@@ -82,7 +82,7 @@ def record_radt_images(bundle: Bundle, steps: int, seed: int = 0) -> dict[str, n
     goal per step, 0/1 rewards, episodes of C/2 .. C steps (so several end and fill the
     index), greedy actions. The torch reference other backends replay (no evaluation loop
     exists for images); keys as :data:`~icrl_ros.runtime.bundle.RADT_SAMPLE_KEYS`."""
-    from icrl_ros.runtime.radt_runner import RADTRunner
+    from icrl_ros.families.radt.runner import RADTRunner
 
     a = bundle.args
     rng = np.random.default_rng(seed)
@@ -112,7 +112,7 @@ def check_sample(bundle: Bundle, backend: str = "onnxruntime", device: str = "cp
     """Run the bundle's recorded sample through ``backend``; compare with the recorded outputs."""
     sample = bundle.sample()
     if not family_of(bundle).cached_step:  # RA-DT
-        from icrl_ros.runtime.radt_runner import RADTRunner
+        from icrl_ros.families.radt.runner import RADTRunner
 
         T = len(sample["episode_index"])
         mem = exact_memory(bundle, T, episodes=int(sample["episode_index"].max()) + 1)

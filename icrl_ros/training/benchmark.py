@@ -51,9 +51,9 @@ import torch
 
 from icrl_ros.memory import trial_sizes
 from icrl_ros.models import ModelArgs, build_policy
-from icrl_ros.models.radt import RADTArgs, RADTPolicy
+from icrl_ros.families.radt.model import RADTArgs, RADTPolicy
 from icrl_ros.runtime import PolicyRunner, available_backends, build_memory, load_bundle, make_engine
-from icrl_ros.runtime.radt_runner import RADTRunner
+from icrl_ros.families.radt.runner import RADTRunner
 from icrl_ros.training._cli import fail
 from icrl_ros.training.export import export_bundle
 

@@ -52,7 +52,7 @@ import torch
 from icrl_ros.memory import KIND_POLICIES, ON_FULL
 from icrl_ros.families import family_of
 from icrl_ros.models import ICLPolicy, ModelArgs, load_checkpoint, make_memory
-from icrl_ros.models.radt import RADTPolicy
+from icrl_ros.families.radt.model import RADTPolicy
 from icrl_ros.runtime import bundle as B
 from icrl_ros.runtime import manifest as M
 from icrl_ros.runtime.control import ControlStep
@@ -137,22 +137,13 @@ def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, mem
                       forward_m=env.get("forward_m"), turn_deg=env.get("turn_deg"), selection=selection,
                       temperature=float(temperature))
     retrieval = None
-    if a.kind == "radt":  # no RoPE: step embeddings inside the window and the retrieved slots
-        positions = {"step_embedding": "episode_step", "max_episode_steps": a.max_episode_steps,
-                     "window": a.context, "retrieved": a.top_k, "retrieved_len": 2 * a.context, "null_slot": True}
+    fam = family_of(a)
+    positions = fam.positions(a)  # each family's numbering of steps (icrl_ros/families/<kind>/__init__.py)
+    if not fam.cached_step:  # RA-DT: the retrieval section
         retrieval = M.Retrieval(key_projection=B.KEY_PROJECTION, key_dim=a.key_dim, key_seed=a.key_seed,
                                 l=int(config.get("retrieve_l", 50)), relevance_weight=1.0,
                                 utility_weight=float(config.get("utility_weight", 1.0)),
                                 target_return=float(config.get("target_return", 90.0)), utility="episode_return")
-    elif a.kind == "memo":
-        positions = {"rope": "memo_slots", "l_seg": a.l_seg, "l_sum": a.l_sum, "variant": a.memo_variant,
-                     "step_embedding": "episode_step", "max_episode_steps": a.max_episode_steps, "rope_base": a.rope_base}
-    else:
-        positions = {"rope": "episode_index", "step_embedding": "episode_step",
-                     "max_episode_steps": a.max_episode_steps, "rope_base": a.rope_base}
-    if a.kind == "hcam":  # chunks are counted from the trial start; the window is the last C steps
-        positions.update(local_window=a.hcam_chunk, chunk=a.hcam_chunk, top_k=a.hcam_top_k,
-                         memory_layers=list(a.memory_layers))
     import onnx
 
     return M.Manifest(
@@ -315,7 +306,7 @@ def verify_bundle(path: str | Path, steps: int = 2000, backends: tuple[str, ...]
     bundle = load_bundle(path)
     policy = bundle.load_policy()
     a = policy.args
-    if bundle.kind == "radt":
+    if not family_of(bundle).cached_step:  # RA-DT
         return verify_radt(bundle, policy, steps, backends, seed)
     ep = episode_len or max(2, min(a.max_episode_steps, 100))
     inp = record_rollout(policy, steps, ep, seed)
@@ -341,7 +332,7 @@ def verify_radt(bundle, policy: RADTPolicy, steps: int, backends: tuple[str, ...
     """RA-DT ``--verify``: runner replays (ORT, torch; retrieval from their own memory) of a
     rollout recorded through the evaluation loop, against its logits."""
     from icrl_ros.runtime import make_engine
-    from icrl_ros.runtime.radt_runner import RADTRunner
+    from icrl_ros.families.radt.runner import RADTRunner
     from icrl_ros.runtime.selfcheck import compare, exact_memory, record_radt_images, replay_radt
 
     if bundle.args.obs_type == "image":  # no evaluation loop for images: the torch runner's recording
@@ -407,9 +398,9 @@ def main(argv=None) -> int:
         env.pop("goal_names", None)  # placeholders goal_0 ... are used
     if len(env.get("action_names", [])) != a.n_actions:
         env.pop("action_names", None)
-    kind_policies = KIND_POLICIES.get(a.kind, KIND_POLICIES["relic"])
+    kind_policies = list(family_of(a).memories)
     if args.memory and args.memory not in kind_policies:
-        fail(f"--memory {args.memory}: a {a.kind} model takes one of {list(kind_policies)}")
+        fail(f"--memory {args.memory}: a {a.kind} model takes one of {kind_policies}")
     memory = default_memory(a, args.memory, args.budget_bytes)
     if a.kind == "hcam" and args.max_chunks is not None and args.max_chunks < a.hcam_top_k:
         fail(f"--max-chunks: must be >= model.hcam_top_k={a.hcam_top_k}, got {args.max_chunks}")
@@ -431,7 +422,7 @@ def main(argv=None) -> int:
     if not args.temperature > 0:
         fail(f"--temperature: must be > 0, got {args.temperature}")
     precision = "fp16" if args.fp16 else "fp32"
-    if a.kind == "radt" and args.fp16:
+    if not family_of(a).cached_step and args.fp16:
         fail("--fp16: RA-DT bundles are fp32 only (a 0.2M-parameter model; its step is dominated by retrieval)")
     try:
         out = export_bundle(policy, args.out, config=config, env=env, precision=precision, opset=args.opset,

@@ -39,7 +39,8 @@ import torch
 import torch.nn.functional as F
 
 from icrl_ros.families import family_of
-from icrl_ros.models import build_policy, make_memory, save_checkpoint, segment_schedule
+from icrl_ros.families.memo.model import segment_schedule
+from icrl_ros.models import build_policy, make_memory, save_checkpoint
 from icrl_ros.models.encoders import OBJECT_SCALE_M
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import make_vec

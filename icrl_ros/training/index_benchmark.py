@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from icrl_ros.memory.retrieval import RetrievalIndex
+from icrl_ros.families.radt.retrieval import RetrievalIndex
 
 
 def percentiles(xs: list[float]) -> tuple[float, float]:

@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from icrl_ros.families import family_of
-from icrl_ros.models import ICLPolicy, make_memory, refresh, segment_schedule
+from icrl_ros.families.memo.model import segment_schedule
+from icrl_ros.models import ICLPolicy, make_memory, refresh
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import VecTrialEnv
 from icrl_ros.training.config import PPOConfig

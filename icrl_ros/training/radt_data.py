@@ -1,7 +1,7 @@
 """RA-DT offline training data: the episode dataset, its retrieval index, and batches.
 
 :class:`OfflineRetrievalBatches` stores every dataset episode in a
-:class:`~icrl_ros.memory.subtrajectories.SubTrajectoryMemory` (slot = dataset row), indexes
+:class:`~icrl_ros.families.radt.memory.SubTrajectoryMemory` (slot = dataset row), indexes
 their sub-trajectories (deduplicated), and samples training batches as RA-DT's Algorithm 2:
 
 * a window of C steps of a random episode, ending at a random step;
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from icrl_ros.memory.subtrajectories import SubTrajectoryMemory
-from icrl_ros.models.radt import RADTPolicy, episode_windows
+from icrl_ros.families.radt.memory import SubTrajectoryMemory
+from icrl_ros.families.radt.model import RADTPolicy, episode_windows
 
 DATA_KEYS = ("obs", "action", "reward", "task")
 

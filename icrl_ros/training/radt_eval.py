@@ -1,6 +1,6 @@
 """In-context trials of an RA-DT policy (RA-DT Algorithm 1), batched over trials.
 
-Each trial owns a :class:`~icrl_ros.memory.subtrajectories.SubTrajectoryMemory` that starts
+Each trial owns a :class:`~icrl_ros.families.radt.memory.SubTrajectoryMemory` that starts
 EMPTY; every finished episode of the agent enters it (its sub-trajectories with the
 episode's return). The step is the deployed runner's (one function for both, over the memory's
 own window and retrieval). At every step the query is the key of the current episode's window,
@@ -12,7 +12,7 @@ Used by ``training/evaluate.py`` for RA-DT checkpoints (same table / JSON / plot
 the reference a deployed RA-DT is checked against: :func:`record_rollout` runs this loop on
 a :class:`ReplayEnv` (recorded observations and rewards) and keeps every step's logits,
 which ``training/export.py`` stores as the bundle's sample and ``--verify`` compares with
-ONNX Runtime / torch :class:`~icrl_ros.runtime.radt_runner.RADTRunner` replays.
+ONNX Runtime / torch :class:`~icrl_ros.families.radt.runner.RADTRunner` replays.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import math
 import numpy as np
 import torch
 
-from icrl_ros.memory.subtrajectories import SubTrajectoryMemory
-from icrl_ros.models.radt import RADTPolicy
-from icrl_ros.runtime.graphs import RADTGraph
-from icrl_ros.runtime.radt_runner import retrieval_step_inputs
+from icrl_ros.families.radt.memory import SubTrajectoryMemory
+from icrl_ros.families.radt.model import RADTPolicy
+from icrl_ros.families.radt.graphs import RADTGraph
+from icrl_ros.families.radt.runner import retrieval_step_inputs
 from icrl_ros.runtime.runner_base import choose_actions
 from icrl_ros.sim import VecTrialEnv
 from icrl_ros.training.ppo import episode_returns_matrix
@@ -39,7 +39,7 @@ def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bo
     ``returns`` (N, E) per finished episode (NaN-padded), ``trial_return`` (N,), the memory
     figures, and ``memories`` (one per trial, for inspection); ``record``: also every
     step's ``logits`` (N, T, A) and ``actions`` (N, T). Each trial steps its own memory through
-    :func:`~icrl_ros.runtime.radt_runner.retrieval_step_inputs` and the policy graph a bundle
+    :func:`~icrl_ros.families.radt.runner.retrieval_step_inputs` and the policy graph a bundle
     exports, as the deployed runner does."""
     policy.eval()
     a = policy.args

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from icrl_ros.models import save_checkpoint
 from icrl_ros.models.config import check_positive, from_known_fields
-from icrl_ros.models.radt import RADTArgs, RADTPolicy, as_tensors
+from icrl_ros.families.radt.model import RADTArgs, RADTPolicy, as_tensors
 from icrl_ros.sim import make_vec
 from icrl_ros.training._cli import fail
 from icrl_ros.training.config import read_config

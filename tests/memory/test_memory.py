@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from icrl_ros.memory import (MEMORY_POLICIES, FullContextMemory, HCAMMemory, KVCache, MemoMemory, MemoryBudgetError,
-                             MemoryFullError, SinkWindowMemory, SnapshotError, SubTrajectoryMemory, create_memory,
-                             slot_bytes)
-from icrl_ros.memory.hcam import chunk_bytes
+from icrl_ros.families.hcam.memory import HCAMMemory, chunk_bytes
+from icrl_ros.families.memo.memory import MemoMemory
+from icrl_ros.families.radt.memory import SubTrajectoryMemory
+from icrl_ros.memory import (MEMORY_POLICIES, FullContextMemory, KVCache, MemoryBudgetError, MemoryFullError,
+                             SinkWindowMemory, SnapshotError, create_memory, slot_bytes)
 
 DIMS = dict(n_layers=2, n_heads=2, head_dim=4)
 L, H, HD = 2, 2, 4

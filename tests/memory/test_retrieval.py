@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("faiss")
 
 from icrl_ros.memory import MemoryBudgetError, SnapshotError  # noqa: E402
-from icrl_ros.memory.retrieval import RetrievalIndex  # noqa: E402
+from icrl_ros.families.radt.retrieval import RetrievalIndex  # noqa: E402
 
 
 def brute_force(keys: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from icrl_ros.memory import HCAMMemory, MemoryBudgetError, SnapshotError
-from icrl_ros.memory.hcam import chunk_bytes
-from icrl_ros.models import HCAMPolicy, ModelArgs, load_checkpoint, make_memory, refresh, save_checkpoint
+from icrl_ros.families.hcam.memory import HCAMMemory
+from icrl_ros.memory import MemoryBudgetError, SnapshotError
+from icrl_ros.families.hcam.memory import chunk_bytes
+from icrl_ros.families.hcam.model import HCAMPolicy
+from icrl_ros.models import ModelArgs, load_checkpoint, make_memory, refresh, save_checkpoint
 from icrl_ros.runtime.control import ControlStep
-from icrl_ros.models.hcam import ChunkMemoryAttention, sequence_chunks, window_mask
+from icrl_ros.families.hcam.model import ChunkMemoryAttention, sequence_chunks, window_mask
 from tests.helpers import cached_rollout, random_trial
 
 

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from icrl_ros.models import MemoPolicy, ModelArgs, load_checkpoint, make_memory, refresh, save_checkpoint
-from icrl_ros.models import segment_schedule
+from icrl_ros.families.memo.model import MemoPolicy, segment_schedule
+from icrl_ros.models import ModelArgs, load_checkpoint, make_memory, refresh, save_checkpoint
 from icrl_ros.runtime.control import ControlStep
 from tests.helpers import cached_rollout, random_trial
 

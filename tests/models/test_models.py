@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from icrl_ros.models import SINKS, ICLPolicy, MemoPolicy, ModelArgs, load_checkpoint, save_checkpoint
+from icrl_ros.families.memo.model import MemoPolicy
+from icrl_ros.models import SINKS, ICLPolicy, ModelArgs, load_checkpoint, save_checkpoint
 from tests.helpers import cached_rollout, random_trial
 
 

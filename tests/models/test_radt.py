@@ -8,9 +8,9 @@ import torch
 
 pytest.importorskip("faiss")
 
-from icrl_ros.memory.subtrajectories import SubTrajectoryMemory, returns_to_go  # noqa: E402
+from icrl_ros.families.radt.memory import SubTrajectoryMemory, returns_to_go  # noqa: E402
 from icrl_ros.models import load_checkpoint, save_checkpoint  # noqa: E402
-from icrl_ros.models.radt import RADTArgs, RADTPolicy, as_tensors, episode_windows  # noqa: E402
+from icrl_ros.families.radt.model import RADTArgs, RADTPolicy, as_tensors, episode_windows  # noqa: E402
 from icrl_ros.sim import make_vec  # noqa: E402
 from icrl_ros.training import radt_eval  # noqa: E402
 from icrl_ros.training.radt_collect import collect  # noqa: E402

@@ -12,8 +12,8 @@ import torch
 pytest.importorskip("faiss")
 
 from icrl_ros.memory import SnapshotError, create_memory  # noqa: E402
-from icrl_ros.memory.subtrajectories import SubTrajectoryMemory, returns_to_go  # noqa: E402
-from icrl_ros.models.radt import RADTArgs, RADTPolicy, episode_windows  # noqa: E402
+from icrl_ros.families.radt.memory import SubTrajectoryMemory, returns_to_go  # noqa: E402
+from icrl_ros.families.radt.model import RADTArgs, RADTPolicy, episode_windows  # noqa: E402
 
 torch.set_num_threads(1)
 ARGS = dict(n_obs=25, n_actions=5, max_episode_steps=12, grid_size=5, context=4, top_k=2, d_model=32, n_layers=2,
@@ -166,7 +166,7 @@ def test_runners_match_the_evaluation_loop_step_for_step(bundle_path):
     """ORT and torch runners replay a rollout of the training-side evaluation loop (its index
     fills with the episodes; retrieval every step) with their own memory + faiss: <= 1e-4."""
     from icrl_ros.runtime import load_bundle, make_engine
-    from icrl_ros.runtime.radt_runner import RADTRunner
+    from icrl_ros.families.radt.runner import RADTRunner
     from icrl_ros.runtime.selfcheck import exact_memory, replay_radt
     from icrl_ros.training.radt_eval import record_rollout
 
@@ -189,7 +189,7 @@ def test_runners_match_the_evaluation_loop_step_for_step(bundle_path):
 
 def test_from_bundle_act_info_bounded_bytes_and_snapshot_restore(bundle_path, tmp_path):
     from icrl_ros.runtime import PolicyRunner
-    from icrl_ros.runtime.radt_runner import RADTRunner
+    from icrl_ros.families.radt.runner import RADTRunner
 
     r = PolicyRunner.from_bundle(bundle_path, memory="retrieval", memory_budget_bytes=40_000)
     assert isinstance(r, RADTRunner) and r.memory_policy == "retrieval" and r.memory.nbytes <= 40_000

@@ -11,7 +11,7 @@ training, return at inference; :meth:`end_episode` takes the return from outside
 robot that gets no reward).
 
 A step's ``obs`` is a grid cell (int64) or, for image models, a feature vector of
-``obs_shape`` (F,) float32 (:class:`~icrl_ros.models.radt.ObsFeatures`: the step's learnt
+``obs_shape`` (F,) float32 (:class:`~icrl_ros.families.radt.model.ObsFeatures`: the step's learnt
 embedding + its fixed key inputs), so an image step costs 4F bytes, never its pixels.
 
 Bounded: ``max_episodes`` episode slots (or as many as ``budget_bytes`` holds), every
@@ -21,11 +21,11 @@ buffer preallocated (episode arrays, the index's metadata; the faiss index holds
 ``evict_oldest`` (deployment: the oldest *whole* episodes leave, their index entries
 with them; slots are a ring), ``reset`` (forget every stored episode).
 
-Deployment (:class:`~icrl_ros.runtime.radt_runner.RADTRunner`) also keeps the current
+Deployment (:class:`~icrl_ros.families.radt.runner.RADTRunner`) also keeps the current
 episode here, so one snapshot file holds everything a step reads:
 
 * the window: the last C tokens of the current episode (WINDOW_KEYS, each (1, C), left
-  padded exactly as :func:`~icrl_ros.models.radt.episode_windows` pads), a shift register;
+  padded exactly as :func:`~icrl_ros.families.radt.model.episode_windows` pads), a shift register;
 * the current episode record (its first H steps), stored with its return by
   :meth:`end_episode` (an episode boundary); :meth:`reset` forgets everything (a new trial).
 
@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from icrl_ros.memory.base import Memory, MemoryBudgetError, MemoryFullError, check_on_full
-from icrl_ros.memory.retrieval import RetrievalIndex
+from icrl_ros.families.radt.retrieval import RetrievalIndex
 
 Embed = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """(obs (N, T), valid (N, T)) -> keys (N, d)."""
@@ -158,6 +158,22 @@ class SubTrajectoryMemory(Memory):
                        obs_dtype=np.float32, **kwargs)
         return cls(partial(projected_keys, proj), proj.shape[1], context, horizon, n_obs=proj.shape[0],
                    n_actions=n_actions, **kwargs)
+
+    @classmethod
+    def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> SubTrajectoryMemory:
+        """Not a KV cache: ``cfg`` carries the model's ``key_proj``, ``context``, ``horizon``,
+        ``n_actions``, ``obs_features`` (image models) and the re-ranking weights; ``dims``, the
+        dtype and the device do not apply (numpy + faiss on the CPU)."""
+        return cls.from_projection(
+            cfg["key_proj"], cfg["context"], cfg["horizon"], cfg["n_actions"], obs_features=cfg.get("obs_features", 0),
+            max_episodes=cfg.get("max_episodes"),
+            relevance_weight=cfg.get("relevance_weight", 1.0), utility_weight=cfg.get("utility_weight", 1.0),
+            on_full=cfg.get("on_full", "evict_oldest"), budget_bytes=common.get("budget_bytes"))
+
+    @classmethod
+    def trial_sizes(cls, args, steps: int, schedule: list[int] | None = None) -> dict:
+        """One stored episode per step at most."""
+        return {"max_episodes": steps, "on_full": "error"}
 
     def __len__(self) -> int:
         """Index entries (sub-trajectories)."""

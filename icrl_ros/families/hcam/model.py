@@ -18,7 +18,7 @@ A chunk becomes visible once complete: step t sees chunk j iff (j + 1) C <= t, a
 
 Two entry points share every weight: :meth:`HCAMPolicy.forward_sequence` (whole trials;
 chunks built from the same pass's detached layer inputs) and :meth:`HCAMPolicy.step`
-(one token against the chunk store of :class:`~icrl_ros.memory.hcam.HCAMMemory`), a pure
+(one token against the chunk store of :class:`~icrl_ros.families.hcam.memory.HCAMMemory`), a pure
 function of tensors with top-k and gather in the graph (no data-dependent Python).
 
 The reconstruction auxiliary loss (the paper's self-supervised loss, needed because no

@@ -15,6 +15,8 @@ trial start). The ``rmt`` variant keeps exactly one set (fixed-size memory).
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -23,6 +25,31 @@ from icrl_ros.memory.base import Memory, MemoryBudgetError, MemoryFullError, che
 
 class MemoMemory(Memory):
     policy = "memo"
+    episode_masked = False  # summaries mix episodes
+
+    def write_position(self, episode: Tensor, out: Tensor) -> None:
+        out.fill_(self.pos_base() + self.seg_count)  # Memo's slots rule, not the episode index
+
+    def commit_step(self, engine, k: Tensor, v: Tensor, episode: Tensor, *more: Tensor) -> None:
+        if self.commit(k, v, episode):  # the segment is complete: summarise it
+            self.add_summary(*engine.summarize(*self.summary_inputs()))
+
+    def load_trial(self, policy, seq: dict[str, Tensor], schedule: list[int] | None = None) -> Tensor:
+        _, values, state = policy.forward_sequence(seq, schedule)
+        self.load_state(state)
+        return values
+
+    @classmethod
+    def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> MemoMemory:
+        return cls(dims["n_layers"], dims["batch"], dims["n_heads"], dims["head_dim"], model["l_seg"], model["l_sum"],
+                   model.get("variant", "memo"), cfg.get("max_sets"), segment_capacity=cfg.get("segment_capacity"),
+                   schedule=cfg.get("schedule"), on_full=cfg.get("on_full", "evict_oldest"), **common)
+
+    @classmethod
+    def trial_sizes(cls, args, steps: int, schedule: list[int] | None = None) -> dict:
+        """Every summary set: one per segment (segments per ``schedule``, else ``l_seg`` long)."""
+        shortest = min(schedule) if schedule else args.l_seg
+        return {"max_sets": max(1, math.ceil(steps / shortest)), "on_full": "error"}
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, l_seg: int, l_sum: int,
                  variant: str = "memo", max_sets: int | None = 64, segment_capacity: int | None = None,

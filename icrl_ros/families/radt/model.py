@@ -39,7 +39,7 @@ mean of its steps' key inputs times the fixed random projection P (key inputs, k
 saved like the grid one: "where was I and what did it look like", with no pretrained weights.
 ``use_reward: false`` (robots get no reward) drops the reward and return-to-go embeddings;
 the re-ranking's utility then comes from the episode returns a runner is told
-(:meth:`~icrl_ros.runtime.radt_runner.RADTRunner.end_episode`), else relevance alone ranks.
+(:meth:`~icrl_ros.families.radt.runner.RADTRunner.end_episode`), else relevance alone ranks.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icrl_ros.memory.subtrajectories import feature_keys, projected_keys
+from icrl_ros.families.radt.memory import feature_keys, projected_keys
 from icrl_ros.models.attention import MASK_NEG, RMSNorm
 from icrl_ros.models.config import check_positive, from_known_fields
 from icrl_ros.models.encoders import ImageEncoder

@@ -29,10 +29,11 @@ import torch
 from torch import Tensor
 
 from icrl_ros.memory.snapshot import SnapshotError
-from icrl_ros.memory.subtrajectories import SubTrajectoryMemory
+from icrl_ros.families.radt.memory import SubTrajectoryMemory
 from icrl_ros.runtime.bundle import Bundle
 from icrl_ros.runtime.engine import Engine, make_engine
-from icrl_ros.runtime.graphs import RETRIEVED_PREFIX, TORCH_DTYPES
+from icrl_ros.families.radt.graphs import RETRIEVED_PREFIX
+from icrl_ros.runtime.graphs import TORCH_DTYPES
 from icrl_ros.runtime.runner_base import RunnerBase
 
 

@@ -1,6 +1,6 @@
 """HCAM memory: a local key/value window plus a bounded store of chunks, static buffers.
 
-What :class:`~icrl_ros.models.hcam.HCAMPolicy` attends to between steps:
+What :class:`~icrl_ros.families.hcam.model.HCAMPolicy` attends to between steps:
 
 * ``k``, ``v`` (L, B, H, W, hd) ring, ``valid`` / ``episode`` (B, W): the local window
   of the last ``W = chunk`` steps (keys after RoPE, as in :class:`KVCache`);
@@ -32,6 +32,21 @@ def chunk_bytes(n_mem_layers: int, chunk: int, d_model: int, dtype) -> int:
 
 class HCAMMemory(KVCache):
     policy = "hcam"  # type: ignore[assignment]
+
+    def load_trial(self, policy, seq: dict[str, Tensor], schedule: list[int] | None = None) -> Tensor:
+        _, values, k, v, extras = policy.forward_sequence(seq, max_chunks=self.max_chunks)
+        self.load_sequence(k, v, extras["layer_inputs"], seq["episode_index"])
+        return values
+
+    @classmethod
+    def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> HCAMMemory:
+        return cls(**dims, n_mem_layers=model["n_mem_layers"], chunk=model["chunk"], top_k=model["top_k"],
+                   max_chunks=cfg.get("max_chunks"), **common)
+
+    @classmethod
+    def trial_sizes(cls, args, steps: int, schedule: list[int] | None = None) -> dict:
+        """Every complete chunk (and at least top_k slots)."""
+        return {"max_chunks": max(args.hcam_top_k, steps // args.hcam_chunk)}
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, n_mem_layers: int, chunk: int,
                  top_k: int, max_chunks: int | None = None, dtype=torch.float32, device=None,

@@ -1,0 +1,49 @@
+"""HCAM's deploy graphs: the shared encoder and heads, and a core over the local window (a
+static C slots) that also reads the chunk store and returns what the store keeps."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from icrl_ros.families.hcam.model import HCAMPolicy
+from icrl_ros.runtime.graphs import CoreGraph, cache_dtype, dtype_name, io_spec, shared_graph_modules, shared_graph_specs
+
+
+class HCAMCoreGraph(CoreGraph):
+    """HCAM's core: as :class:`CoreGraph` over the local window (P = C slots), then the
+    chunk store: Lm ``chunk_x`` (B, N, C, D), Lm ``chunk_key`` (B, N, D), ``chunk_valid``
+    (B, N). Also returns the token's memory-layer inputs ``x_mem`` (Lm, B, 1, D), which
+    :meth:`HCAMMemory.commit` writes into the current chunk.
+    """
+
+    def __init__(self, policy: HCAMPolicy) -> None:
+        super().__init__(policy)
+        self.n_mem = len(policy.args.memory_layers)
+
+    def forward(self, x: Tensor, position: Tensor, mask: Tensor, *rest: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        L, Lm = self.n_layers, self.n_mem
+        kv, chunk_x, chunk_key, chunk_valid = rest[:2 * L], rest[2 * L:2 * L + Lm], rest[2 * L + Lm:-1], rest[-1]
+        full = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)[:, None]  # (B, 1, C + 1)
+        h, k, v, x_mem = self.core(x[:, None], position[:, None], full, list(kv[:L]), list(kv[L:]), list(chunk_x),
+                                   list(chunk_key), chunk_valid[:, None, :])
+        return h[:, 0], k, v, x_mem.to(chunk_x[0].dtype)
+
+
+def graph_specs(policy: HCAMPolicy, precision: str = "fp32") -> dict:
+    """The window is static (``hcam_chunk`` slots); ``cache`` is the chunk store's slots, handed
+    over as :meth:`HCAMMemory.core_inputs` does."""
+    a = policy.args
+    Lm, C, D = len(a.memory_layers), a.hcam_chunk, a.d_model
+    f = dtype_name(cache_dtype(precision))
+    specs = shared_graph_specs(policy, precision, window=C)
+    specs["core"]["inputs"] += ([io_spec(f"chunk_x_{j}", f, ["batch", "cache", C, D]) for j in range(Lm)]
+                                + [io_spec(f"chunk_key_{j}", f, ["batch", "cache", D]) for j in range(Lm)]
+                                + [io_spec("chunk_valid", "bool", ["batch", "cache"])])
+    specs["core"]["outputs"].append(io_spec("x_mem", f, [Lm, "batch", 1, D]))
+    return specs
+
+
+def graph_modules(policy: HCAMPolicy) -> dict[str, nn.Module]:
+    return shared_graph_modules(policy, core=HCAMCoreGraph(policy))

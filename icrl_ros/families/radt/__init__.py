@@ -1,0 +1,22 @@
+"""RA-DT: a decision transformer over the current episode's window plus sub-trajectories
+retrieved from past episodes (``model.py``: :class:`RADTPolicy`; ``memory.py``:
+:class:`SubTrajectoryMemory` over ``retrieval.py``'s faiss index; ``graphs.py``: its one
+``policy`` graph; ``runner.py``: its deploy runner, which retrieves outside the graph)."""
+
+from icrl_ros.families import Family
+
+
+def positions(a) -> dict:
+    """No RoPE: step embeddings inside the window and the retrieved slots."""
+    return {"step_embedding": "episode_step", "max_episode_steps": a.max_episode_steps,
+            "window": a.context, "retrieved": a.top_k, "retrieved_len": 2 * a.context, "null_slot": True}
+
+
+FAMILY = Family(
+    kind="radt",
+    policy="icrl_ros.families.radt.model:RADTPolicy",
+    memories={"retrieval": "icrl_ros.families.radt.memory:SubTrajectoryMemory"},
+    graphs="icrl_ros.families.radt.graphs",
+    positions=positions,
+    cached_step=False,
+)
