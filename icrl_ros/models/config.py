@@ -172,8 +172,8 @@ class ModelArgs:
             raise ValueError("model.iea: hcam's chunk memory spans episodes; iea must be true")
         if self.kind == "hcam" and self.sink == "token":
             raise ValueError(f"model.sink: hcam supports {[s for s in SINKS if s != 'token']}, got 'token'")
-        if self.object_memory and (self.kind != "relic" or self.sink not in ("kv", "kv0", "k0v0")):
-            raise ValueError(f"model.object_memory: only for kind relic with a sink slot (kv, kv0, k0v0), "
+        if self.object_memory and (self.kind not in ("relic", "memo") or self.sink not in ("kv", "kv0", "k0v0")):
+            raise ValueError(f"model.object_memory: only for kind relic or memo with a sink slot (kv, kv0, k0v0), "
                              f"got kind {self.kind!r}, sink {self.sink!r}")
         if self.memory_aux and self.kind != "relic":
             raise ValueError(f"model.memory_aux: only for kind relic, got {self.kind!r}")

@@ -281,11 +281,14 @@ def test_memory_aux_head_is_relic_only_and_returned_on_request():
         small_args(kind="memo", memory_aux=True).validate()
 
 
-def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tmp_path):
+@pytest.mark.parametrize("kind", ["relic", "memo"])
+def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tmp_path, kind):
     """object_memory: head 0 of layer 0 is a fixed lookup. A robot at (1, 2) facing +y that sees
     category 3 straight ahead 1.5 m away in episode 0 remembers it at (1, 3.5): in episode 1,
     from (0, 0) facing +x, with goal 3 the block reads an offset of 1 m forward and 3.5 m left
     (attention mass 1); before the sighting, and for a goal never seen, mass 0 and no offset.
+    Memo (segments of 3 steps, 2 summary slots for 12 categories) keeps the sighting through the
+    summary of the segment that held it, which the later steps read instead of the raw step.
     Cached stepping (the runtime's path) equals the full-sequence pass."""
     import math
 
@@ -299,8 +302,8 @@ def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tm
         heads.present.weight[3, 0] = 40.0
     torch.save({**FeatureEncoder(16, 24).state_dict(), **{f"heads.{k}": v for k, v in heads.state_dict().items()}},
                tmp_path / "enc.pt")
-    args = small_args(kind="relic", obs_type="image", image_size=24, n_goals=12, sink="kv0", visual_encoder="features",
-                      feature_dim=16, object_memory=True, d_model=64, n_heads=2,
+    args = small_args(kind=kind, obs_type="image", image_size=24, n_goals=12, sink="kv0", visual_encoder="features",
+                      feature_dim=16, object_memory=True, d_model=64, n_heads=2, l_seg=3, l_sum=2,
                       pretrained_encoder=str(tmp_path / "enc.pt"))
     torch.manual_seed(0)
     policy = build_policy(args, load_pretrained=True).eval()
@@ -312,12 +315,23 @@ def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tm
     t = torch.arange(T)[None]
     inp = {"rgb_feat": feat, "odom": odom, "goal": goal, "prev_action": torch.zeros(1, T, dtype=torch.long),
            "prev_reward": torch.zeros(1, T), "episode_step": t % 4, "episode_index": t // 4}
-    seen = {}
-    hook = policy.core.blocks[0].object_memory.out.register_forward_hook(lambda m, i, o: seen.update(f=i[0]))
+    calls, summarizing = [], []
+    if kind == "memo":  # the summary tokens' own reads are not steps: skip them
+        inner = policy.summarize
+
+        def summarize(*a):
+            summarizing.append(1)
+            try:
+                return inner(*a)
+            finally:
+                summarizing.pop()
+        policy.summarize = summarize
+    hook = policy.core.blocks[0].object_memory.out.register_forward_hook(
+        lambda m, i, o: None if summarizing else calls.append(i[0]))
     with torch.no_grad():
         logits = policy.forward_sequence(inp)[0]
     hook.remove()
-    f = seen["f"][0]  # (T, 6): forward, left, unit bearing (2), length, mass (units of 5 m)
+    f = torch.cat(calls, 1)[0]  # (T, 6): forward, left, unit bearing (2), length, mass (units of 5 m)
     assert f[0].abs().max() < 1e-4  # nothing seen yet
     assert f[1, 5] > 0.99 and f[1, :2].tolist() == pytest.approx([1.5 / 5, 0.0], abs=1e-3)
     for step in (4, 5, 7):
@@ -333,8 +347,16 @@ def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tm
     step = ControlStep.live(policy, make_memory(policy, 1, T))
     cached = torch.stack([step(s)[0] for s in steps], 1)
     assert (cached - logits).abs().max() <= 1e-5
+    if kind == "memo":  # the summary's aggregation is in the exported summarize graph: ONNX Runtime replays it
+        from icrl_ros.training.export import export_bundle, verify_bundle
+
+        out = export_bundle(policy, tmp_path / "bundle", env={"goal_names": [f"g{i}" for i in range(12)]})
+        r = verify_bundle(out, steps=120, backends=("onnxruntime",))["onnxruntime"]
+        assert r["max_logit_diff"] <= 1e-4, r
     with pytest.raises(ValueError, match="model.object_memory"):
-        small_args(kind="memo", object_memory=True).validate()
+        small_args(kind="memo", object_memory=True, sink="none").validate()
+    with pytest.raises(ValueError, match="model.object_memory"):
+        small_args(kind="hcam", object_memory=True, sink="kv0").validate()
     with pytest.raises(ValueError, match="head size"):
         build_policy(small_args(kind="relic", obs_type="image", image_size=24, n_goals=12, sink="kv0",
                                 visual_encoder="features", feature_dim=16, object_memory=True, d_model=32, n_heads=4))

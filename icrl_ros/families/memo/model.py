@@ -10,6 +10,16 @@ summary tokens in the cache. ``rmt`` keeps only the newest summary set.
 Positions (RoPE; Memo's scheme): with ``n`` summary sets in the position space, the
 summaries sit at 0 .. n*l_sum-1, the segment's tokens at n*l_sum + j, the summary
 embeddings after the segment's last token, and the new summaries at n*l_sum + i.
+
+With ``model.object_memory`` (head 0 of layer 0 is the fixed "where did I see my goal?" lookup,
+:mod:`icrl_ros.models.object_memory`) a summary set also carries the segment's sightings: head
+0's keys / values of the new summaries in layer 0 are not learnt but aggregated from the
+segment's, one slot per sighted category. For a category c the segment's raw tokens contribute
+``sum_j exp(l_jc) v_j`` to the lookup (l_jc its logit); one slot with logit ``logsumexp_j l_jc``
+and value ``softmax_j(l_jc) . v_j`` contributes exactly the same, so the lookup over the kept
+summaries equals the lookup over the raw steps they replaced for the ``l_sum`` categories with
+the most evidence in the segment (more distinct categories than ``l_sum`` in one segment lose
+the weakest).
 """
 
 from __future__ import annotations
@@ -18,7 +28,11 @@ import torch
 from torch import Tensor, nn
 
 from icrl_ros.models.config import ModelArgs
+from icrl_ros.models.object_memory import BETA
 from icrl_ros.models.policy import ICLPolicy
+
+OBJECT_MASKED = -1.0e4
+"""Logit of a slot outside the segment in the object summary (exp() of it is 0 in float32)."""
 
 
 def causal_block(n: int, batch: int, device) -> Tensor:
@@ -73,6 +87,27 @@ class MemoPolicy(ICLPolicy):
         tokens = self.summary_proj(self.norm(h))  # re-encoded as fresh input tokens
         mask2 = torch.cat([sum_valid[:, None, :].expand(B, S, -1), causal_block(S, B, dev)], dim=2)
         _, k, v = self.core(tokens, new_base[:, None] + i, mask2, mem_k, mem_v)
+        if self.core.blocks[0].object_memory is not None:
+            k, v = self.object_summary(k, v, mem_k[0][:, 0], mem_v[0][:, 0], mem_valid & ~sum_valid)
+        return k, v
+
+    def object_summary(self, k: Tensor, v: Tensor, k0: Tensor, v0: Tensor, seg: Tensor) -> tuple[Tensor, Tensor]:
+        """Replace layer 0 head 0 of the new summaries (k / v (L, B, H, l_sum, hd)) by the
+        segment's sightings aggregated per category: k0 / v0 (B, P, hd) head 0's keys / values
+        of the memory in layer 0, ``seg`` (B, P) the slots to aggregate (the segment; for
+        ``rmt``, whose old set is dropped, every valid slot)."""
+        n_cat, S = self.core.blocks[0].object_memory.n_cat, self.args.l_sum
+        hd = k0.shape[-1]
+        logit = (BETA * k0[..., :n_cat].float()).masked_fill(~seg[..., None], OBJECT_MASKED)  # (B, P, C)
+        z = torch.logsumexp(logit, dim=1)  # (B, C)
+        mean = torch.einsum("bpc,bph->bch", torch.softmax(logit, dim=1), v0.float())  # (B, C, hd)
+        top, cat = z.topk(min(S, n_cat), dim=1)  # (B, S') the categories with the most evidence
+        key = (cat[..., None] == torch.arange(hd, device=k0.device)).float() * (top[..., None] / BETA)
+        val = mean.gather(1, cat[..., None].expand(-1, -1, hd))
+        if S > n_cat:  # spare slots: key and value 0 (a logit of 0, as any non-matching step's)
+            key, val = (torch.cat([t, t.new_zeros(t.shape[0], S - n_cat, hd)], dim=1) for t in (key, val))
+        k = torch.cat([torch.cat([key.to(k.dtype)[:, None], k[0][:, 1:]], dim=1)[None], k[1:]], dim=0)
+        v = torch.cat([torch.cat([val.to(v.dtype)[:, None], v[0][:, 1:]], dim=1)[None], v[1:]], dim=0)
         return k, v
 
     def forward_sequence(self, inp: dict[str, Tensor], segments: list[int] | None = None):
