@@ -29,6 +29,8 @@ import torch
 from torch import Tensor
 
 ON_FULL = ("error", "evict_oldest", "reset")
+DEFAULT_STEPS = 8192
+"""A bundle's default memory spans this many steps (ReLIC's 8k context): :meth:`Memory.bundle_defaults`."""
 
 
 class MemoryFullError(RuntimeError):
@@ -73,6 +75,12 @@ class Memory:
         variant, n_mem_layers, chunk, top_k), ``cfg`` (this policy's own settings), ``common``
         (dtype, device, budget_bytes)."""
         raise NotImplementedError(f"{cls.__name__}.create")
+
+    @classmethod
+    def bundle_defaults(cls, args) -> dict:
+        """The settings an exported bundle's manifest records for this policy unless told
+        otherwise (``training/export.py``), for a model with arguments ``args``."""
+        raise NotImplementedError(f"{cls.__name__}.bundle_defaults")
 
     @classmethod
     def trial_sizes(cls, args, steps: int, schedule: list[int] | None = None) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from icrl_ros.memory.base import Memory, MemoryBudgetError, MemoryFullError, check_on_full
+from icrl_ros.memory.base import DEFAULT_STEPS, Memory, MemoryBudgetError, MemoryFullError, check_on_full
 
 
 class KVCache(Memory):
@@ -168,6 +168,10 @@ class FullContextMemory(KVCache):
     def trial_sizes(cls, args, steps: int, schedule: list[int] | None = None) -> dict:
         return {"capacity": steps, "on_full": "error"}
 
+    @classmethod
+    def bundle_defaults(cls, args) -> dict:
+        return {"capacity": DEFAULT_STEPS, "on_full": "evict_oldest"}  # streams at the bound
+
 
 class SinkWindowMemory(KVCache):
     """Sink + sliding window: the newest ``window`` steps in a ring (default: as many as
@@ -184,3 +188,7 @@ class SinkWindowMemory(KVCache):
     @classmethod
     def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> SinkWindowMemory:
         return cls(**dims, window=cfg.get("window"), n_prefix=model.get("n_prefix", 0), **common)
+
+    @classmethod
+    def bundle_defaults(cls, args) -> dict:
+        return {"window": DEFAULT_STEPS // 2}

@@ -49,7 +49,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from icrl_ros.memory import KIND_POLICIES, ON_FULL
+from icrl_ros.memory import ON_FULL
+from icrl_ros.memory.base import DEFAULT_STEPS
 from icrl_ros.families import family_of
 from icrl_ros.models import ICLPolicy, ModelArgs, load_checkpoint, make_memory
 from icrl_ros.families.radt.model import RADTPolicy
@@ -60,27 +61,16 @@ from icrl_ros.runtime.graphs import PRECISIONS, TRACKED_INPUTS, build_graphs, dt
 from icrl_ros.training._cli import fail
 
 DEFAULT_OPSET = 17
-MEMORY_DEFAULTS = {
-    "full": {"capacity": 8192, "on_full": "evict_oldest"},  # ReLIC's 8k context; streams at the bound
-    "window": {"window": 4096},
-    "memo": {"max_sets": 256, "on_full": "evict_oldest"},  # accumulates, then streaming Memo
-    "hcam": {"max_chunks": None},  # chunks of HCAM_STEPS steps (a ring: the oldest chunk is evicted)
-    "retrieval": {"max_episodes": None, "on_full": "evict_oldest"},  # RETRIEVAL_STEPS steps' episodes
-}
-HCAM_STEPS = 8192  # the default chunk ring spans ReLIC's 8k context
-RETRIEVAL_STEPS = 8192  # RA-DT keeps this many steps' worth of whole episodes (Darkroom: 82 > a 40-episode trial)
 
 
 def default_memory(args: ModelArgs, policy: str | None = None, budget_bytes: int | None = None) -> dict:
-    """The manifest's ``memory`` section: default ``policy`` (the kind's first), budget, and
-    the default sizes of every policy that applies to the model's kind."""
-    kinds = KIND_POLICIES.get(args.kind, KIND_POLICIES["relic"])
-    memory = {"policy": policy or kinds[0], "budget_bytes": budget_bytes, **{k: dict(MEMORY_DEFAULTS[k]) for k in kinds}}
-    if "hcam" in memory:
-        memory["hcam"]["max_chunks"] = max(args.hcam_top_k, HCAM_STEPS // args.hcam_chunk)
-    if "retrieval" in memory:
-        memory["retrieval"]["max_episodes"] = math.ceil(RETRIEVAL_STEPS / args.max_episode_steps)
-    return memory
+    """The manifest's ``memory`` section: default ``policy`` (the family's first), budget, and
+    the default sizes of every policy that applies to the model's family (each memory class's
+    ``bundle_defaults``: DEFAULT_STEPS steps' worth)."""
+    fam = family_of(args)
+    names = list(fam.memories)
+    return {"policy": policy or names[0], "budget_bytes": budget_bytes,
+            **{n: fam.memory_class(n).bundle_defaults(args) for n in names}}
 
 
 # -- metadata --------------------------------------------------------------------------------
@@ -360,8 +350,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--capacity", type=int, help="full context: steps kept (default 8192)")
     p.add_argument("--window", type=int, help="sink + window: steps kept (default 4096)")
     p.add_argument("--max-sets", type=int, help="Memo: summary sets kept (default 256)")
-    p.add_argument("--max-chunks", type=int, help=f"HCAM: chunks kept, oldest evicted (default {HCAM_STEPS} steps' worth)")
-    p.add_argument("--max-episodes", type=int, help=f"RA-DT: whole episodes kept, oldest evicted (default {RETRIEVAL_STEPS} "
+    p.add_argument("--max-chunks", type=int, help=f"HCAM: chunks kept, oldest evicted (default {DEFAULT_STEPS} steps' worth)")
+    p.add_argument("--max-episodes", type=int, help=f"RA-DT: whole episodes kept, oldest evicted (default {DEFAULT_STEPS} "
                    "steps' worth)")
     p.add_argument("--on-full", choices=ON_FULL, help="full / memo / retrieval: what happens at the bound")
     p.add_argument("--budget-bytes", type=int, help="default memory byte budget (sizes derive from it)")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from icrl_ros.memory.base import MemoryBudgetError, slot_bytes
+from icrl_ros.memory.base import DEFAULT_STEPS, MemoryBudgetError, slot_bytes
 from icrl_ros.memory.kv_cache import KVCache
 
 
@@ -42,6 +42,11 @@ class HCAMMemory(KVCache):
     def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> HCAMMemory:
         return cls(**dims, n_mem_layers=model["n_mem_layers"], chunk=model["chunk"], top_k=model["top_k"],
                    max_chunks=cfg.get("max_chunks"), **common)
+
+    @classmethod
+    def bundle_defaults(cls, args) -> dict:
+        """A ring of chunks spanning DEFAULT_STEPS steps (the oldest chunk evicted)."""
+        return {"max_chunks": max(args.hcam_top_k, DEFAULT_STEPS // args.hcam_chunk)}
 
     @classmethod
     def trial_sizes(cls, args, steps: int, schedule: list[int] | None = None) -> dict:

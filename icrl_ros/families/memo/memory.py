@@ -46,6 +46,10 @@ class MemoMemory(Memory):
                    schedule=cfg.get("schedule"), on_full=cfg.get("on_full", "evict_oldest"), **common)
 
     @classmethod
+    def bundle_defaults(cls, args) -> dict:
+        return {"max_sets": 256, "on_full": "evict_oldest"}  # accumulates, then streaming Memo
+
+    @classmethod
     def trial_sizes(cls, args, steps: int, schedule: list[int] | None = None) -> dict:
         """Every summary set: one per segment (segments per ``schedule``, else ``l_seg`` long)."""
         shortest = min(schedule) if schedule else args.l_seg

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from icrl_ros.memory.base import Memory, MemoryBudgetError, MemoryFullError, check_on_full
+from icrl_ros.memory.base import DEFAULT_STEPS, Memory, MemoryBudgetError, MemoryFullError, check_on_full
 from icrl_ros.families.radt.retrieval import RetrievalIndex
 
 Embed = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -169,6 +169,11 @@ class SubTrajectoryMemory(Memory):
             max_episodes=cfg.get("max_episodes"),
             relevance_weight=cfg.get("relevance_weight", 1.0), utility_weight=cfg.get("utility_weight", 1.0),
             on_full=cfg.get("on_full", "evict_oldest"), budget_bytes=common.get("budget_bytes"))
+
+    @classmethod
+    def bundle_defaults(cls, args) -> dict:
+        """DEFAULT_STEPS steps' worth of whole episodes (Darkroom: 82 > a 40-episode trial)."""
+        return {"max_episodes": math.ceil(DEFAULT_STEPS / args.max_episode_steps), "on_full": "evict_oldest"}
 
     @classmethod
     def trial_sizes(cls, args, steps: int, schedule: list[int] | None = None) -> dict:
