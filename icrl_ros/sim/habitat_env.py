@@ -52,7 +52,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from icrl_ros.sim.house import NO_ACTION, POSE_FRAMES, HouseEnv, observation_space
+from icrl_ros.sim.house import NO_ACTION, POSE_FRAMES, HouseEnv, observation_space, step_reward
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG  # constants only, no GL
 from icrl_ros.geometry import episode_odometry, wrap_angle
 
@@ -153,6 +153,7 @@ class HabitatExtObjNavEnv(gym.Env):
         success_distance: float = 1.0,
         slack_reward: float = 0.01,
         success_reward: float = 2.5,
+        refund_on_failure: bool = True,
         pose_frame: str = "house",
         overrides: list[str] | tuple[str, ...] = (),
         render_mode: str | None = None,
@@ -195,6 +196,7 @@ class HabitatExtObjNavEnv(gym.Env):
         self.forward_step, self.turn_step = float(forward_step), math.radians(turn_deg)
         self.success_distance = float(success_distance)
         self.slack_reward, self.success_reward = float(slack_reward), float(success_reward)
+        self.refund_on_failure = bool(refund_on_failure)
         self.pose_frame, self.render_mode = pose_frame, render_mode
         self.camera_height_m, self.camera_pitch_deg, self.camera_fov_deg = CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_DEG
         dataset = self._env._dataset
@@ -301,7 +303,7 @@ class HabitatExtObjNavEnv(gym.Env):
             self._episode_over = True
             if self.success:
                 self.spl = self.shortest_path / max(self.shortest_path, self.path_length, 1e-9)
-        reward = previous - self.geodesic_distance - self.slack_reward + self.success_reward * self.success
+        reward = step_reward(self, previous, terminated or truncated)
         self.episode_return += reward
         return self._observe(obs), float(reward), terminated, truncated, self._info()
 

@@ -149,6 +149,33 @@ def test_stop_far_from_the_target_fails(env):
         env.step(FORWARD)
 
 
+@pytest.mark.parametrize("refund", [True, False])
+def test_a_failed_episode_gives_its_progress_back(refund):
+    """Walking 20 oracle steps towards the goal, then stopping short: with refund_on_failure the
+    episode's rewards sum to the slack alone (nothing to farm by starting over); without it they
+    keep the progress made. The same for an episode that runs out of steps."""
+    env = HouseEnv(split="test", image_size=32, refund_on_failure=refund, max_episode_steps=30)
+    for stop in (True, False):
+        env.reset(seed=2)
+        start, total, n = env.geodesic_distance, 0.0, 0
+        for _ in range(20 if stop else env.max_episode_steps):
+            _, r, term, trunc, _ = env.step(env.oracle_action() if n < 20 else TURN_LEFT)
+            total, n = total + r, n + 1
+            if term or trunc:
+                break
+        if stop:
+            _, r, term, trunc, info = env.step(STOP)
+            total, n = total + r, n + 1
+            assert term and not info["success"]
+        else:
+            assert trunc
+        progress = start - env.geodesic_distance
+        assert progress > 1.0  # it did get closer
+        expect = -env.slack_reward * n + (0.0 if refund else progress)
+        assert total == pytest.approx(expect, abs=1e-6), (stop, total, expect)
+    env.close()
+
+
 def test_success_needs_the_target_in_view(env):
     env.reset(seed=11)
     for _ in range(env.max_episode_steps):
