@@ -284,8 +284,9 @@ def main(argv=None) -> int:
     p.add_argument("--trials", type=int, default=100)
     p.add_argument("--steps", type=int, help="steps per trial (default: the env's evaluation trial)")
     p.add_argument("--wipe-memory", action="store_true",
-                   help="house ReLIC: the no-memory ablation, each episode attending only to itself (the same "
-                        "weights with inter-episode attention off)")
+                   help="house: the no-memory ablation. ReLIC: each episode attends only to itself (the same "
+                        "weights with inter-episode attention off); Memo / HCAM: memory cleared at every episode "
+                        "start (needs --batch 1)")
     p.add_argument("--memory", choices=["window", "full"],
                    help="ReLIC memory: window = sink + sliding window of the training context (checkpoints' "
                         "default); full = whole trial. Memo always keeps its summaries (see --max-sets), HCAM its "
@@ -402,6 +403,9 @@ def evaluate_house(args, labels: list[str]) -> int:
                 build_memory(stepper.bundle, memory)
         except (FileNotFoundError, ValueError, KeyError) as e:
             fail(f"{path}: {e}")
+        if getattr(stepper, "wipe_each_episode", False) and args.batch != 1:
+            fail(f"{path}: --wipe-memory on a {stepper.args.kind} policy clears its memory at every episode start, "
+                 f"one trial at a time: add --batch 1")
         greedy, temperature = acting(args, getattr(stepper, "bundle", None))
         acts[lab] = {"greedy": greedy, "temperature": None if greedy else temperature}
         res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split,

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from icrl_ros.families import family_of
 from icrl_ros.models import load_checkpoint, make_memory
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.runner_base import choose_actions
@@ -46,6 +47,10 @@ class TorchStepper:
 
     def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.control(inp)[0]
+
+    def forget(self) -> None:
+        """Clear the memory (the no-memory ablation at an episode start; batch 1)."""
+        self.mem.reset()  # a pinned sink-token prefix stays
 
     def memory_stats(self) -> dict:
         return {"memory_bytes": int(self.mem.nbytes), "memory_tokens": int(self.mem.valid[0].sum())}
@@ -74,6 +79,11 @@ class BundleStepper:
     def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.runner.step({n: inp[n] for n in self.names}, inp["episode_index"])[0]
 
+    def forget(self) -> None:
+        """Clear the memory (the no-memory ablation at an episode start; batch 1). A pinned
+        sink-token prefix stays (``Memory.reset``)."""
+        self.runner.memory.reset()
+
     def memory_stats(self) -> dict:
         m = self.runner.memory
         return {"memory_bytes": int(m.nbytes), "memory_tokens": int(m.valid[0].sum()),
@@ -101,6 +111,10 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     if drive == "teacher" and teacher is None:
         raise ValueError("drive='teacher' needs teacher='memory' or 'wiped'")
     a = stepper.args
+    forget = getattr(stepper, "wipe_each_episode", False)
+    if forget and batch != 1:
+        raise ValueError(f"the memory-wiped ablation of a {a.kind} policy clears its memory at every episode start, "
+                         f"which a batched memory cannot do per trial: use batch 1, got {batch}")
     options = dict(env_options or {})
     options.pop("teacher", None)
     if teacher is not None:
@@ -129,6 +143,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                 action = torch.where(torch.as_tensor(done_eps >= episodes), STOP, action)
                 before = (env.teacher_action.copy(), env.teacher_goal_known.copy())
                 obs, reward, done, info = env.step(action.numpy())
+                if forget and done[0]:  # the no-memory ablation of a non-ReLIC policy: batch 1
+                    stepper.forget()
                 if observer is not None:
                     observer(before, start, action, logits, done, info, done_eps.copy())
                 total += int((done_eps < episodes).sum())
@@ -151,9 +167,10 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
 def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = None, wipe: bool = False):
     """(stepper, env options, description) for a checkpoint file or a bundle directory.
 
-    ``wipe``: the no-memory ablation of a ReLIC policy, the same weights attending only to the
-    current episode (inter-episode attention off: what it saw in earlier episodes of the trial is
-    out of reach, as if memory were cleared at every episode start)."""
+    ``wipe``: the no-memory ablation, the same weights without what they saw in earlier episodes of
+    the trial. ReLIC attends only to the current episode (inter-episode attention off: as if memory
+    were cleared at every episode start); Memo and HCAM, whose summaries and chunks mix episodes,
+    have their memory cleared at every episode start (``forget``; batch 1)."""
     p = Path(path)
     if p.is_dir():
         st = BundleStepper(p, backend, memory)
@@ -167,9 +184,11 @@ def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = No
         opts.setdefault("pose_frame", "episode")  # checkpoints from before pose frames were episode-framed
         desc = {"checkpoint": str(p), "backend": "torch (training code)", "env_steps_trained": blob.get("env_steps")}
     if wipe:
-        if args.kind != "relic":
-            raise ValueError(f"the memory-wiped ablation masks attention to earlier episodes: ReLIC only, this is "
-                             f"{args.kind}")
-        args.iea = False
+        if args.kind == "relic":
+            args.iea = False
+        elif family_of(args).cached_step:
+            st.wipe_each_episode = True
+        else:
+            raise ValueError(f"the memory-wiped ablation: not for {args.kind} (its memory is a retrieval index)")
         desc["memory_wiped_each_episode"] = True
     return st, opts, desc

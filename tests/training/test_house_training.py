@@ -208,7 +208,20 @@ def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
     assert load_checkpoint(ckpt)[0].args.iea  # the checkpoint itself is untouched
     r = run(["training/evaluate.py", "bundles/house_memo", "--wipe-memory", "--trials", "1", "--episodes", "1",
              "--out", str(tmp_path / "m")])
-    assert r.returncode != 0 and "ReLIC only" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode != 0 and "--batch 1" in r.stderr and "Traceback" not in r.stderr
+    # Memo: its summaries mix episodes, so the ablation clears the memory at every episode start
+    st, opts, desc = stepper_for("bundles/house_memo", wipe=True)
+    assert desc["memory_wiped_each_episode"] and st.wipe_each_episode
+    held = []
+
+    def count(labels, first, action, lg, done, info, done_eps):
+        held.append((int(done_eps[0]), bool(done[0]), int(st.runner.memory.valid[0].sum())))
+
+    run_house_trials(st, 1, 2, seed=3, batch=1, env_options={**opts, "max_episode_steps": 12}, observer=count)
+    ends = [i for i, (_, done, _) in enumerate(held) if done]
+    assert len(ends) == 2 and held[ends[0]][2] == 0  # cleared as episode 1 ended
+    assert held[ends[0] - 1][2] > 0  # it held episode 1's steps until then
+    assert all(n <= i - ends[0] for i, (_, _, n) in enumerate(held) if i > ends[0])  # episode 2 starts afresh
 
 
 def test_shipped_house_policy_uses_its_memory_in_context():
