@@ -286,7 +286,8 @@ def main(argv=None) -> int:
     p.add_argument("--wipe-memory", action="store_true",
                    help="house: the no-memory ablation. ReLIC: each episode attends only to itself (the same "
                         "weights with inter-episode attention off); Memo / HCAM: memory cleared at every episode "
-                        "start (needs --batch 1)")
+                        "start (needs --batch 1; run the memory-kept policy with --batch 1 too: the houses "
+                        "depend on the batch layout)")
     p.add_argument("--memory", choices=["window", "full"],
                    help="ReLIC memory: window = sink + sliding window of the training context (checkpoints' "
                         "default); full = whole trial. Memo always keeps its summaries (see --max-sets), HCAM its "
