@@ -281,6 +281,21 @@ def test_memory_aux_head_is_relic_only_and_returned_on_request():
         small_args(kind="memo", memory_aux=True).validate()
 
 
+def object_memory_policy(tmp_path, kind: str, heads):
+    """A small image policy with the object memory over frozen ``heads`` (16 features, 12
+    categories; Memo: segments of 3 steps, 2 summary slots), seeded, in eval mode."""
+    from icrl_ros.models import build_policy
+    from icrl_ros.models.encoders import FeatureEncoder
+
+    torch.save({**FeatureEncoder(16, 24).state_dict(), **{f"heads.{k}": v for k, v in heads.state_dict().items()}},
+               tmp_path / "enc.pt")
+    args = small_args(kind=kind, obs_type="image", image_size=24, n_goals=12, sink="kv0", visual_encoder="features",
+                      feature_dim=16, object_memory=True, d_model=64, n_heads=2, l_seg=3, l_sum=2,
+                      pretrained_encoder=str(tmp_path / "enc.pt"))
+    torch.manual_seed(0)
+    return build_policy(args, load_pretrained=True).eval()
+
+
 @pytest.mark.parametrize("kind", ["relic", "memo"])
 def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tmp_path, kind):
     """object_memory: head 0 of layer 0 is a fixed lookup. A robot at (1, 2) facing +y that sees
@@ -293,20 +308,13 @@ def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tm
     import math
 
     from icrl_ros.models import build_policy
-    from icrl_ros.models.encoders import FeatureEncoder
     from icrl_ros.models.object_memory import STRUCT_DIM
 
     heads = sharp_heads(16, 12, 3, 2, 1)
     with torch.no_grad():  # category 3 in view only when feature 0 is 1
         heads.present.bias[3] = -20.0
         heads.present.weight[3, 0] = 40.0
-    torch.save({**FeatureEncoder(16, 24).state_dict(), **{f"heads.{k}": v for k, v in heads.state_dict().items()}},
-               tmp_path / "enc.pt")
-    args = small_args(kind=kind, obs_type="image", image_size=24, n_goals=12, sink="kv0", visual_encoder="features",
-                      feature_dim=16, object_memory=True, d_model=64, n_heads=2, l_seg=3, l_sum=2,
-                      pretrained_encoder=str(tmp_path / "enc.pt"))
-    torch.manual_seed(0)
-    policy = build_policy(args, load_pretrained=True).eval()
+    policy = object_memory_policy(tmp_path, kind, heads)
     T = 8
     feat = torch.zeros(1, T, 16)
     feat[0, 1, 0] = 1.0  # the sighting
@@ -356,22 +364,13 @@ def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tm
                                 visual_encoder="features", feature_dim=16, object_memory=True, d_model=32, n_heads=4))
 
 
-@pytest.mark.slow
 def test_memo_object_summary_exports_and_replays_on_onnx_runtime(tmp_path):
     """The summary's per-category aggregation is part of the exported summarize graph: a Memo with
     the object memory (segments of 3 steps, 2 summary slots, 12 categories, random image features)
-    replayed through ONNX Runtime matches the full-sequence pass within 1e-4 (~80 s beside other jobs)."""
-    from icrl_ros.models import build_policy
-    from icrl_ros.models.encoders import FeatureEncoder
+    replayed through ONNX Runtime matches the full-sequence pass within 1e-4 (2.4 s alone)."""
     from icrl_ros.training.export import export_bundle, verify_bundle
 
-    torch.save({**FeatureEncoder(16, 24).state_dict(), **{f"heads.{k}": v for k, v in sharp_heads(16, 12, 3, 2, 1).state_dict().items()}},
-               tmp_path / "enc.pt")
-    args = small_args(kind="memo", obs_type="image", image_size=24, n_goals=12, sink="kv0", visual_encoder="features",
-                      feature_dim=16, object_memory=True, d_model=64, n_heads=2, l_seg=3, l_sum=2,
-                      pretrained_encoder=str(tmp_path / "enc.pt"))
-    torch.manual_seed(0)
-    policy = build_policy(args, load_pretrained=True).eval()
+    policy = object_memory_policy(tmp_path, "memo", sharp_heads(16, 12, 3, 2, 1))
     out = export_bundle(policy, tmp_path / "bundle", env={"goal_names": [f"g{i}" for i in range(12)]})
     r = verify_bundle(out, steps=120, backends=("onnxruntime",))["onnxruntime"]
     assert r["max_logit_diff"] <= 1e-4, r
