@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -56,6 +55,7 @@ def main() -> int:
         env.pop(var, None)
     os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")})
     os.environ.pop("FASTDDS_DEFAULT_PROFILES_FILE", None)
+    from icrl_ros.nodes.demo_ros import interrupt
     from icrl_ros.nodes.dds import use_shipped_profile
 
     use_shipped_profile()  # this process only sends small messages; the same set-up as the others
@@ -146,13 +146,7 @@ def main() -> int:
         rss.append((round(time.monotonic() - t0, 1), rss_mb(agent.pid)))
         end_status = dict(status[-1])
     finally:
-        for proc in (camera, agent):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        interrupt([camera, agent])
         node.destroy_node()
         rclpy.try_shutdown()
 

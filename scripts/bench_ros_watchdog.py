@@ -20,7 +20,6 @@ import os
 import platform
 import random
 import runpy
-import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ def main() -> int:
     for var in ("ROS_STATIC_PEERS", "FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE"):
         os.environ.pop(var, None)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    from icrl_ros.nodes.demo_ros import interrupt
     from icrl_ros.nodes.dds import use_shipped_profile
 
     # the test suite's fake bundle writer, read as a file (tests/ is not a package to import from here)
@@ -134,9 +134,7 @@ def main() -> int:
                 delays[cut].append(zero - t_cut)
         trips = int(status[-1]["watchdog_trips"]) if status else -1
     finally:
-        if agent.poll() is None:
-            agent.send_signal(signal.SIGINT)
-            agent.wait(timeout=20)
+        interrupt([agent])
         node.destroy_node()
         rclpy.try_shutdown()
 

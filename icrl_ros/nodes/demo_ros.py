@@ -80,6 +80,20 @@ def start_node(module: str, files: list[Path], log: Path, env: dict[str, str]) -
 
 
 # -- watching ---------------------------------------------------------------------------------------
+def interrupt(procs, timeout: float = 20.0) -> None:
+    """Stop processes as Ctrl-C does (SIGINT, so a node sends its zero command and exits), all at
+    once; one still running ``timeout`` s later is killed. ``None`` entries are skipped."""
+    procs = [p for p in procs if p is not None]
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def make_monitor(context_args=None):
     """A node recording episode events, the agent's per-episode status and camera frames."""
     from diagnostic_msgs.msg import DiagnosticArray
@@ -388,14 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                 fail(f"timed out after {args.timeout:.0f} s with {len(rows)} of {args.episodes} episodes; "
                      f"logs in {out / 'logs'}")
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        interrupt(procs.values())
         if server is not None:
             stop_server(server)
         ex.shutdown()

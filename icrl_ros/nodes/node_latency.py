@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from icrl_ros.training._cli import REPO_ROOT, fail
-from icrl_ros.nodes.demo_ros import NAMESPACE, loopback_ros_env, params_file
+from icrl_ros.nodes.demo_ros import NAMESPACE, interrupt, loopback_ros_env, params_file
 
 
 def stats(ms: np.ndarray) -> dict[str, float]:
@@ -109,11 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         info = dict(agent.loop.last_info)
         episodes = agent.runner.episode + 1
     finally:
-        bridge.send_signal(signal.SIGINT)
-        try:
-            bridge.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            bridge.kill()
+        interrupt([bridge])
         ex.shutdown()
         agent.destroy_node()
         rclpy.try_shutdown()
