@@ -36,7 +36,6 @@ is imported by :func:`memory_class` when asked for)."""
 
 KIND_POLICIES = {kind: tuple(f.memories) for kind, f in FAMILIES.items()}
 """Model kind -> the memory policies that apply to it (the first is the default; :mod:`icrl_ros.families`)."""
-RELIC_POLICIES = KIND_POLICIES["relic"]
 
 
 def memory_class(name: str) -> type[Memory]:

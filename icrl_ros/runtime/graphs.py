@@ -159,9 +159,9 @@ def build_graphs(policy: nn.Module, precision: str = "fp32") -> dict[str, nn.Mod
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
     policy = policy.eval()
-    mod = family_of(policy).graph_module()
-    if hasattr(mod, "build_graphs") and mod.build_graphs is not build_graphs:
-        return mod.build_graphs(policy, precision)
+    own = getattr(family_of(policy).graph_module(), "build_graphs", None)
+    if own is not None:
+        return own(policy, precision)
     graphs = graph_modules(policy)
     if precision == "fp16":
         graphs = {k: g if k == "encoder" else Autocast(g) for k, g in graphs.items()}

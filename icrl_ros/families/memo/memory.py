@@ -94,10 +94,6 @@ class MemoMemory(Memory):
     def pos_base(self) -> int:
         return self.kept_sets(self.n_generated) * self.l_sum
 
-    def position(self) -> Tensor:
-        """RoPE index (B,) of the next step."""
-        return torch.full((self.batch,), self.pos_base() + self.seg_count, dtype=torch.long, device=self.k.device)
-
     def segment_length(self) -> int:
         if self.schedule is not None and self.n_generated < len(self.schedule):
             return self.schedule[self.n_generated]

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from icrl_ros.families.radt.model import REWARD_KEYS, RETRIEVED_KEYS, WINDOW_KEYS, RADTArgs, RADTPolicy
 from icrl_ros.families.radt.model import input_spec as radt_input_spec
-from icrl_ros.runtime.graphs import PRECISIONS, dtype_name, io_spec
+from icrl_ros.runtime.graphs import dtype_name, io_spec
 
 RADT_DTYPES = {"obs": "int64", "prev_action": "int64", "action": "int64", "prev_reward": "float32",
                "reward": "float32", "rtg": "float32", "episode_step": "int64", "valid": "bool"}
@@ -80,6 +80,6 @@ def graph_modules(policy: RADTPolicy) -> dict[str, nn.Module]:
 
 
 def build_graphs(policy: RADTPolicy, precision: str = "fp32") -> dict[str, nn.Module]:
-    if precision not in PRECISIONS or precision != "fp32":
+    if precision != "fp32":
         raise ValueError(f"precision: RA-DT bundles are fp32 only, got {precision!r}")
     return {k: g.eval() for k, g in graph_modules(policy.eval()).items()}
