@@ -385,7 +385,7 @@ def is_house(path: str) -> bool:
 
 def evaluate_house(args, labels: list[str]) -> int:
     from icrl_ros.training import house_curves
-    from icrl_ros.training.house_eval import run_house_trials, stepper_for
+    from icrl_ros.training.house_eval import check_wipe_batch, run_house_trials, stepper_for
 
     if args.episodes <= 0:
         fail(f"--episodes must be positive, got {args.episodes}")
@@ -402,11 +402,9 @@ def evaluate_house(args, labels: list[str]) -> int:
                 from icrl_ros.runtime.runner import build_memory
 
                 build_memory(stepper.bundle, memory)
+            check_wipe_batch(stepper, args.batch)  # refused here too, before any trial runs
         except (FileNotFoundError, ValueError, KeyError) as e:
             fail(f"{path}: {e}")
-        if getattr(stepper, "wipe_each_episode", False) and args.batch != 1:
-            fail(f"{path}: --wipe-memory on a {stepper.args.kind} policy clears its memory at every episode start, "
-                 f"one trial at a time: add --batch 1")
         greedy, temperature = acting(args, getattr(stepper, "bundle", None))
         acts[lab] = {"greedy": greedy, "temperature": None if greedy else temperature}
         res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split,

@@ -36,6 +36,9 @@ from icrl_ros.training.ppo import next_step_inputs, trial_start_inputs
 class TorchStepper:
     """The training-side policy (its live control step against ``make_memory``)."""
 
+    wipe_each_episode = False
+    """Clear the memory at every episode start (:func:`stepper_for` ``wipe``, Memo / HCAM)."""
+
     def __init__(self, policy) -> None:
         self.policy = policy
         self.args = policy.args
@@ -58,6 +61,9 @@ class TorchStepper:
 
 class BundleStepper:
     """A deploy bundle through PolicyRunner with the manifest's memory policy."""
+
+    wipe_each_episode = False
+    """Clear the memory at every episode start (:func:`stepper_for` ``wipe``, Memo / HCAM)."""
 
     def __init__(self, path: str | Path, backend: str = "onnxruntime", memory: str | None = None) -> None:
         from icrl_ros.runtime.bundle import load_bundle
@@ -111,10 +117,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     if drive == "teacher" and teacher is None:
         raise ValueError("drive='teacher' needs teacher='memory' or 'wiped'")
     a = stepper.args
-    forget = getattr(stepper, "wipe_each_episode", False)
-    if forget and batch != 1:
-        raise ValueError(f"the memory-wiped ablation of a {a.kind} policy clears its memory at every episode start, "
-                         f"which a batched memory cannot do per trial: use batch 1, got {batch}")
+    forget = stepper.wipe_each_episode
+    check_wipe_batch(stepper, batch)
     options = dict(env_options or {})
     options.pop("teacher", None)
     if teacher is not None:
@@ -162,6 +166,14 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     wall = time.perf_counter() - t0
     return {**out, "house_seed": np.array(houses), "agent_steps": total, "wall_s": wall,
             "steps_per_s": total / wall, **stats}
+
+
+def check_wipe_batch(stepper, batch: int) -> None:
+    """A stepper that clears its memory at every episode start (the no-memory ablation of Memo /
+    HCAM, ``stepper_for(wipe=True)``) runs one trial at a time: raises ValueError otherwise."""
+    if stepper.wipe_each_episode and batch != 1:
+        raise ValueError(f"--wipe-memory on a {stepper.args.kind} policy clears its memory at every episode start, "
+                         f"which a batched memory cannot do per trial: use batch 1 (--batch 1), got {batch}")
 
 
 def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = None, wipe: bool = False):
