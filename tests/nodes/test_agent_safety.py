@@ -146,6 +146,7 @@ def test_watchdog_zero_velocity_within_input_timeout(ros_context, tmp_path) -> N
     probe.create_subscription(Twist, "cmd_vel", lambda m: arrivals.append(
         (time.monotonic(), m.linear.x, m.angular.z)), 100)
     stamp = [100.0]
+    stalls = [0]  # gaps of this feeder itself past the timeout (a loaded machine): each may trip once more
 
     def feed(seconds: float, camera: bool = True, odom: bool = True) -> float:
         last = -1.0
@@ -156,7 +157,10 @@ def test_watchdog_zero_velocity_within_input_timeout(ros_context, tmp_path) -> N
                 probe.send_odom(0.0, 0.0, 0.0, stamp=stamp[0])  # the base never gets anywhere: always driving
             if camera:
                 probe.send_image(stamp=stamp[0], height=16, width=16)
-            last = time.monotonic()
+            now = time.monotonic()
+            if camera and odom and last >= 0.0 and now - last > 0.9 * timeout:
+                stalls[0] += 1
+            last = now
             spin_for(ex, 0.05)
         return last
 
@@ -178,7 +182,8 @@ def test_watchdog_zero_velocity_within_input_timeout(ros_context, tmp_path) -> N
             delays.append(zero - t_last)
             assert all(v == 0.0 and w == 0.0 for _, v, w in arrivals[n0:] if _ >= zero), "moved after the stop"
         assert max(delays) <= timeout, delays
-        assert agent.counters["watchdog_trips"] - trips == 9
+        # one trip per cut; more only where the feeder itself stalled past the timeout
+        assert 9 <= agent.counters["watchdog_trips"] - trips <= 9 + stalls[0], (agent.counters, stalls)
     finally:
         teardown(ex, agent, probe)
 
