@@ -1,7 +1,14 @@
-"""Self-describing checkpoints: weights + model args + training config, no training code needed."""
+"""Self-describing checkpoints: weights + model args + training config, no training code needed.
+
+A shipped house checkpoint may leave out its frozen image encoder (``share_encoder``): the encoder
+and its label heads are ``model.pretrained_encoder``'s weights unchanged, which the repo already
+ships (``checkpoints/house_encoder.pt``, 4.5 MB of a 7 MB checkpoint). The blob then names that
+file relative to the checkpoint's folder with its SHA-256, and loading fills the weights back in.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -14,14 +21,68 @@ from icrl_ros.models.policy import ICLPolicy
 FORMAT = "icrl_ros.checkpoint/1"
 
 
-def save_checkpoint(path: str | Path, policy: ICLPolicy, config: dict | None = None, **extra) -> None:
-    """Atomic write (temp file + rename) so a crash never leaves a half checkpoint."""
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def frozen_encoder_keys(state: dict) -> dict[str, str]:
+    """State-dict name -> name in a ``training/house_encoder.py`` file, for the frozen image
+    encoder (``encoder.image.*``) and its label heads (``encoder.heads.*``) present in ``state``."""
+    out = {}
+    for k in state:
+        if k.startswith("encoder.image."):
+            out[k] = k[len("encoder.image."):]
+        elif k.startswith("encoder.heads."):
+            out[k] = k[len("encoder."):]
+    return out
+
+
+def strip_shared_encoder(path: Path, policy: ICLPolicy, state: dict) -> tuple[dict, dict]:
+    """(state without the frozen encoder, the blob's ``shared_encoder`` record). Raises ValueError
+    unless ``model.pretrained_encoder`` exists and holds exactly the policy's frozen weights."""
+    enc_path = Path(getattr(policy.args, "pretrained_encoder", "") or "")
+    if not enc_path.name or not enc_path.is_file():
+        raise ValueError(f"share_encoder: model.pretrained_encoder {str(enc_path) or '(none)'!r} is not a file: "
+                         "only a policy on a frozen pretrained encoder can share it")
+    enc = torch.load(enc_path, map_location="cpu", weights_only=True)
+    keys = frozen_encoder_keys(state)
+    differ = [k for k, e in keys.items() if e not in enc or not torch.equal(state[k].cpu(), enc[e])]
+    if not keys or differ:
+        raise ValueError(f"share_encoder: the policy's frozen encoder differs from {enc_path} at {differ[:3]} "
+                         "(was it trained on another encoder file?): save it whole")
+    record = {"file": os.path.relpath(enc_path.resolve(), path.parent.resolve()), "sha256": file_sha256(enc_path),
+              "keys": keys}
+    return {k: v for k, v in state.items() if k not in keys}, record
+
+
+def fill_shared_encoder(path: Path, blob: dict) -> dict:
+    """The full state dict of a checkpoint saved with ``share_encoder``."""
+    rec = blob["shared_encoder"]
+    enc_path = path.parent / rec["file"]
+    if not enc_path.is_file():
+        raise FileNotFoundError(f"checkpoint {path}: its frozen image encoder {enc_path} is missing "
+                                "(it ships beside the checkpoint; restore it from the repo)")
+    if file_sha256(enc_path) != rec["sha256"]:
+        raise ValueError(f"checkpoint {path}: {enc_path} is not the encoder it was trained on (SHA-256 differs): "
+                         "restore that file from the commit that shipped the checkpoint")
+    enc = torch.load(enc_path, map_location="cpu", weights_only=True)
+    return {**blob["state_dict"], **{k: enc[e] for k, e in rec["keys"].items()}}
+
+
+def save_checkpoint(path: str | Path, policy: ICLPolicy, config: dict | None = None, share_encoder: bool = False,
+                    **extra) -> None:
+    """Atomic write (temp file + rename) so a crash never leaves a half checkpoint. ``share_encoder``:
+    leave out the frozen image encoder and refer to ``model.pretrained_encoder`` instead (shipping)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    blob = {"format": FORMAT, "model_args": policy.args.to_dict(), "state_dict": policy.state_dict(),
+    state = policy.state_dict()
+    if share_encoder:
+        state, extra["shared_encoder"] = strip_shared_encoder(path, policy, state)
+    blob = {"format": FORMAT, "model_args": policy.args.to_dict(), "state_dict": state,
             "config": config or {}, **extra}
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would make a shipped checkpoint private to its writer
     torch.save(blob, tmp)
     os.replace(tmp, path)
 
@@ -48,5 +109,6 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[ICLPol
     from icrl_ros.models.stepping import build_policy
 
     policy = build_policy(model_args_from_dict(blob["model_args"]))
-    policy.load_state_dict(blob["state_dict"])
+    state = fill_shared_encoder(path, blob) if "shared_encoder" in blob else blob["state_dict"]
+    policy.load_state_dict(state)
     return policy.eval(), blob
