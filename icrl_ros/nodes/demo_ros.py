@@ -1,4 +1,4 @@
-"""`make demo`: the shipped house bundle (house_relic, ReLIC) searching an unseen MiniWorld house over ROS 2.
+"""`make demo`: the shipped house bundle (house_memo, Memo) searching an unseen MiniWorld house over ROS 2.
 
 Starts two processes, as on a robot: ``sim_bridge_node`` (the house env, test split, fixed
 seed, lockstep) and ``agent_node`` (the bundle on ONNX Runtime, autostart). They talk over
@@ -21,11 +21,11 @@ With ``--habitat`` the house the MiniWorld run would use is exported to a Habita
 by ``icrl_ros.sim.env_server`` from the Habitat chroot of ``../shared/habitat`` (root); the bridge
 here drives it through ``icrl_ros/RemoteEnv-v0``, the agent is unchanged.
 
-The default bundle (``bundles/house_relic``) is a real ReLIC policy exported from a real
-checkpoint: a student of the in-context house teacher (offline behaviour cloning on 262k
-teacher steps on this CPU). It finds the goal in a minority of episodes and does not yet improve
-clearly from episode to episode (BENCHMARKS.md, issue 12): the demo shows the ROS side end to
-end, not yet in-context learning. Point ``--bundle`` at a better one.
+The default bundle (``bundles/house_memo``) is a real Memo policy exported from a real
+checkpoint: a student of the in-context house teacher (offline cloning of its trials on this
+CPU, with the object memory). It finds the goal in a minority of episodes, more often in later
+ones (BENCHMARKS.md, issue 12): one trial is one house, so a single run shows the ROS side end
+to end more than it shows the curve. ``--bundle bundles/house_relic`` runs the ReLIC student.
 """
 
 from __future__ import annotations
@@ -48,6 +48,25 @@ from icrl_ros.nodes.shipped import DEFAULT_BUNDLE
 from icrl_ros.training._cli import REPO_ROOT, fail
 
 NAMESPACE = "/icrl_demo"
+SHIPPED_NOTES = {
+    "house_memo": ("is an imitated Memo student (offline cloning of the house teacher, object memory) that finds the "
+                   "goal in a minority of episodes, more often in later ones (held-out success 0.30 in episode 1, "
+                   "0.33 over episodes 10-20, 0.25 with its memory cleared; BENCHMARKS.md)",
+                   "imitated Memo student of the house teacher: finds the goal in a minority of episodes"),
+    "house_relic": ("is an imitated ReLIC student (cloning + DAgger) that finds the goal in a minority of episodes "
+                    "(held-out success 0.12 in episode 1, 0.24 over episodes 10-15; BENCHMARKS.md)",
+                    "imitated ReLIC student (cloning + DAgger of the house teacher): finds the goal in a minority of "
+                    "episodes"),
+}
+"""What the demo says about a shipped bundle: (a line before the run, a line under the plots' title)."""
+
+
+def shipped_note(bundle: Path) -> tuple[str, str] | None:
+    """:data:`SHIPPED_NOTES` for a bundle of this checkout's ``bundles/``; None for any other bundle."""
+    for name, note in SHIPPED_NOTES.items():
+        if bundle.resolve() == (REPO_ROOT / "bundles" / name).resolve():
+            return note
+    return None
 LOCAL_ONLY_UNSET = ("ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY", "ROS_DISCOVERY_SERVER", "ROS_SUPER_CLIENT",
                     "FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE", "CYCLONEDDS_URI")
 
@@ -338,10 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"== icrl_ros demo: {bundle.name} ({args.backend}) in an unseen {sim_name} house over ROS 2 ==")
     print(f"   DDS on loopback only, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}, namespace {NAMESPACE}; "
           f"{args.episodes} episodes of at most {args.max_steps} steps, memory kept across them")
-    if bundle.resolve() == (REPO_ROOT / "bundles" / "house_relic").resolve():
-        print("   note: the shipped house_relic policy is an imitated student (cloning + DAgger) that finds the goal "
-              "in a minority of episodes, more often in later ones (held-out success 0.12 in episode 1, 0.24 over "
-              "episodes 10-15; BENCHMARKS.md)")
+    note = shipped_note(bundle)
+    if note:
+        print(f"   note: the shipped {bundle.name} policy {note[0]}")
 
     tmp = Path(tempfile.mkdtemp(prefix="icrl_demo_"))
     bridge = {"env_id": "icrl_ros/MiniWorldHouse-v0", "env_kwargs": json.dumps({"split": "test"})}
@@ -419,8 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     title = (f"{bundle.name}: one trial in test-split house {house_seed}{' in Habitat' if args.habitat else ''} "
              f"({args.episodes} episodes, "
              f"<= {args.max_steps} steps each)")
-    if bundle.resolve() == (REPO_ROOT / "bundles" / "house_relic").resolve():
-        title += "\nimitated student (cloning + DAgger of the house teacher): finds the goal in a minority of episodes"
+    if note:
+        title += f"\n{note[1]}"
     plot_curve(table, out / "icl_curve.png", title)
     plot_top_down(table, ends, house_seed, out / "top_down.png", title)
     frames = []

@@ -114,7 +114,7 @@ class AgentParams(ParamsBase):
     bundle_path: str = _conf(
         "",
         "Export bundle directory written by training/export.py. Empty = the shipped default "
-        "(bundles/house_relic of a checkout, else share/icrl_ros/bundles/house_relic); a relative path is "
+        "(bundles/house_memo of a checkout, else share/icrl_ros/bundles/house_memo); a relative path is "
         "tried against the working directory, the checkout and share/icrl_ros.",
     )
     backend: str = _conf("onnxruntime", "Inference engine.", choices=BACKENDS)

@@ -158,9 +158,10 @@ def test_bundle_path_resolution(tmp_path, monkeypatch) -> None:
     if os.path.isfile(os.path.join(default, "manifest.yaml")):
         assert shipped.resolve_bundle_path("")[0] == default  # empty: the checkout's shipped bundle
         monkeypatch.chdir(tmp_path)  # relative: the working directory first, then the checkout
-        assert shipped.resolve_bundle_path("bundles/house_relic")[0] == default
-        (tmp_path / "bundles" / "house_relic").mkdir(parents=True)
-        assert shipped.resolve_bundle_path("bundles/house_relic")[0] == str(tmp_path / "bundles" / "house_relic")
+        rel = f"bundles/{shipped.DEFAULT_BUNDLE}"
+        assert shipped.resolve_bundle_path(rel)[0] == default
+        (tmp_path / rel).mkdir(parents=True)
+        assert shipped.resolve_bundle_path(rel)[0] == str(tmp_path / rel)
     found, tried = shipped.resolve_bundle_path(str(tmp_path / "nope"))
     assert found == "" and tried == [str(tmp_path / "nope")]
     found, tried = shipped.resolve_bundle_path("no/such/bundle")
@@ -168,8 +169,8 @@ def test_bundle_path_resolution(tmp_path, monkeypatch) -> None:
 
 
 def test_demo_runs_the_node_default_bundle() -> None:
-    """`make demo` shows the bundle a user gets with an empty bundle_path (it ran house_memo for two
-    sessions after the default moved to house_relic)."""
+    """`make demo` shows the bundle a user gets with an empty bundle_path (once it ran another bundle
+    for two sessions after the default moved)."""
     from icrl_ros.nodes import shipped
     from icrl_ros.nodes.demo_ros import parser
 

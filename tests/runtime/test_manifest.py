@@ -18,7 +18,8 @@ from icrl_ros.training.export import export_bundle
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "bundles" / "house_relic" / "manifest.yaml"  # exported with version 2
-V1 = REPO / "bundles" / "house_memo" / "manifest.yaml"  # a committed bundle exported before version 2
+V1 = Path(__file__).resolve().parents[1] / "fixtures" / "manifest_v1_house_memo.yaml"
+"""The manifest of the house Memo bundle shipped before version 2 (kept when that bundle was re-exported)."""
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -171,8 +172,22 @@ def test_committed_version_1_manifests_load_with_the_documented_defaults(caplog)
     expect["version"] = VERSION
     expect["action"].update(selection="sample", temperature=1.0)
     assert m.to_dict() == expect
-    b = load_bundle(V1.parent)  # the whole bundle (files, hashes, graphs) still validates
-    assert b.manifest.migrated_from == 1 and b.manifest.memory.policy == "memo"
+    assert m.memory.policy == "memo"
+
+
+def test_a_version_1_bundle_loads_whole(bundle, tmp_path):
+    """Files, hashes and graphs of a bundle whose manifest is version 1 still validate."""
+    import shutil
+
+    old = tmp_path / "v1"
+    shutil.copytree(bundle, old)
+    m = raw(old / "manifest.yaml")
+    m["version"] = 1
+    del m["action"]["selection"], m["action"]["temperature"]
+    (old / "manifest.yaml").write_text(yaml.safe_dump(m, sort_keys=False))
+    b = load_bundle(old)
+    assert b.manifest.migrated_from == 1 and (b.manifest.action.selection, b.manifest.action.temperature) == (
+        "sample", 1.0)
     shipped = raw(SHIPPED)  # the shipped default records how it was evaluated
     assert shipped["version"] == VERSION and (shipped["action"]["selection"], shipped["action"]["temperature"]) == (
         "sample", 1.0)

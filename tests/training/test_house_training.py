@@ -225,20 +225,19 @@ def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
 
 
 def test_shipped_house_policy_uses_its_memory_in_context():
-    """The shipped bundle (ONNX Runtime, as the node runs it) reads the in-context teacher's trial
+    """The shipped ReLIC bundle (ONNX Runtime, as the node runs it) reads the in-context teacher's trial
     (teacher forcing: the same states for both runs) with its memory and with memory wiped at
     every episode start. From episode 2 on the teacher acts on what it saw earlier; with memory the
     policy predicts those actions better. Measured (BENCHMARKS, issue 12; `house_diagnose.py
     --teacher-forced`, 20 other trials, seed 300): +0.166 +- 0.039 mean log-likelihood per step over
     episodes 2-5, per-trial sd ~0.09 (one trial in 20 below 0). The threshold, +0.05 on the mean of
     two trials, is ~1.8 sd of such a mean below it; a policy that ignores its memory gains ~0."""
-    from icrl_ros.nodes.shipped import DEFAULT_BUNDLE
     from icrl_ros.training.house_diagnose import TeacherLikelihood
     from icrl_ros.training.house_eval import run_house_trials, stepper_for
 
     got = {}
     for wipe in (False, True):
-        st, opts, _ = stepper_for(f"bundles/{DEFAULT_BUNDLE}", wipe=wipe)
+        st, opts, _ = stepper_for("bundles/house_relic", wipe=wipe)
         tally = TeacherLikelihood(2, 4)
         r = run_house_trials(st, 2, 4, seed=21, batch=2, env_options=opts, teacher="memory", observer=tally,
                              drive="teacher")
