@@ -210,7 +210,7 @@ def plot_curve(rows: list[dict], path: Path, title: str) -> None:
     x = np.arange(1, len(rows) + 1)
     succ = np.array([float(r["success"]) for r in rows])
     spl = np.array([r["spl"] for r in rows])
-    fig, ax = plt.subplots(figsize=(7, 3.8), dpi=110)
+    fig, ax = plt.subplots(figsize=(7, 4.1), dpi=110)
     ax.bar(x, succ, width=0.6, color="#9ecae1", label="success (0/1)")
     ax.plot(x, spl, "o-", color="#d62728", label="SPL")
     ax.plot(x, np.cumsum(succ) / x, "--", color="#3182bd", label="success rate so far")
@@ -219,7 +219,8 @@ def plot_curve(rows: list[dict], path: Path, title: str) -> None:
     ax.set_ylim(-0.05, 1.05)
     ax.set_xticks(x)
     ax.set_title(title, fontsize=9)
-    ax.legend(loc="upper left", fontsize=8)
+    # below the axes: inside, it covered episode 1's bar and SPL point
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=3, fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
