@@ -224,26 +224,37 @@ def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
     assert all(n <= i - ends[0] for i, (_, _, n) in enumerate(held) if i > ends[0])  # episode 2 starts afresh
 
 
-def test_shipped_house_policy_uses_its_memory_in_context():
-    """The shipped ReLIC bundle (ONNX Runtime, as the node runs it) reads the in-context teacher's trial
+@pytest.mark.parametrize("name,trials,batch,min_gain", [("house_memo", 4, 1, 0.04), ("house_relic", 2, 2, 0.05)])
+def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, min_gain):
+    """A shipped bundle (ONNX Runtime, as the node runs it) reads the in-context teacher's trial
     (teacher forcing: the same states for both runs) with its memory and with memory wiped at
     every episode start. From episode 2 on the teacher acts on what it saw earlier; with memory the
     policy predicts those actions better. Measured (BENCHMARKS, issue 12; `house_diagnose.py
-    --teacher-forced`, 20 other trials, seed 300): +0.166 +- 0.039 mean log-likelihood per step over
-    episodes 2-5, per-trial sd ~0.09 (one trial in 20 below 0). The threshold, +0.05 on the mean of
-    two trials, is ~1.8 sd of such a mean below it; a policy that ignores its memory gains ~0."""
+    --teacher-forced`, 20 other trials, seed 300), mean log-likelihood gain per step, episodes 2-5:
+
+    * house_relic: +0.166 +- 0.039, per-trial sd ~0.09; threshold +0.05 on the mean of 2 trials
+      (~1.8 sd of such a mean below it); its agreement with the teacher rises too;
+    * house_memo (the default): +0.092 +- 0.025, per-trial sd ~0.054; threshold +0.04 on the mean
+      of 4 trials (~1.9 sd below). Its agreement gain (+0.034 +- 0.014, smallest trial -0.036) is
+      too small to assert on 4 trials. Memo's ablation clears its memory, so batch 1.
+
+    A policy that ignores its memory gains ~0."""
     from icrl_ros.training.house_diagnose import TeacherLikelihood
     from icrl_ros.training.house_eval import run_house_trials, stepper_for
 
     got = {}
     for wipe in (False, True):
-        st, opts, _ = stepper_for("bundles/house_relic", wipe=wipe)
-        tally = TeacherLikelihood(2, 4)
-        r = run_house_trials(st, 2, 4, seed=21, batch=2, env_options=opts, teacher="memory", observer=tally,
-                             drive="teacher")
-        assert r["success"].all()  # the teacher drove: every episode found
+        st, opts, _ = stepper_for(f"bundles/{name}", wipe=wipe)
+        tally = TeacherLikelihood(trials, 4)
+        r = run_house_trials(st, trials, 4, seed=21, batch=batch, env_options=opts, teacher="memory",
+                             observer=tally, drive="teacher")
+        # the teacher drove: from episode 2 on it knows the house and always finds the goal (episode 1's
+        # search can run into the 200-step cap: 2 of 4 first episodes of the Memo run here)
+        assert r["success"][:, 1:].all(), r["success"]
         got[wipe] = tally.per_episode()
     gain = got[False]["logp"][:, 1:].mean(1) - got[True]["logp"][:, 1:].mean(1)
     agree = got[False]["agreement"][:, 1:].mean(1) - got[True]["agreement"][:, 1:].mean(1)
     assert np.array_equal(got[False]["logp"][:, 0], got[True]["logp"][:, 0])  # episode 1: nothing to remember
-    assert gain.mean() >= 0.05 and agree.mean() > 0, (gain, agree)
+    assert gain.mean() >= min_gain, (gain, agree)
+    if name == "house_relic":
+        assert agree.mean() > 0, agree
