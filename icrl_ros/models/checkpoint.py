@@ -9,6 +9,7 @@ file relative to the checkpoint's folder with its SHA-256, and loading fills the
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import tempfile
 from pathlib import Path
@@ -21,8 +22,10 @@ from icrl_ros.models.policy import ICLPolicy
 FORMAT = "icrl_ros.checkpoint/1"
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def read_encoder(path: Path) -> tuple[dict, str]:
+    """An encoder file's state dict and SHA-256, from one read."""
+    data = Path(path).read_bytes()
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), hashlib.sha256(data).hexdigest()
 
 
 def frozen_encoder_keys(state: dict) -> dict[str, str]:
@@ -44,14 +47,13 @@ def strip_shared_encoder(path: Path, policy: ICLPolicy, state: dict) -> tuple[di
     if not enc_path.name or not enc_path.is_file():
         raise ValueError(f"share_encoder: model.pretrained_encoder {str(enc_path) or '(none)'!r} is not a file: "
                          "only a policy on a frozen pretrained encoder can share it")
-    enc = torch.load(enc_path, map_location="cpu", weights_only=True)
+    enc, sha = read_encoder(enc_path)
     keys = frozen_encoder_keys(state)
     differ = [k for k, e in keys.items() if e not in enc or not torch.equal(state[k].cpu(), enc[e])]
     if not keys or differ:
         raise ValueError(f"share_encoder: the policy's frozen encoder differs from {enc_path} at {differ[:3]} "
                          "(was it trained on another encoder file?): save it whole")
-    record = {"file": os.path.relpath(enc_path.resolve(), path.parent.resolve()), "sha256": file_sha256(enc_path),
-              "keys": keys}
+    record = {"file": os.path.relpath(enc_path.resolve(), path.parent.resolve()), "sha256": sha, "keys": keys}
     return {k: v for k, v in state.items() if k not in keys}, record
 
 
@@ -62,10 +64,10 @@ def fill_shared_encoder(path: Path, blob: dict) -> dict:
     if not enc_path.is_file():
         raise FileNotFoundError(f"checkpoint {path}: its frozen image encoder {enc_path} is missing "
                                 "(it ships beside the checkpoint; restore it from the repo)")
-    if file_sha256(enc_path) != rec["sha256"]:
+    enc, sha = read_encoder(enc_path)
+    if sha != rec["sha256"]:
         raise ValueError(f"checkpoint {path}: {enc_path} is not the encoder it was trained on (SHA-256 differs): "
                          "restore that file from the commit that shipped the checkpoint")
-    enc = torch.load(enc_path, map_location="cpu", weights_only=True)
     return {**blob["state_dict"], **{k: enc[e] for k, e in rec["keys"].items()}}
 
 

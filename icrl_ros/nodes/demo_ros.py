@@ -48,6 +48,8 @@ from icrl_ros.nodes.shipped import DEFAULT_BUNDLE
 from icrl_ros.training._cli import REPO_ROOT, fail
 
 NAMESPACE = "/icrl_demo"
+LOCAL_ONLY_UNSET = ("ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY", "ROS_DISCOVERY_SERVER", "ROS_SUPER_CLIENT",
+                    "FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE", "CYCLONEDDS_URI")
 SHIPPED_NOTES = {
     "house_memo": ("is an imitated Memo student (offline cloning of the house teacher, object memory) that finds the "
                    "goal in a minority of episodes, more often in later ones (held-out success 0.30 in episode 1, "
@@ -67,8 +69,6 @@ def shipped_note(bundle: Path) -> tuple[str, str] | None:
         if bundle.resolve() == (REPO_ROOT / "bundles" / name).resolve():
             return note
     return None
-LOCAL_ONLY_UNSET = ("ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY", "ROS_DISCOVERY_SERVER", "ROS_SUPER_CLIENT",
-                    "FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE", "CYCLONEDDS_URI")
 
 
 def loopback_ros_env(domain_id: int | None, log_dir: Path) -> dict[str, str]:

@@ -5,7 +5,7 @@
 
 ``--share-encoder`` (house policies on a frozen encoder): leave the encoder's weights out and refer
 to ``model.pretrained_encoder`` (``checkpoints/house_encoder.pt``, kept beside the checkpoint, checked
-by SHA-256 at load): a 7 MB house checkpoint becomes about 2.5 MB.
+by SHA-256 at load): a 7 MB house checkpoint becomes about 2.6 MB.
 """
 
 from __future__ import annotations

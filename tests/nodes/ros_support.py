@@ -65,22 +65,26 @@ HOUSE_BUNDLE = os.path.join(REPO, "bundles", DEFAULT_BUNDLE)
 """The shipped default bundle for the MiniWorld house (what an empty ``bundle_path`` resolves to)."""
 
 
+def require_bundle(name: str) -> str:
+    """The path of the shipped bundle ``bundles/<name>``; skips the test when it is missing."""
+    path = os.path.join(REPO, "bundles", name)
+    if not os.path.isfile(os.path.join(path, "manifest.yaml")):
+        pytest.skip(f"{path} is missing: export checkpoints/{name}.pt with training/export.py")
+    return path
+
+
 def require_house_bundle() -> str:
-    """The shipped house bundle's path; skips the test when it (or the house env) is unavailable."""
-    if not os.path.isfile(os.path.join(HOUSE_BUNDLE, "manifest.yaml")):
-        pytest.skip(f"{HOUSE_BUNDLE} is missing: export checkpoints/{DEFAULT_BUNDLE}.pt with training/export.py")
-    return HOUSE_BUNDLE
+    """The shipped default house bundle's path; skips the test when it is missing."""
+    return require_bundle(DEFAULT_BUNDLE)
 
 
 MEMO_BUNDLE = os.path.join(REPO, "bundles", "house_memo")
-"""The shipped Memo bundle for the house (weakly trained): for checks of Memo's summary memory."""
+"""The shipped Memo bundle for the house (the default): for checks of Memo's summary memory."""
 
 
 def require_memo_bundle() -> str:
     """The shipped Memo house bundle's path; skips the test when it is missing."""
-    if not os.path.isfile(os.path.join(MEMO_BUNDLE, "manifest.yaml")):
-        pytest.skip(f"{MEMO_BUNDLE} is missing: export checkpoints/house_memo.pt with training/export.py")
-    return MEMO_BUNDLE
+    return require_bundle("house_memo")
 
 
 def assert_action_steps(poses: list) -> None:

@@ -11,16 +11,12 @@ import sys
 import numpy as np
 import pytest
 
-from tests.nodes.ros_support import REPO, require_house_bundle, require_memo_bundle
+from tests.nodes.ros_support import REPO, require_bundle, require_house_bundle
 
 
 @pytest.mark.parametrize("name,kind", [("house_relic", "relic"), ("house_memo", "memo")])
 def test_shipped_bundle_is_the_shipped_checkpoint_and_passes_its_self_check(name, kind) -> None:
-    bundle = os.path.join(REPO, "bundles", name)
-    if name == "house_memo":
-        require_memo_bundle()
-    elif not os.path.isfile(os.path.join(bundle, "manifest.yaml")):
-        pytest.skip(f"{bundle} is missing: export checkpoints/{name}.pt with training/export.py")
+    bundle = require_bundle(name)
     from icrl_ros.models import load_checkpoint
     from icrl_ros.runtime.bundle import load_bundle, model_hash
 
