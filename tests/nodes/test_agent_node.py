@@ -446,7 +446,8 @@ def test_console_entry_point_survives_a_missing_bundle(ros_context) -> None:
         change_client = probe.create_client(ChangeState, "/proc2/icrl_agent/change_state")
         get_client = probe.create_client(GetState, "/proc2/icrl_agent/get_state")
         assert change_client.wait_for_service(timeout_sec=30)
-        assert not change(ex, change_client, Transition.TRANSITION_CONFIGURE)
+        # the answer waits on the fresh process's first import of the runtime (over 5 s once in a full run)
+        assert not change(ex, change_client, Transition.TRANSITION_CONFIGURE, timeout=60.0)
         assert state_id(ex, get_client) == State.PRIMARY_STATE_UNCONFIGURED
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)

@@ -146,7 +146,7 @@ def test_watchdog_zero_velocity_within_input_timeout(ros_context, tmp_path) -> N
     probe.create_subscription(Twist, "cmd_vel", lambda m: arrivals.append(
         (time.monotonic(), m.linear.x, m.angular.z)), 100)
     stamp = [100.0]
-    stalls = [0]  # gaps of this feeder itself past the timeout (a loaded machine): each may trip once more
+    stalls = [0]  # gaps of this feeder itself past the node's watch period (a loaded machine): each may trip once more
 
     def feed(seconds: float, camera: bool = True, odom: bool = True) -> float:
         last = -1.0
@@ -158,7 +158,7 @@ def test_watchdog_zero_velocity_within_input_timeout(ros_context, tmp_path) -> N
             if camera:
                 probe.send_image(stamp=stamp[0], height=16, width=16)
             now = time.monotonic()
-            if camera and odom and last >= 0.0 and now - last > 0.9 * timeout:
+            if camera and odom and last >= 0.0 and now - last > agent.loop.watch_period():
                 stalls[0] += 1
             last = now
             spin_for(ex, 0.05)
