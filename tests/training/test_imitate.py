@@ -3,11 +3,11 @@
 import numpy as np
 import torch
 
-from icrl_ros.sim.gridworlds import DarkKeyToDoorVecEnv
+from icrl_ros.sim.gridworlds import DarkKeyToDoorVecEnv, DarkroomVecEnv
 from tests.training.test_train_cli import run
 import pytest
 
-from icrl_ros.training.teachers import KeyDoorExplorer, grid_cycle, make_teacher, teacher_trials
+from icrl_ros.training.teachers import KeyDoorExplorer, grid_cycle, make_teacher, snake_tour, teacher_trials
 
 TINY = ["--set", "env.num_envs=4", "--set", "ppo.rollout_length=60", "--set", "total_steps=480",
         "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=4",
@@ -41,6 +41,37 @@ def test_grid_cycle_is_a_closed_tour_of_every_cell_but_the_corner():
     assert (np.abs(np.diff(xy, axis=0)).sum(1) == 1).all()
     with pytest.raises(ValueError, match="odd"):
         grid_cycle(8)
+
+
+def test_snake_tour_visits_every_cell_by_neighbour_steps():
+    tour = snake_tour(10)
+    assert sorted(tour) == list(range(100)) and tour[0] == 0
+    xy = np.array([divmod(c, 10) for c in tour])
+    assert (np.abs(np.diff(xy, axis=0)).sum(1) == 1).all()
+
+
+def test_darkroom_teacher_finds_the_goal_once_then_walks_to_it_and_stays():
+    env = DarkroomVecEnv(1, "all")
+    env.set_tasks(np.array([7 * 10 + 3]))  # goal (7, 3): 10 steps from the start corner
+    teacher = make_teacher(env)
+    obs, per_episode, total = env.observe(), [], 0.0
+    for _ in range(400):
+        action = teacher.act(obs)
+        obs, r, done, info = env.step(action)
+        teacher.observe(info["final_obs"], r, done, action)
+        total += r[0]
+        if done[0]:
+            per_episode.append(total)
+            total = 0.0
+    assert teacher.target[0] == 73
+    assert 0 < per_episode[0] < 91 and per_episode[1:] == [91.0, 91.0, 91.0]  # 100 - 10 + 1 steps on the goal
+
+
+def test_darkroom_teacher_scores_near_the_oracle_on_held_out_goals():
+    env = DarkroomVecEnv(200, "test", seed=0)
+    env.reset_trial()
+    oracle = env.oracle_trial_return(1000)
+    assert 0.9 < (teacher_trials(env, 1000) / oracle).mean() <= 1.0
 
 
 @pytest.mark.parametrize("name", ["cycle", "explorer"])
