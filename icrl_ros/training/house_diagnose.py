@@ -17,6 +17,12 @@ the goal at the episode start, the table says whether the policy fails to *use* 
 was known, the policy still searched or stopped wrongly) or to *explore*; agreement with the
 teacher on the policy's own states shows the distribution shift imitation on the teacher's states
 leaves. Writes ``diagnosis.json``.
+
+``--stop-views`` (a checkpoint): at every stop the policy makes, what its frozen label heads said
+of the current image: P(goal category in view) and its expected distance; split by right and wrong
+stops this tells a stop rule that fires blind from a navigation that never brings the goal into
+view. ``--stop-gate P`` (a what-if, not the deployed policy): the stop action is masked whenever
+the heads give P(goal in view) below P, so the wrong stops it removes show what they turn into.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from icrl_ros.sim.house import STOP
 from icrl_ros.training._cli import fail
@@ -123,6 +130,61 @@ class TeacherLikelihood:
         return {"logp": self.logp / n, "agreement": self.agree / n}
 
 
+class StopViews:
+    """Wraps a checkpoint's :class:`TorchStepper`: per step, the frozen heads' P(goal in view) and
+    expected goal distance for the current image; as an observer, records them at every stop of an
+    unfinished episode with its outcome. ``gate`` > 0 masks the stop logit where P < ``gate``."""
+
+    def __init__(self, stepper, episodes: int, gate: float = 0.0) -> None:
+        self.stepper, self.episodes, self.gate = stepper, episodes, gate
+        self.args, self.wipe_each_episode = stepper.args, stepper.wipe_each_episode
+        enc = stepper.policy.encoder
+        if getattr(enc, "heads", None) is None:
+            raise ValueError("--stop-views / --stop-gate: the policy has no frozen label heads (a house model with "
+                             "visual_encoder: features)")
+        self.enc = enc
+        self.rows: list[tuple[float, float, bool, int]] = []  # (P, distance, success, episode)
+
+    def reset(self, batch: int, steps: int) -> None:
+        self.stepper.reset(batch, steps)
+
+    def forget(self) -> None:
+        self.stepper.forget()
+
+    def memory_stats(self) -> dict:
+        return self.stepper.memory_stats()
+
+    def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits = self.stepper.logits(inp)
+        f = (inp["rgb_feat"] if "rgb_feat" in inp else self.enc.features(inp["rgb"])).float()
+        goal = inp["goal"].long()
+        p, _, dist = self.enc.heads.object_estimates(f, inp["odom"].float())
+        self.p = p.gather(-1, goal[:, None])[:, 0]
+        self.dist = dist.gather(-1, goal[:, None])[:, 0]
+        if self.gate > 0:
+            logits = logits.clone()
+            logits[self.p < self.gate, STOP] = -1e4
+        return logits
+
+    def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:
+        for i in np.flatnonzero(action.numpy() == STOP):
+            if done_eps[i] < self.episodes:
+                self.rows.append((float(self.p[i]), float(self.dist[i]), bool(info[i]["success"]), int(done_eps[i])))
+
+    def summary(self) -> dict:
+        out = {"gate": self.gate}
+        if not self.rows:
+            return out
+        p, d, ok, _ = map(np.array, zip(*self.rows))
+        for name, m in (("right_stops", ok), ("wrong_stops", ~ok)):
+            out[name] = {"n": int(m.sum())}
+            if m.any():
+                out[name].update({"p_goal_quartiles": np.percentile(p[m], [25, 50, 75]).round(3).tolist(),
+                                  "p_goal_below_0.5": float((p[m] < 0.5).mean()),
+                                  "distance_m_quartiles": np.percentile(d[m], [25, 50, 75]).round(2).tolist()})
+        return out
+
+
 def print_summary(label: str, d: dict) -> None:
     print(f"{label}: outcomes per episode (fractions)")
     print(f"  {'episodes':<24} {'n':>5} " + " ".join(f"{o:>11}" for o in OUTCOMES))
@@ -136,6 +198,15 @@ def print_summary(label: str, d: dict) -> None:
     print(f"  stop precision {s['stop_precision']:.3f} (stops the teacher would make), recall {s['stop_recall']:.3f}")
     print("  teacher knew the goal at the start of episode k: "
           + " ".join(f"{x:.2f}" for x in d["known_at_start_by_episode"]))
+    v = d.get("stop_views")
+    if v:
+        gate = f" (stop masked while P < {v['gate']})" if v["gate"] else ""
+        print(f"  the frozen heads at each stop{gate}:")
+        for name in ("right_stops", "wrong_stops"):
+            r = v.get(name)
+            if r and r["n"]:
+                print(f"    {name:<11} n={r['n']:>4}: P(goal in view) quartiles {r['p_goal_quartiles']}, below 0.5 "
+                      f"{r['p_goal_below_0.5']:.2f}; expected distance quartiles {r['distance_m_quartiles']} m")
 
 
 def main(argv=None) -> int:
@@ -151,6 +222,10 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"], help="bundles: the engine")
     p.add_argument("--teacher-forced", action="store_true",
                    help="the teacher drives; compare the policy's prediction of its actions with and without memory")
+    p.add_argument("--stop-views", action="store_true",
+                   help="a checkpoint: record the frozen heads' P(goal in view) and distance at every stop")
+    p.add_argument("--stop-gate", type=float, default=0.0, metavar="P",
+                   help="what-if (implies --stop-views): mask the stop action while P(goal in view) < P")
     p.add_argument("--out", help="directory for diagnosis.json (teacher_forced.json)")
     args = p.parse_args(argv)
     if args.trials <= 0 or args.episodes <= 0:
@@ -164,10 +239,22 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError, KeyError) as e:
         fail(f"{args.policy}: {e}")
     tally = Tally(args.trials, args.episodes)
+    observer, views = tally, None
+    if args.stop_views or args.stop_gate:
+        if not hasattr(stepper, "policy"):
+            fail("--stop-views / --stop-gate read the frozen heads of a checkpoint (.pt), not a bundle")
+        try:
+            views = stepper = StopViews(stepper, args.episodes, args.stop_gate)
+        except ValueError as e:
+            fail(f"{args.policy}: {e}")
+
+        def observer(*a):
+            tally(*a)
+            views(*a)
     res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split, greedy=args.greedy,
                            temperature=args.temperature, batch=args.batch, env_options=options, teacher="memory",
-                           observer=tally)
-    d = {**tally.summary(), "policy": desc, "trials": args.trials, "episodes": args.episodes, "seed": args.seed,
+                           observer=observer)
+    d = {**tally.summary(), **({"stop_views": views.summary()} if views else {}), "policy": desc, "trials": args.trials, "episodes": args.episodes, "seed": args.seed,
          "greedy": args.greedy, "temperature": None if args.greedy else args.temperature,
          "success_rate": float(res["success"].mean()), "spl": float(res["spl"].mean())}
     print_summary(Path(args.policy).name, d)

@@ -79,3 +79,35 @@ def test_teacher_likelihood_per_episode_and_drive_checks():
         run_house_trials(None, 1, 1, drive="robot")
     with pytest.raises(ValueError, match="teacher="):
         run_house_trials(None, 1, 1, drive="teacher")
+
+
+def test_stop_views_read_the_heads_at_each_stop_and_the_gate_masks_blind_stops():
+    from icrl_ros.training.house_diagnose import StopViews
+
+    class Heads:  # P(in view) of category c is 0.1 + 0.8 c for the 2 categories; distance 1 m
+        def object_estimates(self, f, odom):
+            p = torch.tensor([[0.1, 0.9]]).expand(f.shape[0], 2)
+            return p, torch.zeros(f.shape[0], 2, 2), torch.ones(f.shape[0], 2)
+
+    class Enc:
+        heads = Heads()
+
+    class Policy:
+        encoder = Enc()
+
+    class Stepper:
+        policy, args, wipe_each_episode = Policy(), None, False
+
+        def logits(self, inp):
+            return torch.zeros(len(inp["goal"]), 4)  # stop as likely as anything
+
+    inp = {"rgb_feat": torch.zeros(2, 8), "goal": torch.tensor([0, 1]), "odom": torch.zeros(2, 3)}
+    views = StopViews(Stepper(), episodes=1)
+    assert (views.logits(inp)[:, STOP] == 0).all()
+    views(None, 0, torch.tensor([STOP, STOP]), None, np.array([True, True]),
+          [{"success": False}, {"success": True}], np.array([0, 0]))
+    d = views.summary()
+    assert d["wrong_stops"]["n"] == 1 and d["wrong_stops"]["p_goal_below_0.5"] == 1.0
+    assert d["right_stops"]["n"] == 1 and abs(d["right_stops"]["p_goal_quartiles"][1] - 0.9) < 1e-6
+    gated = StopViews(Stepper(), episodes=1, gate=0.5).logits(inp)
+    assert gated[0, STOP] < -1e3 and gated[1, STOP] == 0  # the goal of env 0 is not in view: no stop
