@@ -10,6 +10,9 @@ of ../shared/habitat); the JSON between them names every (house, start, goal) an
     #    HabitatExtObjNavEnv (reset with options start / goal), compare, and time the env
     ../shared/habitat/setup.sh run /opt/hvenv/bin/python training/habitat_compare.py habitat \\
         --pairs runs/habitat_compare/mw.json --export /tmp/icrl_houses --out runs/habitat_compare/habitat.json
+    # 3. host: a house checkpoint's frozen label heads on both halves' probe frames (same poses)
+    .venv/bin/python training/habitat_compare.py heads --pairs runs/habitat_compare/mw.json \\
+        --habitat runs/habitat_compare/habitat.json
 
 Single process each, random actions (forward / left / right) for the frame rate, 64x64 RGB.
 """
@@ -164,6 +167,44 @@ def habitat_side(a: argparse.Namespace) -> None:
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"result": res, "geodesic_pairs": geo, "success_pairs": agree}, indent=1))
+    np.savez_compressed(Path(a.out).with_suffix(".npz"), probe_rgb=hab_rgb.astype(np.uint8))  # for `heads`
+    print(json.dumps(res, indent=1))
+
+
+def heads_side(a: argparse.Namespace) -> None:
+    """Host, with torch: the frozen label heads of a house checkpoint on both simulators' probe
+    frames (same poses). Does what the policy sees of its goal survive the change of renderer?"""
+    import torch
+
+    from icrl_ros.models import load_checkpoint
+    from icrl_ros.sim.house_layout import GOAL_NAMES
+
+    mw = json.loads(Path(a.pairs).read_text())
+    frames = {"miniworld": np.load(Path(a.pairs).with_suffix(".npz"))["probe_rgb"],
+              "habitat": np.load(Path(a.habitat).with_suffix(".npz"))["probe_rgb"]}
+    enc = load_checkpoint(a.checkpoint)[0].encoder
+    if getattr(enc, "heads", None) is None:
+        raise SystemExit(f"{a.checkpoint}: no frozen label heads (a house model with visual_encoder: features)")
+    goal = torch.tensor([GOAL_NAMES.index(p["goal"]) for p in mw["probes"]])
+    visible = np.array([p["success"] for p in mw["probes"]], bool)  # goal in reach and in view (MiniWorld's rule)
+    p_goal, top = {}, {}
+    with torch.no_grad():
+        for sim, rgb in frames.items():
+            f = enc.features(torch.as_tensor(rgb)).float()
+            p, _, _ = enc.heads.object_estimates(f, torch.zeros(len(f), 3))
+            p_goal[sim] = p.gather(1, goal[:, None])[:, 0].numpy()
+            top[sim] = p.argmax(1).numpy()
+    res = {"probes": len(visible), "goal_visible_in_reach": int(visible.sum()), "checkpoint": a.checkpoint}
+    for sim in frames:
+        res[sim] = {"p_goal_median_visible": float(np.median(p_goal[sim][visible])),
+                    "p_goal_median_not_visible": float(np.median(p_goal[sim][~visible])),
+                    "recall_p_gt_0.5": float((p_goal[sim][visible] > 0.5).mean()),
+                    "false_pos_p_gt_0.5": float((p_goal[sim][~visible] > 0.5).mean())}
+    res["goal_decision_agree"] = float(((p_goal["miniworld"] > 0.5) == (p_goal["habitat"] > 0.5)).mean())
+    res["most_likely_category_agree"] = float((top["miniworld"] == top["habitat"]).mean())
+    res["mean_abs_p_goal_diff"] = float(np.abs(p_goal["miniworld"] - p_goal["habitat"]).mean())
+    if a.out:
+        Path(a.out).write_text(json.dumps(res, indent=1))
     print(json.dumps(res, indent=1))
 
 
@@ -184,8 +225,13 @@ def main(argv: list[str] | None = None) -> None:
     h.add_argument("--tol-m", type=float, default=0.25)
     h.add_argument("--tol-rel", type=float, default=0.05)
     h.add_argument("--out", required=True)
+    e = sub.add_parser("heads", help="host half after both: a checkpoint's frozen label heads on both probe frame sets")
+    e.add_argument("--pairs", required=True, help="the miniworld half's JSON")
+    e.add_argument("--habitat", required=True, help="the habitat half's JSON")
+    e.add_argument("--checkpoint", default="checkpoints/house_memo.pt", help="a house checkpoint with frozen heads")
+    e.add_argument("--out", help="JSON of the result")
     a = p.parse_args(argv)
-    (miniworld_side if a.side == "miniworld" else habitat_side)(a)
+    {"miniworld": miniworld_side, "habitat": habitat_side, "heads": heads_side}[a.side](a)
 
 
 if __name__ == "__main__":

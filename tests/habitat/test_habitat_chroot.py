@@ -215,3 +215,8 @@ def test_both_simulators_agree_on_one_house(tmp_path) -> None:
     assert res["pairs"] == 8 and res["within_tolerance"] == 8, res
     assert res["success_rule_agree"] >= 0.9 * res["probes"], res
     assert res["images_at_probe_poses"]["mean_abs_diff_0_255"] < 24.0, res["images_at_probe_poses"]
+    # the frozen heads of the shipped policy on both frame sets: the host half reads the two .npz files
+    subprocess.run([sys.executable, "training/habitat_compare.py", "heads", "--pairs", str(mw), "--habitat",
+                    str(work / "habitat.json"), "--out", str(work / "heads.json")], cwd=ROOT, check=True, timeout=120)
+    heads = json.loads((work / "heads.json").read_text())
+    assert heads["probes"] == res["probes"] and 0.0 <= heads["goal_decision_agree"] <= 1.0, heads
