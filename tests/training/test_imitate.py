@@ -116,7 +116,7 @@ def test_imitate_then_ppo_init(tmp_path):
              *TINY[:-2], "--no-progress"])
     assert r.returncode != 0 and "last_obs" in r.stderr
     r = run(["training/imitate.py", "--config", "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "dr"),
-             *TINY[:-2]])
-    assert r.returncode != 0 and "no scripted teacher" in r.stderr
+             "--teacher", "cycle", *TINY[:-2]])
+    assert r.returncode != 0 and "does not play darkroom" in r.stderr
     r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "t"), "--teacher", "nope", *TINY])
     assert r.returncode != 0 and "choose one of" in r.stderr

@@ -145,7 +145,7 @@ def test_teacher_term_pulls_the_policy_to_the_teachers_labels():
 
 
 def test_teacher_needs_a_grid_world_it_plays():
-    with pytest.raises(ValueError, match="no scripted teacher"):
+    with pytest.raises(ValueError, match="does not play darkroom"):
         _trainer("icrl_ros/Darkroom-v0", teacher="cycle", teacher_coef=0.1)
     with pytest.raises(ValueError, match="ppo.teacher"):
         PPOConfig(teacher_coef=0.1).validate()

@@ -49,7 +49,7 @@ def test_train_resume_and_evaluate(tmp_path):
     "args,needle",
     [(["--set", "env.id=Nope-v0"], "env.id"), (["--set", "model.sink=sinky"], "model.sink"),
      (["--set", "ppo.num_updates=-1"], "ppo.num_updates"), (["--config", "missing.yaml"], "missing.yaml"),
-     (["--set", "ppo.teacher=cycle"], "no scripted teacher")],
+     (["--set", "ppo.teacher=cycle"], "does not play darkroom")],
 )
 def test_bad_config_fails_at_start_with_the_field(args, needle):
     r = run(["training/train.py", "--config", "config/train/darkroom.yaml", *args, "--no-progress"])
