@@ -4,7 +4,7 @@ The chroot (``../shared/habitat/setup.sh``, real habitat-sim 0.2.2 + habitat-lab
 needs root and the shared folder; where either is missing, or the chroot has not been prepared for
 icrl_ros (``scripts/habitat_prepare.sh``; ``make test-habitat`` runs it), the chroot tests skip and
 say why. ``ICRL_REQUIRE_HABITAT=1`` (set by ``make test-habitat``) turns those skips into failures.
-The two bridge + agent trials are marked slow: ``make test-habitat`` runs them, ``make test`` does not.
+The two bridge + agent trials and the one-house simulator comparison are marked slow: ``make test-habitat`` runs them, ``make test`` does not.
 """
 
 from __future__ import annotations
@@ -194,6 +194,7 @@ def test_twist_executor_drives_habitat_in_real_time(tmp_path) -> None:
         stop_server(server)
 
 
+@pytest.mark.slow  # ~40 s; make test-habitat runs it (with the chroot built, make test was ~8.5 min here)
 def test_both_simulators_agree_on_one_house(tmp_path) -> None:
     # training/habitat_compare.py on one test house: MiniWorld's (start, goal) pairs and probe poses replayed
     # in Habitat. Distances within the stated tolerance, the success rule mostly agreeing, and the two
