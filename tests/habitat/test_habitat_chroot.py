@@ -194,7 +194,7 @@ def test_twist_executor_drives_habitat_in_real_time(tmp_path) -> None:
         stop_server(server)
 
 
-@pytest.mark.slow  # ~40 s; make test-habitat runs it (with the chroot built, make test was ~8.5 min here)
+@pytest.mark.slow  # ~40 s; make test-habitat runs it (make test is near its 8-minute budget with the chroot built)
 def test_both_simulators_agree_on_one_house(tmp_path) -> None:
     # training/habitat_compare.py on one test house: MiniWorld's (start, goal) pairs and probe poses replayed
     # in Habitat. Distances within the stated tolerance, the success rule mostly agreeing, and the two
