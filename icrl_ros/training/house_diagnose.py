@@ -254,7 +254,8 @@ def main(argv=None) -> int:
     res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split, greedy=args.greedy,
                            temperature=args.temperature, batch=args.batch, env_options=options, teacher="memory",
                            observer=observer)
-    d = {**tally.summary(), **({"stop_views": views.summary()} if views else {}), "policy": desc, "trials": args.trials, "episodes": args.episodes, "seed": args.seed,
+    d = {**tally.summary(), **({"stop_views": views.summary()} if views else {}), "policy": desc,
+         "trials": args.trials, "episodes": args.episodes, "seed": args.seed,
          "greedy": args.greedy, "temperature": None if args.greedy else args.temperature,
          "success_rate": float(res["success"].mean()), "spl": float(res["spl"].mean())}
     print_summary(Path(args.policy).name, d)

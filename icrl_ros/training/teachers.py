@@ -183,7 +183,7 @@ class RoomExplorer(_GridTeacher):
     def __init__(self, num_envs: int, size: int) -> None:
         super().__init__(num_envs, size)
         tour = snake_tour(size)
-        nxt = np.array(tour, dtype=np.int64)
+        nxt = np.empty(size * size, dtype=np.int64)
         nxt[tour] = np.roll(tour, -1)  # the last cell's successor is the first: never used on 10 x 10
         self.tour_next = nxt
 
@@ -271,21 +271,16 @@ def teacher_trials(env: VecTrialEnv, steps: int, name: str | None = None) -> np.
 
 
 def main() -> int:
-    env = DarkroomVecEnv(1000, "test", seed=0)
-    env.reset_trial()
-    oracle = env.oracle_trial_return(env.trial_steps)
-    ret = teacher_trials(env, env.trial_steps, "room")
-    print(f"RoomExplorer (room) on 1000 held-out Darkroom trials of {env.trial_steps} steps: return {ret.mean():.1f} "
-          f"(oracle {oracle.mean():.1f}), oracle-normalised {(ret / oracle).mean():.3f}")
-    for name in ENV_TEACHERS["dark_key_to_door"]:
-        env = DarkKeyToDoorVecEnv(1000, "test", seed=0)
-        env.reset_trial()
-        oracle = env.oracle_trial_return(env.trial_steps)
-        ret = teacher_trials(env, env.trial_steps, name)
-        print(f"{TEACHERS[name].__name__} ({name}) on 1000 held-out Dark-Key-To-Door trials: return "
-              f"{ret.mean():.2f} (oracle {oracle.mean():.2f}), oracle-normalised {(ret / oracle).mean():.3f}")
+    for env_cls in (DarkroomVecEnv, DarkKeyToDoorVecEnv):
+        for name in ENV_TEACHERS[env_cls.name]:
+            env = env_cls(1000, "test", seed=0)
+            env.reset_trial()
+            oracle = env.oracle_trial_return(env.trial_steps)
+            ret = teacher_trials(env, env.trial_steps, name)
+            print(f"{TEACHERS[name].__name__} ({name}) on 1000 held-out {env_cls.name} trials of {env.trial_steps} "
+                  f"steps: return {ret.mean():.2f} (oracle {oracle.mean():.2f}), oracle-normalised "
+                  f"{(ret / oracle).mean():.3f}")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
