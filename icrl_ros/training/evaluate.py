@@ -13,6 +13,13 @@ Dark-Key-To-Door); return and oracle-normalised return per in-context episode in
 with mean and 95% CI, and the trial return. Prints a table and writes ``eval.json``
 and ``icl_curve.png`` to ``--out``.
 
+A grid-world deploy bundle (a directory from ``training/export.py``) runs through
+:class:`~icrl_ros.runtime.runner.PolicyRunner` (``--backend``, ONNX Runtime by default) with the
+memory and the action choice of its manifest, batched over the same tasks and seeds as its
+checkpoint: the curve of what a node deploys::
+
+    python training/evaluate.py runs/darkroom/checkpoints/final.pt runs/darkroom_bundle --label torch --label bundle
+
 House policies (a checkpoint trained on ``icrl_ros/MiniWorldHouse-v0``, or a bundle
 directory, evaluated through the deployed runtime): ``--episodes`` episodes per trial in
 held-out houses; success, SPL and steps per in-context episode with 95% CIs and n, and the
@@ -51,7 +58,7 @@ from icrl_ros.training.radt_eval import run_radt_trials
 @torch.no_grad()
 def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | None = None,
                greedy: bool = False, seed: int = 0, max_sets: int | None = None,
-               max_chunks: int | None = None, temperature: float = 1.0) -> dict[str, np.ndarray]:
+               max_chunks: int | None = None, temperature: float = 1.0, runner=None) -> dict[str, np.ndarray]:
     """Run ``env.num_envs`` trials of ``steps`` steps from the env's current tasks.
 
     Returns per-env episode returns ``returns`` (N, E) with NaN for episodes that did not
@@ -59,12 +66,20 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     sliding window memory); None keeps the whole trial. ``max_sets``: Memo keeps only the
     newest summary sets (streaming Memo); None keeps every set. ``max_chunks``: HCAM keeps only
     the newest chunks (a ring); None keeps every chunk of the trial. ``temperature``: sampled
-    actions are drawn from softmax(logits / temperature).
+    actions are drawn from softmax(logits / temperature). ``runner``: a deploy bundle's
+    :class:`~icrl_ros.runtime.runner.PolicyRunner` (batched over the trials, with the memory it
+    was built with) steps instead of ``policy``, which is then the bundle (for its ``args``).
     """
     g = torch.Generator().manual_seed(seed)
     a, B = policy.args, env.num_envs
-    mem = make_memory(policy, B, steps, window=window, max_sets=max_sets, max_chunks=max_chunks)
-    step = ControlStep.live(policy, mem)
+    if runner is None:
+        mem = make_memory(policy, B, steps, window=window, max_sets=max_sets, max_chunks=max_chunks)
+        step = ControlStep.live(policy, mem)
+    else:
+        mem, names = runner.memory, list(runner.spec)
+
+        def step(inp):
+            return runner.step({n: inp[n] for n in names}, inp["episode_index"])
     obs = env.observe()
     cur = trial_start_inputs(env, obs, a.n_actions, "cpu")
     episodes: list[list[float]] = [[] for _ in range(B)]
@@ -126,6 +141,44 @@ def held_out_tasks(env: VecTrialEnv, trials: int, seed: int) -> None:
         env.reset_trial()
 
 
+def evaluate_bundle(path: str, split: str, trials: int, steps: int | None, seed: int, memory: str | None,
+                    greedy: bool, temperature: float, backend: str = "onnxruntime") -> dict:
+    """A grid-world deploy bundle through :class:`~icrl_ros.runtime.runner.PolicyRunner` (ONNX
+    Runtime by default) and the memory its manifest names (or ``memory``), batched over the
+    trials: the policy a node would run, on the tasks and seeds :func:`evaluate` uses."""
+    from icrl_ros.runtime.bundle import load_bundle
+    from icrl_ros.runtime.engine import make_engine
+    from icrl_ros.runtime.runner import PolicyRunner, build_memory
+
+    bundle = load_bundle(path)
+    if not family_of(bundle).cached_step:
+        raise ValueError("an RA-DT bundle: evaluate its checkpoint (its retrieval runner steps one trial at a time)")
+    env_id = (bundle.manifest.created or {}).get("env_id")
+    env = make_vec(env_id, trials, split=split, seed=seed)
+    steps = steps or env.trial_steps
+    held_out_tasks(env, trials, seed)
+    mem = build_memory(bundle, memory, batch=trials)
+    runner = PolicyRunner(bundle, make_engine(bundle, backend, "cpu"), mem)
+    out = run_trials(bundle, env, steps, greedy=greedy, seed=seed, temperature=temperature, runner=runner)
+    return summarise(out, env, steps, {
+        "checkpoint": str(path), "bundle": True, "backend": backend, "env": env_id, "split": split, "trials": trials,
+        "steps": steps, "memory": mem.policy, "window": None, "max_sets": None, "max_chunks": None, "greedy": greedy,
+        "temperature": None if greedy else temperature, "model": bundle.args.to_dict(),
+        "env_steps_trained": (bundle.manifest.created or {}).get("env_steps")})
+
+
+def summarise(out: dict, env: VecTrialEnv, steps: int, head: dict) -> dict:
+    """One run's result: ``head`` (what ran) + the per-episode rows, trial return and memory."""
+    oracle_trial = env.oracle_trial_return(steps)
+    oracle_ep = env.oracle_episode_return() if hasattr(env, "oracle_episode_return") else None
+    rows = episode_rows(out["returns"], oracle_ep)
+    tm, tci, _ = mean_ci(out["trial_return"])
+    nm, nci, _ = mean_ci(out["trial_return"] / oracle_trial)
+    return {**head, "episodes": rows, "episodes_all_trials": episodes_all_trials(rows, head["trials"]),
+            "memory_bytes": out["memory_bytes"], "memory_tokens_at_end": out["memory_tokens"],
+            "trial_return": {"mean": tm, "ci95": tci, "oracle_normalised": nm, "oracle_normalised_ci95": nci}}
+
+
 def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int | None, greedy: bool,
              seed: int, memory: str, max_sets: int | None = None, max_chunks: int | None = None,
              temperature: float = 1.0) -> dict:
@@ -134,8 +187,6 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
     env = make_vec(env_id, trials, split=split, seed=seed)
     steps = steps or env.trial_steps
     held_out_tasks(env, trials, seed)
-    oracle_trial = env.oracle_trial_return(steps)
-    oracle_ep = env.oracle_episode_return() if hasattr(env, "oracle_episode_return") else None
     if not family_of(policy).cached_step:  # RA-DT: its memory is a retrieval index, empty at the trial start
         cfg = blob["config"]
         memory, window = "retrieval", None
@@ -150,17 +201,11 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
             window = None
         out = run_trials(policy, env, steps, window=window, greedy=greedy, seed=seed, max_sets=max_sets,
                          max_chunks=max_chunks, temperature=temperature)
-    rows = episode_rows(out["returns"], oracle_ep)
-    tm, tci, _ = mean_ci(out["trial_return"])
-    nm, nci, _ = mean_ci(out["trial_return"] / oracle_trial)
-    return {"checkpoint": str(ckpt), "env": env_id, "split": split, "trials": trials, "steps": steps,
-            "memory": memory, "window": window, "max_sets": max_sets, "max_chunks": max_chunks, "greedy": greedy,
-            "temperature": None if greedy else temperature,
-            "model": blob["model_args"],
-            "env_steps_trained": blob.get("env_steps"), "episodes": rows,
-            "episodes_all_trials": episodes_all_trials(rows, trials),
-            "memory_bytes": out["memory_bytes"], "memory_tokens_at_end": out["memory_tokens"],
-            "trial_return": {"mean": tm, "ci95": tci, "oracle_normalised": nm, "oracle_normalised_ci95": nci}}
+    return summarise(out, env, steps, {
+        "checkpoint": str(ckpt), "env": env_id, "split": split, "trials": trials, "steps": steps,
+        "memory": memory, "window": window, "max_sets": max_sets, "max_chunks": max_chunks, "greedy": greedy,
+        "temperature": None if greedy else temperature, "model": blob["model_args"],
+        "env_steps_trained": blob.get("env_steps")})
 
 
 def print_table(results: list[dict], labels: list[str], max_rows: int = 40) -> None:
@@ -307,7 +352,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--episodes", type=int, default=20, help="house: episodes per trial")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"],
-                   help="house bundles: the runtime engine")
+                   help="bundles: the runtime engine")
     p.add_argument("--batch", type=int, default=25, help="house: trials stepped together")
     p.add_argument("--out", default="eval", help="output directory for eval.json and icl_curve.png")
     args = p.parse_args(argv)
@@ -339,10 +384,20 @@ def main(argv=None) -> int:
         if not all(house):
             fail("house policies and grid-world checkpoints cannot share one evaluation; run them separately")
         return evaluate_house(args, labels)
-    greedy, temperature = acting(args)
     results = []
     for c in args.checkpoints:
         try:
+            if Path(c).is_dir():  # a grid-world bundle: as it acts and remembers on the robot
+                from icrl_ros.runtime.manifest import Manifest
+
+                if args.window is not None or args.max_sets is not None or args.max_chunks is not None:
+                    fail(f"{c}: a bundle's memory sizes are its manifest's; re-export it with training/export.py "
+                         "to change them (--window / --max-sets / --max-chunks are for checkpoints)")
+                greedy, temperature = acting(args, Manifest.load(c))
+                results.append(evaluate_bundle(c, args.split, args.trials, args.steps, args.seed, args.memory,
+                                               greedy, temperature, args.backend))
+                continue
+            greedy, temperature = acting(args)
             results.append(evaluate(c, args.split, args.trials, args.steps, args.window, greedy,
                                     args.seed, args.memory or "window", args.max_sets, args.max_chunks, temperature))
         except (FileNotFoundError, ValueError, KeyError) as e:
@@ -353,7 +408,8 @@ def main(argv=None) -> int:
 def acting(args, bundle=None) -> tuple[bool, float]:
     """(greedy, temperature): the command line's, else the bundle's manifest (what it was
     evaluated with), else sampling at temperature 1 (the training-side default)."""
-    default = bundle.manifest.action if bundle is not None else None
+    manifest = getattr(bundle, "manifest", bundle)  # a Bundle or its Manifest
+    default = manifest.action if manifest is not None else None
     selection = args.selection or (default.selection if default is not None else "sample")
     temperature = args.temperature if args.temperature is not None else (default.temperature if default is not None else 1.0)
     return selection == "greedy", float(temperature)
@@ -372,11 +428,9 @@ def is_house(path: str) -> bool:
             env_id = (Manifest.load(p).created or {}).get("env_id")
         except ManifestError as e:
             fail(f"{path}: not a bundle ({e})")
-        if env_id != HOUSE_ENV:
-            fail(f"{path}: a bundle for {env_id or 'an unrecorded env'}; evaluate.py runs bundles of the MiniWorld "
-                 f"house ({HOUSE_ENV}) only: evaluate a grid-world policy from its checkpoint (.pt), or check the "
-                 f"bundle against its sample with training/bundle_tool.py check")
-        return True
+        if env_id is None:
+            fail(f"{path}: the bundle records no env (manifest created.env_id); re-export it with training/export.py")
+        return env_id == HOUSE_ENV
     if not p.is_file():
         fail(f"{path}: no such checkpoint file or bundle directory")
     blob = torch.load(p, map_location="cpu", weights_only=False)

@@ -141,14 +141,24 @@ def test_seed_groups_summarise_seeds_and_the_difference():
     assert abs(v["welch_df"] - 4.0) < 1e-9 and abs(v["ci95"] - 2.776 * (0.02 / 3) ** 0.5) < 1e-6
 
 
-def test_evaluate_refuses_a_directory_that_is_not_a_house_bundle(tmp_path):
-    """A bundle directory is evaluated as a house bundle only when its manifest says so."""
+def test_evaluate_runs_a_grid_world_bundle_as_its_checkpoint(tmp_path):
+    """A directory must be a bundle. A grid-world bundle runs through PolicyRunner (ONNX Runtime)
+    with its manifest's memory, on the tasks and seeds its checkpoint is evaluated on: with the
+    same memory (full) the two give the same episodes; memory sizes stay the manifest's."""
     (tmp_path / "empty").mkdir()
     r = run(["training/evaluate.py", str(tmp_path / "empty"), "--trials", "1"])
     assert r.returncode != 0 and "not a bundle" in r.stderr and "Traceback" not in r.stderr
-    grid = tmp_path / "grid"
-    grid.mkdir()
-    text = open("bundles/house_relic/manifest.yaml").read()
-    (grid / "manifest.yaml").write_text(text.replace("icrl_ros/MiniWorldHouse-v0", "icrl_ros/Darkroom-v0"))
-    r = run(["training/evaluate.py", str(grid), "--trials", "1"])
-    assert r.returncode != 0 and "icrl_ros/Darkroom-v0" in r.stderr and "checkpoint (.pt)" in r.stderr
+    bundle = tmp_path / "darkroom"
+    r = run(["training/export.py", "checkpoints/darkroom_relic.pt", "--out", str(bundle)])
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "eval"
+    r = run(["training/evaluate.py", "checkpoints/darkroom_relic.pt", str(bundle), "--label", "torch", "--label",
+             "bundle", "--memory", "full", "--trials", "4", "--steps", "300", "--seed", "2", "--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "eval.json").read_text())
+    got = doc["bundle"]
+    assert got["bundle"] and got["backend"] == "onnxruntime" and got["memory"] == "full" and got["temperature"] == 1.0
+    assert [e["mean"] for e in got["episodes"]] == [e["mean"] for e in doc["torch"]["episodes"]]
+    assert len(got["episodes"]) == 3 and got["trial_return"]["mean"] > 0
+    r = run(["training/evaluate.py", str(bundle), "--max-chunks", "4", "--trials", "1", "--out", str(out)])
+    assert r.returncode != 0 and "manifest's" in r.stderr and "Traceback" not in r.stderr
