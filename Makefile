@@ -20,11 +20,15 @@ $(STAMP): setup.py scripts/ensure_ros.sh scripts/ensure_sysdeps.sh
 
 venv: $(STAMP)
 
+# Two xdist workers (this machine has 2 cores): the ROS / DDS and Habitat tests run in one of them, in
+# order (tests/conftest.py groups and orders them); the rest spread over both.
+XDIST  := -n 2 --dist loadgroup --no-loadscope-reorder
+
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 test-all: venv
-	$(PY) -m pytest -q -m ""
+	$(PY) -m pytest -q $(XDIST) -m ""
 
 # The Habitat backend on the real habitat-sim (the root-only chroot of ../shared/habitat, built on first
 # use): its contract suite inside the chroot, the host-side checks and the bridge + agent trials (marked

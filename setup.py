@@ -37,7 +37,7 @@ setup(
         "train": ["tensorboard", "tqdm", "matplotlib"],
         "export": ["onnx", "onnxruntime"],
         "retrieval": ["faiss-cpu>=1.8"],
-        "test": ["pytest", "pytest-timeout"],
+        "test": ["pytest", "pytest-timeout", "pytest-xdist"],
     },
     zip_safe=True,
     maintainer="icrl_ros maintainers",

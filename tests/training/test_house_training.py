@@ -61,6 +61,7 @@ def test_house_imitation_resume_ppo_export_and_evaluation_agree(tmp_path):
     assert doc["settings"]["runs"]["bundle"]["env_options"]["pose_frame"] == "house"
 
 
+@pytest.mark.slow  # seven imitate.py runs on the house, ~60 s alone; `make test-all` runs it
 def test_house_offline_imitation_from_saved_trials(tmp_path):
     """--save-trials writes the labelled trials (cached features, not images); with --beta 1 the
     teacher's labels are what was executed, --noise replaces them by the given actions; --offline
