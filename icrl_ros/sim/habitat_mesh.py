@@ -4,10 +4,12 @@ Geometry and looks follow the MiniWorld house (``house_layout``, ``house_render`
 and wall / door heights, objects at their positions and yaws with their categories' sizes and colours
 (balls and boxes as MiniWorld draws them, keys and furniture from MiniWorld's own mesh files and
 textures), the room textures tiled at MiniWorld's density, and MiniWorld's lighting (one point light
-over the house, per-vertex ambient + diffuse) baked into the textures and colours, since habitat-sim
-draws a plain glb stage unlit. Coordinates are MiniWorld's (x east, y up, z south), which are also
-habitat's world axes. habitat-sim reads a plain .glb stage Z-up, so the Y-up mesh is turned +90 deg
-about x before it is written. ``habitat_scene`` adds the navmesh and the episodes.
+over the house, per-vertex ambient + diffuse) baked in, since habitat-sim draws a plain glb stage
+unlit: into the textures of walls, floors, ceilings and pictures, and into the objects' per-vertex
+colours (glTF COLOR_0, which habitat-sim 0.2.2 multiplies with the material's colour and texture and
+interpolates across each face, as MiniWorld's Gouraud shading). Coordinates are MiniWorld's (x east,
+y up, z south), which are also habitat's world axes. habitat-sim reads a plain .glb stage Z-up, so the
+Y-up mesh is turned +90 deg about x before it is written. ``habitat_scene`` adds the navmesh and the episodes.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ TEX_DENSITY = 512  # MiniWorld's texels per metre of wall and floor
 # MiniWorld's fixed-function lighting (house_render): OpenGL's default global ambient 0.2 + the light's
 # ambient 0.5 + diffuse 0.6 * max(0, n . l) from a point light 4 m up over the house's centre, per vertex
 # and interpolated across each quad. habitat-sim 0.2.2 draws a glb stage unlit, so the lighting is baked
-# into each surface's texture at BAKE_PX_PER_M.
+# into each room surface's texture at BAKE_PX_PER_M and into the objects' vertex colours (miniworld_lit).
 LIGHT_AMBIENT, LIGHT_DIFFUSE, LIGHT_HEIGHT = 0.2 + 0.5, 0.6, 4.0
 BAKE_PX_PER_M = 64
 # MiniWorld's entity.COLORS (balls and boxes are drawn in these exact colours).
@@ -146,80 +148,124 @@ def _room_edges(layout: HouseLayout, i: int):
         yield pt, lo, hi, sorted((d.lo, d.hi) for d in doors)
 
 
-def _miniworld_material(folder: Path, name: str):
-    """(diffuse colour, texture image or None) of a MiniWorld mesh, by MiniWorld's own rule: white and
-    ``meshes/<name>.png`` by default, the .mtl's ``Kd`` / ``map_Kd`` where an .mtl exists (most .obj
-    files name an .mtl that is not shipped, which left trimesh with no material: black objects)."""
-    from PIL import Image
-
-    kd, tex = (1.0, 1.0, 1.0), folder / f"{name}.png"
+def _miniworld_obj(name: str, height: float) -> tuple[float, list[dict]]:
+    """A MiniWorld mesh as ``objmesh.ObjMesh`` reads and draws it, at ``height``: (MiniWorld's scale,
+    chunks), a chunk per material (faces sorted by material name as MiniWorld sorts them) with its
+    face corners ``v`` (N, 3, 3) in metres (base on y = 0, centred by MiniWorld's rule), ``uv`` (N, 3, 2),
+    the file's unit normals ``n`` (N, 3, 3), the material's diffuse colour ``kd`` and texture file or
+    None. The default material is white with ``meshes/<name>.png``; an .mtl's ``Kd`` / ``map_Kd``
+    where the .mtl exists (most .obj files name an .mtl that is not shipped)."""
+    folder = miniworld_dir() / "meshes"
+    default = {"Kd": (1.0, 1.0, 1.0)}
+    if (folder / f"{name}.png").exists():
+        default["map_Kd"] = folder / f"{name}.png"
+    materials, cur = {"": default}, None
     mtl = folder / f"{name}.mtl"
     if mtl.exists():
-        materials = 0
         for line in mtl.read_text().splitlines():
-            parts = line.split()
-            materials += parts[:1] == ["newmtl"]
-            if materials > 1:
-                break  # the first material's: the shipped meshes use one colour / texture each
-            if parts[:1] == ["Kd"]:
-                kd = tuple(float(v) for v in parts[1:4])
-            elif parts[:1] == ["map_Kd"]:
-                tex = folder / parts[1]
-    return kd, (Image.open(tex).convert("RGB") if tex.exists() else None)
+            t = line.split()
+            if not t or t[0].startswith("#"):
+                continue
+            if t[0] == "newmtl":
+                cur = materials[t[1]] = {}
+            elif t[0] == "Kd":
+                cur["Kd"] = tuple(float(v) for v in t[1:4])
+            elif t[0] == "map_Kd":
+                cur["map_Kd"] = folder / t[-1]
+    verts, texs, norms, faces, mat = [], [], [], [], ""
+    for line in (folder / f"{name}.obj").read_text().splitlines():
+        t = line.split()
+        if not t or t[0].startswith("#"):
+            continue
+        if t[0] == "v":
+            verts.append([float(v) for v in t[1:4]])
+        elif t[0] == "vt":
+            texs.append([float(v) for v in t[1:3]])
+        elif t[0] == "vn":
+            norms.append([float(v) for v in t[1:4]])
+        elif t[0] == "usemtl":
+            mat = t[1] if t[1] in materials else ""
+        elif t[0] == "f":
+            corners = [[int(i) for i in tok.split("/") if i] for tok in t[1:]]
+            faces.append((mat, corners))
+    faces.sort(key=lambda f: f[0])  # stable, as MiniWorld's sort
+    verts, norms = np.array(verts, np.float64), np.array(norms, np.float64)
+    texs = np.array(texs or [[0.0, 0.0]], np.float64)
+    v = np.array([[verts[c[0] - 1] for c in f] for _, f in faces])
+    n = np.array([[norms[c[-1] - 1] for c in f] for _, f in faces])
+    uv = np.array([[texs[c[1] - 1] if len(c) == 3 else (0.0, 0.0) for c in f] for _, f in faces])
+    lo, hi_min = v.min(axis=(0, 1)), v.max(axis=0).min(axis=0)  # MiniWorld's centring, quirk included
+    mid = (lo + hi_min) / 2
+    v = v - np.array([mid[0], lo[1], mid[2]])
+    scale = height / v[..., 1].max()
+    names = np.array([m for m, _ in faces])
+    chunks = []
+    for m in dict.fromkeys(names):
+        sel = names == m
+        tex, kd = materials[m].get("map_Kd"), materials[m].get("Kd", (1.0, 1.0, 1.0))
+        chunks.append({"v": v[sel] * scale, "uv": uv[sel], "n": n[sel], "kd": np.array(kd, np.float64),
+                       "texture": tex if tex is not None and Path(tex).exists() else None})
+    return scale, chunks
 
 
-def _object_mesh(trimesh, cat, meshes: dict):
-    """The category's model at the origin, yaw 0, base on y = 0 (as MiniWorld draws it)."""
-    if cat.shape == "ball":
-        m = trimesh.creation.icosphere(subdivisions=2, radius=cat.height / 2)
-        m.apply_translation([0.0, cat.height / 2, 0.0])
-        rgb = MINIWORLD_RGB[cat.color]
-    elif cat.shape == "box":
-        m = trimesh.creation.box(extents=[cat.height] * 3)
-        m.apply_translation([0.0, cat.height / 2, 0.0])
-        rgb = MINIWORLD_RGB[cat.color]
-    else:
-        name = f"key_{cat.color}" if cat.shape == "key" else cat.shape
-        if name not in meshes:
-            folder = miniworld_dir() / "meshes"
-            loaded = trimesh.load(folder / f"{name}.obj", force="mesh", process=False)
-            lo, hi = loaded.bounds
-            loaded.apply_translation([-(lo[0] + hi[0]) / 2, -lo[1], -(lo[2] + hi[2]) / 2])
-            loaded.apply_scale(cat.height / (hi[1] - lo[1]))  # MiniWorld scales a mesh to the height
-            kd, image = _miniworld_material(folder, name)
-            material = trimesh.visual.material.PBRMaterial(baseColorFactor=[*kd, 1.0], baseColorTexture=image,
-                                                           metallicFactor=0.0, roughnessFactor=1.0)
-            loaded.visual = trimesh.visual.TextureVisuals(uv=loaded.visual.uv, material=material)
-            meshes[name] = loaded
-        return meshes[name].copy()
-    m.visual = trimesh.visual.TextureVisuals(material=trimesh.visual.material.PBRMaterial(
-        baseColorFactor=[*rgb, 1.0], metallicFactor=0.0, roughnessFactor=1.0))
-    return m
+def miniworld_lit(colour: np.ndarray, points: np.ndarray, normals: np.ndarray, light: np.ndarray) -> np.ndarray:
+    """MiniWorld's fixed-function colour (house_render: GL_COLOR_MATERIAL, ambient and diffuse from the
+    current colour) at ``points`` (N, 3) with ``normals`` (N, 3) as GL gets them: not normalized
+    (MiniWorld draws a mesh under glScalef without GL_NORMALIZE, so its normals are 1 / scale long):
+    clip(colour * (0.7 + 0.6 * max(0, n . l)), 0, 1), l the unit direction to the light."""
+    d = light - points
+    d = d / np.linalg.norm(d, axis=1, keepdims=True)
+    f = LIGHT_AMBIENT + LIGHT_DIFFUSE * np.maximum((d * normals).sum(1), 0.0)
+    return np.clip(np.asarray(colour, np.float64)[None, :] * f[:, None], 0.0, 1.0)
 
 
-def _lit_solid(trimesh, mesh, rgb: tuple[float, float, float], light: np.ndarray, flat: bool) -> list:
-    """A single-colour mesh with MiniWorld's lighting folded into its colour: a box one part per face
-    (flat shading, lit at the face's centre), a ball one colour (its vertices' mean lighting; MiniWorld
-    shades it smoothly). Vertex colours would be closer but render near-black in habitat-sim 0.2.2."""
-    def part(m, brightness: float):
-        m.visual = trimesh.visual.TextureVisuals(material=trimesh.visual.material.PBRMaterial(
-            baseColorFactor=[*(np.asarray(rgb) * brightness), 1.0], metallicFactor=0.0, roughnessFactor=1.0))
-        return m
+def _vertex_lit(trimesh, vertices: np.ndarray, rgb: np.ndarray, uv=None, image=None):
+    """A triangle soup (3 vertices a face, in order) whose vertices carry ``rgb`` (N, 3) in [0, 1] as
+    glTF COLOR_0 over a white material, textured by ``image`` at ``uv`` if given: habitat-sim draws the
+    colour times the texture, interpolated across each face, as MiniWorld's Gouraud shading."""
+    mesh = trimesh.Trimesh(vertices=vertices, faces=np.arange(len(vertices)).reshape(-1, 3), process=False)
+    mat = trimesh.visual.material.PBRMaterial(baseColorFactor=[1.0, 1.0, 1.0, 1.0], baseColorTexture=image,
+                                              metallicFactor=0.0, roughnessFactor=1.0)
+    mesh.visual = trimesh.visual.TextureVisuals(uv=uv if image is not None else None, material=mat)
+    rgba = np.concatenate([np.round(rgb * 255), np.full((len(rgb), 1), 255.0)], axis=1)
+    mesh.visual.vertex_attributes["color"] = rgba.astype(np.uint8)
+    return mesh
 
-    if not flat:
-        d = light - mesh.vertices
-        d = d / np.linalg.norm(d, axis=1, keepdims=True)
-        lit = np.clip(LIGHT_AMBIENT + LIGHT_DIFFUSE * np.maximum((d * mesh.vertex_normals).sum(1), 0.0), 0.0, 1.0)
-        return [part(mesh, float(lit.mean()))]
+
+def _object_parts(trimesh, o, light: np.ndarray, cache: dict) -> list:
+    """Object ``o`` placed at its pose (yaw about +y, then its floor position) as MiniWorld draws it,
+    lit by MiniWorld's per-vertex lighting baked into vertex colours: a ball (smooth normals), a box
+    (one normal a side, as MiniWorld's drawBox) or a MiniWorld mesh (the file's normals, 1 / scale long)."""
+    cat = o.cat
+    rot = trimesh.transformations.rotation_matrix(o.yaw, [0.0, 1.0, 0.0])[:3, :3]
+    place = np.array([o.x, 0.0, o.z])
+    if cat.shape in ("ball", "box"):
+        if cat.shape == "ball":
+            m = trimesh.creation.icosphere(subdivisions=2, radius=cat.height / 2)
+            v = m.vertices[m.faces].reshape(-1, 3)  # a triangle soup; normals radial (smooth)
+            n = v / np.linalg.norm(v, axis=1, keepdims=True)
+        else:
+            m = trimesh.creation.box(extents=[cat.height] * 3)
+            v = m.vertices[m.faces].reshape(-1, 3)
+            n = np.repeat(m.face_normals, 3, axis=0)  # flat sides, lit per corner
+        v = (v + [0.0, cat.height / 2, 0.0]) @ rot.T + place
+        rgb = miniworld_lit(MINIWORLD_RGB[cat.color], v, n @ rot.T, light)
+        return [_vertex_lit(trimesh, v, rgb)]
+    name = f"key_{cat.color}" if cat.shape == "key" else cat.shape
+    if name not in cache:
+        from PIL import Image
+
+        scale, chunks = _miniworld_obj(name, cat.height)
+        for c in chunks:
+            c["image"] = Image.open(c["texture"]).convert("RGB") if c["texture"] is not None else None
+        cache[name] = (scale, chunks)
+    scale, chunks = cache[name]
     parts = []
-    normals = np.round(mesh.face_normals, 6)
-    for n in np.unique(normals, axis=0):  # the box's six sides
-        faces = mesh.faces[(normals == n).all(1)]
-        side = trimesh.Trimesh(vertices=mesh.vertices, faces=faces, process=False)
-        side.remove_unreferenced_vertices()
-        centre = side.vertices.mean(0)
-        d = (light - centre) / np.linalg.norm(light - centre)
-        parts.append(part(side, float(np.clip(LIGHT_AMBIENT + LIGHT_DIFFUSE * max(float(d @ n), 0.0), 0.0, 1.0))))
+    for c in chunks:
+        v = c["v"].reshape(-1, 3) @ rot.T + place
+        n = c["n"].reshape(-1, 3) @ rot.T / scale
+        rgb = miniworld_lit(c["kd"], v, n, light)
+        parts.append(_vertex_lit(trimesh, v, rgb, c["uv"].reshape(-1, 2), c["image"]))
     return parts
 
 
@@ -272,14 +318,8 @@ def house_scene(layout: HouseLayout):
                            f"picture_{k}")
     meshes: dict = {}
     for k, o in enumerate(layout.objects):
-        m = _object_mesh(trimesh, o.cat, meshes)
-        m.apply_transform(trimesh.transformations.rotation_matrix(o.yaw, [0.0, 1.0, 0.0]))
-        m.apply_translation([o.x, 0.0, o.z])
-        if o.cat.shape in ("ball", "box"):  # plain colours: MiniWorld's lighting folded into the colour
-            for j, side in enumerate(_lit_solid(trimesh, m, MINIWORLD_RGB[o.cat.color], light, o.cat.shape == "box")):
-                scene.add_geometry(side, f"object_{k}_{o.cat.name}_{j}")
-        else:
-            scene.add_geometry(m, f"object_{k}_{o.cat.name}")
+        for j, part in enumerate(_object_parts(trimesh, o, light, meshes)):
+            scene.add_geometry(part, f"object_{k}_{o.cat.name}_{j}")
     return scene
 
 

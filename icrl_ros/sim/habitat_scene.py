@@ -47,10 +47,18 @@ from icrl_ros.sim.house_layout import CATEGORIES, GOAL_NAMES, HouseLayout, gener
 from icrl_ros.sim.house_nav import NavGrid
 
 SCENE_DATASET = "icrl_houses"
-SCENE_VERSION = 2  # bumped when the exported files change (2: MiniWorld's lighting baked in, mesh materials)
+SCENE_VERSION = 3  # bumped when the exported files change (2: MiniWorld's lighting baked in, mesh materials;
+# 3: objects lit per vertex as MiniWorld draws them: vertex colours, mesh normals, every mesh material;
+# the navmesh on the floor, CELL_HEIGHT)
 AGENT_RADIUS = HouseEnv.agent_radius
 AGENT_HEIGHT = 1.0  # navmesh clearance only: the camera is a sensor at CAMERA_HEIGHT
 MAX_CLIMB = 0.1  # nothing in a house is a step; keeps object tops off the navmesh
+# Recast's voxel height. The navmesh (and so the agent, whose camera sensor is CAMERA_HEIGHT over it) lies
+# on top of the floor's voxels, one cell up: at habitat-sim's default 0.2 m the camera stood 1.1 m over the
+# floor, not the house's 0.9 m, and objects showed lower and smaller than MiniWorld draws them (the frozen
+# label heads found the goal in 0.25 of the Habitat probe frames, 0.78 of MiniWorld's). 4 mm is about the
+# least that builds (0.001 m fails: the clearance, AGENT_HEIGHT / CELL_HEIGHT cells, overflows Recast).
+CELL_HEIGHT = 0.004
 VIEW_POINT_SPACING = 0.2  # metres between view points (every other NavGrid cell)
 def scene_name(house_seed: int) -> str:
     return f"house_{int(house_seed)}"
@@ -63,6 +71,7 @@ def navmesh_settings(habitat_sim, agent_radius: float = AGENT_RADIUS):
     ns.agent_radius = float(agent_radius)
     ns.agent_height = AGENT_HEIGHT
     ns.agent_max_climb = MAX_CLIMB
+    ns.cell_height = CELL_HEIGHT
     return ns
 
 

@@ -235,3 +235,49 @@ def test_move_continuous_stays_on_the_navmesh(env) -> None:
 def test_categories_and_goal_indices_follow_the_house(env) -> None:
     assert env.goal_names == GOAL_NAMES
     assert len(CATEGORIES) == env.observation_space["goal"].n
+
+
+def test_objects_carry_miniworld_lighting_in_vertex_colours(export) -> None:
+    """MiniWorld lights every object per vertex (ambient 0.7 + diffuse 0.6 * n . l from the light over
+    the house); habitat-sim draws the stage unlit, so the export bakes that into glTF COLOR_0."""
+    from icrl_ros.sim.habitat_mesh import LIGHT_HEIGHT, MINIWORLD_RGB, house_scene
+
+    out, _ = export
+    layout = generate_layout(SEEDS[0])
+    scene = house_scene(layout)
+    min_x, max_x, min_z, max_z = layout.bounds
+    light = np.array([(min_x + max_x) / 2, LIGHT_HEIGHT, (min_z + max_z) / 2])
+    balls = 0
+    for k, o in enumerate(layout.objects):
+        parts = [scene.geometry[scene.graph[node][1]] for node in scene.graph.nodes_geometry
+                 if node.startswith(f"object_{k}_")]  # house_scene names the nodes
+        assert parts, o.cat.name
+        rgb = np.concatenate([p.visual.vertex_attributes["color"][:, :3] for p in parts]) / 255.0
+        assert rgb.std(0).max() > 0.02, o.cat.name  # shaded, not one flat colour
+        if o.cat.shape == "ball":  # smooth normals: the formula exactly, vertex by vertex
+            v = np.concatenate([p.vertices for p in parts])
+            n = v - [o.x, o.cat.height / 2, o.z]
+            n /= np.linalg.norm(n, axis=1, keepdims=True)
+            to_light = (light - v) / np.linalg.norm(light - v, axis=1, keepdims=True)
+            f = 0.7 + 0.6 * np.maximum((n * to_light).sum(1), 0.0)
+            want = np.clip(np.array(MINIWORLD_RGB[o.cat.color])[None] * f[:, None], 0.0, 1.0)
+            assert np.abs(rgb - want).max() <= 0.6 / 255, o.cat.name
+            balls += 1
+    assert balls, "house 1 has no ball to check the formula on"
+    # and the written file carries them: one COLOR_0 per object part
+    glb = (out / "scene_datasets" / SCENE_DATASET / f"house_{SEEDS[0]}.glb").read_bytes()
+    size = int.from_bytes(glb[12:16], "little")
+    gltf = json.loads(glb[20:20 + size])
+    coloured = sum("COLOR_0" in p["attributes"] for m in gltf["meshes"] for p in m["primitives"])
+    assert coloured >= len(layout.objects)
+
+
+def test_camera_stands_at_the_house_height_over_the_floor(env) -> None:
+    """The agent stands on the navmesh, which Recast lays one voxel (CELL_HEIGHT) over the floor (y = 0):
+    the camera must be the house's CAMERA_HEIGHT over the floor, as MiniWorld's, within a few mm."""
+    from icrl_ros.sim.house_render import CAMERA_HEIGHT
+
+    env.reset(options={"house_seed": SEEDS[0]})
+    assert 0.0 <= float(env._position()[1]) <= 0.005
+    cam = env._env.sim.get_agent(0).get_state().sensor_states["rgb"].position
+    assert abs(float(cam[1]) - CAMERA_HEIGHT) <= 0.005
