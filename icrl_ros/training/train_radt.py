@@ -64,6 +64,12 @@ class RADTTrainConfig:
     """Probability of an empty retrieved context (as at the start of an evaluation trial)."""
     failure_retrieval: float = 0.0
     """Probability of retrieving a random zero-return episode of the same task instead."""
+    use_labels: bool = True
+    """Train on the dataset's ``label`` (a teacher's action) instead of the executed ``action``
+    where the dataset has one (``radt_collect.py --learner room``)."""
+    retrieve_from: str = "dataset"
+    """Training retrieval: ``dataset`` (other episodes of the same task, RA-DT) or ``history``
+    (the same learner's earlier episodes only, ranked by return, as in an evaluation trial)."""
     target_return: float = 90.0
     """Evaluation: mean of the return-to-go the DT is conditioned on per episode (RA-DT: N(90, 5))."""
     target_return_std: float = 5.0
@@ -83,6 +89,10 @@ class RADTTrainConfig:
         for name in ("query_dropout", "retrieval_dropout", "failure_retrieval"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}: must be in [0, 1), got {getattr(self, name)}")
+        if self.retrieve_from not in ("dataset", "history"):
+            raise ValueError(f"retrieve_from: 'dataset' or 'history', got {self.retrieve_from!r}")
+        if not isinstance(self.use_labels, bool):
+            raise ValueError(f"use_labels: true or false, got {self.use_labels!r}")
         for name in ("similarity_cutoff", "dedup_threshold"):
             v = getattr(self, name)
             if v is not None and not -1.0 <= v <= 1.0:
@@ -116,7 +126,8 @@ def lr_at(cfg: RADTTrainConfig, step: int) -> float:
 def make_batches(cfg: RADTTrainConfig, policy: RADTPolicy, data: dict) -> OfflineRetrievalBatches:
     return OfflineRetrievalBatches(policy, data, cfg.retrieve_l, cfg.utility_weight, cfg.query_dropout,
                                    cfg.similarity_cutoff, cfg.dedup_threshold, cfg.min_retrieval_len,
-                                   cfg.retrieval_dropout, cfg.failure_retrieval, cfg.seed)
+                                   cfg.retrieval_dropout, cfg.failure_retrieval, cfg.seed, cfg.use_labels,
+                                   cfg.retrieve_from)
 
 
 def main(argv=None) -> int:
@@ -141,7 +152,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     batches = make_batches(cfg, policy, data)
     print(f"dataset {cfg.data}: {len(data['obs']):,} episodes, {data['obs'].size:,} steps, "
-          f"{len(np.unique(data['task']))} tasks; index {batches.entries:,} sub-trajectories after dedup "
+          f"{len(np.unique(data['task']))} tasks, targets {'action' if batches.label is None else 'label'}; "
+          f"index {batches.entries:,} sub-trajectories after dedup "
           f"({time.perf_counter() - t0:.1f} s); model {sum(q.numel() for q in policy.parameters()):,} parameters")
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     run_dir = Path(cfg.run_dir)

@@ -13,7 +13,7 @@ from icrl_ros.models import load_checkpoint, save_checkpoint  # noqa: E402
 from icrl_ros.families.radt.model import RADTArgs, RADTPolicy, as_tensors, episode_windows  # noqa: E402
 from icrl_ros.sim import make_vec  # noqa: E402
 from icrl_ros.training import radt_eval  # noqa: E402
-from icrl_ros.training.radt_collect import collect  # noqa: E402
+from icrl_ros.training.radt_collect import collect, collect_teacher  # noqa: E402
 from icrl_ros.training.radt_data import OfflineRetrievalBatches  # noqa: E402
 from icrl_ros.training.train_radt import RADTTrainConfig  # noqa: E402
 
@@ -170,6 +170,47 @@ def test_collect_train_evaluate_end_to_end(tmp_path):
                             "--set", "model.n_layers=1"]) == 0
     res = evaluate.evaluate(str(run / "checkpoints" / "final.pt"), "test", 2, 200, None, False, 0, "window")
     assert res["memory"] == "retrieval" and len(res["episodes"]) == 2 and res["episodes"][0]["n"] == 2
+
+
+def test_teacher_histories_exploit_the_found_goal_and_keep_their_labels(tmp_path):
+    data = collect_teacher(episodes=3, learners=2, epsilon=[0.0, 0.5], seed=0)
+    E, H = data["obs"].shape
+    assert (E, H) == (80 * 2 * 3, 100) and data["label"].shape == data["action"].shape == (E, H)
+    ret = data["reward"].sum(1)
+    clean, noisy = data["epsilon"] == 0.0, data["epsilon"] == 0.5
+    assert clean.sum() == noisy.sum() == E // 2 and set(data["history"]) == {0, 1, 2}
+    # epsilon 0: the teacher acted itself; the snake finds the goal in episode 1, and every later
+    # episode walks straight there and stays (at least 100 - 18 rewarded steps on a 10 x 10 grid).
+    # The start cell (0, 0) as the goal is the exception: the snake leaves it and never comes back.
+    assert (data["action"][clean] == data["label"][clean]).all()
+    clean &= data["task"] != 0
+    assert (ret[clean & (data["history"] == 0)] > 0).all()
+    assert (ret[clean & (data["history"] > 0)] >= 100 - 18).all()
+    # epsilon 0.5: about half the executed actions are random (a fifth of them agree with the label)
+    differ = (data["action"][noisy] != data["label"][noisy]).mean()
+    assert 0.3 < differ < 0.5
+    # the training targets are the labels where the dataset has them, the executed actions otherwise
+    policy = RADTPolicy(RADTArgs(**{**ARGS, "context": 4}))
+    for use, ref in ((True, data["label"]), (False, data["action"])):
+        b = OfflineRetrievalBatches(policy, data, dedup_threshold=None, seed=1, use_labels=use)
+        win, _, target, rows = b.sample(64)
+        end = win["episode_step"][:, -1]
+        assert (target[:, -1] == ref[rows, end]).all()
+    # history retrieval: only the same learner's earlier episodes, nothing in its first episode
+    b = OfflineRetrievalBatches(policy, data, retrieval_dropout=0.0, seed=2, retrieve_from="history")
+    _, ret, _, rows = b.sample(256)
+    got, first = ret["slot"][:, 0], data["history"][rows] == 0
+    assert (got[first] == -1).all() and not ret["valid"][first].any()
+    assert (got[~first] >= 0).all() and (got[~first] < rows[~first]).all()
+    assert (data["learner"][got[~first]] == data["learner"][rows[~first]]).all()
+    # the command line refuses bad values by name
+    from icrl_ros.training import radt_collect
+
+    for bad in (["--learner", "room", "--epsilon", "1.5"], ["--learner", "room", "--epsilon", "a,b"],
+                ["--epsilon", "0.1"]):
+        with pytest.raises(SystemExit):
+            radt_collect.main([*bad, "--out", str(tmp_path / "x.npz")])
+    assert not (tmp_path / "x.npz").exists()
 
 
 def test_keys_are_state_histograms_under_a_fixed_rotation():
