@@ -13,6 +13,18 @@ ROOT = Path(__file__).resolve().parents[2]
 DARKROOM = ROOT / "checkpoints" / "darkroom_relic.pt"
 
 
+def held_out_curve(path: Path, env_id: str, trials: int, steps: int, temperature: float) -> tuple[float, float, float]:
+    """Episode 1's and episode 10's mean return and the oracle-normalised trial return of a shipped
+    checkpoint on held-out tasks (seed 0, every chunk / the whole trial in memory)."""
+    policy, _ = load_checkpoint(path)
+    env = make_vec(env_id, trials, split="test", seed=0)
+    held_out_tasks(env, trials, seed=0)
+    oracle = env.oracle_trial_return(steps)
+    out = run_trials(policy, env, steps=steps, seed=0, temperature=temperature)
+    R = out["returns"]
+    return float(np.nanmean(R[:, 0])), float(np.nanmean(R[:, 9])), float((out["trial_return"] / oracle).mean())
+
+
 @pytest.mark.skipif(not DARKROOM.is_file(), reason="checkpoints/darkroom_relic.pt not shipped")
 def test_darkroom_relic_learns_in_context_on_held_out_goals():
     policy, blob = load_checkpoint(DARKROOM)
@@ -31,15 +43,8 @@ DKTD = ROOT / "checkpoints" / "dark_key_to_door_relic.pt"
 
 @pytest.mark.skipif(not DKTD.is_file(), reason="checkpoints/dark_key_to_door_relic.pt not shipped")
 def test_dark_key_to_door_relic_learns_in_context_on_held_out_tasks():
-    policy, blob = load_checkpoint(DKTD)
-    env = make_vec("icrl_ros/DarkKeyToDoor-v0", 64, split="test", seed=0)
-    held_out_tasks(env, 64, seed=0)
-    oracle = env.oracle_trial_return(500)
     # sampled at temperature 0.6, chosen on training tasks (BENCHMARKS.md)
-    out = run_trials(policy, env, steps=500, seed=0, temperature=0.6)
-    R = out["returns"]
-    first, tenth = np.nanmean(R[:, 0]), np.nanmean(R[:, 9])
-    norm = float((out["trial_return"] / oracle).mean())
+    first, tenth, norm = held_out_curve(DKTD, "icrl_ros/DarkKeyToDoor-v0", 64, 500, temperature=0.6)
     # BENCHMARKS.md: 0.639 +- 0.026 of the oracle on 400 held-out trials, 0.77 -> 1.88 by episode
     # 10; these 64 trials measured 0.610, 0.73 -> 1.89. Margins for 64 trials.
     assert tenth >= first + 0.7, (first, tenth)
@@ -53,14 +58,7 @@ HCAM = ROOT / "checkpoints" / "darkroom_hcam.pt"
 def test_darkroom_hcam_learns_in_context_on_held_out_goals():
     """HCAM (hidden 128, trained by imitation of RoomExplorer), every chunk of the trial kept,
     sampled at temperature 0.6 (chosen on training goals, BENCHMARKS.md)."""
-    policy, _ = load_checkpoint(HCAM)
-    env = make_vec("icrl_ros/Darkroom-v0", 20, split="test", seed=0)
-    held_out_tasks(env, 20, seed=0)  # each held-out goal once
-    oracle = env.oracle_trial_return(1000)
-    out = run_trials(policy, env, steps=1000, seed=0, temperature=0.6)
-    R = out["returns"]
-    first, tenth = np.nanmean(R[:, 0]), np.nanmean(R[:, 9])
-    norm = float((out["trial_return"] / oracle).mean())
+    first, tenth, norm = held_out_curve(HCAM, "icrl_ros/Darkroom-v0", 20, 1000, temperature=0.6)  # each goal once
     # These 20 trials measured 47.7 -> 70.3 by episode 10, 0.787 of the oracle (sampling seeds 1 and
     # 2: 47.6 -> 71.7 and 52.4 -> 78.9; 0.766, 0.809; 100 held-out trials: 0.757, BENCHMARKS). Without
     # its memory a policy stays near episode 1's return (the no-IEA ReLIC: 0.31 of the oracle).
