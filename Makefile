@@ -20,8 +20,8 @@ $(STAMP): setup.py scripts/ensure_ros.sh scripts/ensure_sysdeps.sh
 
 venv: $(STAMP)
 
-# Two xdist workers (this machine has 2 cores): the ROS / DDS and Habitat tests run in one of them, in
-# order (tests/conftest.py groups and orders them); the rest spread over both.
+# Two xdist workers (this machine has 2 cores), long tests handed out first (tests/conftest.py); each
+# worker's DDS tests use a ROS_DOMAIN_ID range of their own (tests/nodes/conftest.py).
 XDIST  := -n 2 --dist loadgroup --no-loadscope-reorder
 
 test: venv

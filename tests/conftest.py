@@ -17,31 +17,22 @@ def one_thread():
     torch.set_num_threads(prev)
 
 
-# `make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup --no-loadscope-reorder`). The
-# tests that start DDS participants, ROS processes or the Habitat chroot share one group, so they
-# run one after another in one worker, on that worker's private ROS_DOMAIN_ID, as in a plain
-# `pytest` run. Every other file is a group of its own (its module fixtures are built once), except
-# the few long house-training tests, which go one by one. Groups are handed out in this order: the
-# ROS group and the long tests first, so that neither worker is left with a long tail.
+# `make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup --no-loadscope-reorder`). Tests
+# are handed out in collection order, so the order set here puts the long ones first: the ROS / DDS /
+# Habitat tests (their ROS_DOMAIN_ID ranges are disjoint per worker, tests/nodes/conftest.py), then the
+# long house-training tests, then the rest, so that neither worker is left with a long tail. (Groups
+# added here as xdist_group markers were not honoured by the workers, so none are set.)
 SERIAL_DIRS = ("nodes", "habitat")
-SPLIT_FILES = ("training/test_house_training.py",)
+LONG_FILES = ("training/test_house_training.py",)
+
+
+def _rank(item) -> int:
+    import os
+
+    rel = os.path.relpath(str(item.path), os.path.dirname(__file__)).replace(os.sep, "/")
+    return 0 if rel.split("/")[0] in SERIAL_DIRS else 1 if rel in LONG_FILES else 2
 
 
 def pytest_collection_modifyitems(config, items):
-    import os
-
-    here = os.path.dirname(__file__)
-
-    def group(item) -> tuple[int, str]:
-        rel = os.path.relpath(str(item.path), here).replace(os.sep, "/")
-        if rel.split("/")[0] in SERIAL_DIRS:
-            return 0, "ros"
-        if rel in SPLIT_FILES:
-            return 1, item.nodeid
-        return 2, rel
-
-    keyed = [(group(item), n, item) for n, item in enumerate(items)]
-    keyed.sort(key=lambda k: (k[0][0], k[1]))
-    items[:] = [item for _, _, item in keyed]
-    for (_, name), _, item in keyed:
-        item.add_marker(pytest.mark.xdist_group(name))
+    keyed = sorted(enumerate(items), key=lambda k: (_rank(k[1]), k[0]))
+    items[:] = [item for _, item in keyed]

@@ -1,20 +1,25 @@
 """ROS 2 test set-up: DDS stays on this machine.
 
 Before anything imports rclpy: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (loopback discovery,
-no multicast), a private ``ROS_DOMAIN_ID`` drawn per test session from 100-200, and every
+no multicast), a private ``ROS_DOMAIN_ID`` drawn per test session from 100-199 (per xdist worker, disjoint ranges), and every
 variable that could point DDS at another host removed. ``ros_context`` refuses to start
 rclpy unless those hold.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import tempfile
 
 # Set at import: pytest loads this conftest before any test module in tests/nodes.
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(100, 200))
+# Under pytest-xdist (`make test`: two workers) each worker draws from its own range, so two workers'
+# DDS tests never share a domain: worker w gets 100 + 50 w + [0, 25), and a test that needs a second
+# domain of its own (tests/nodes/test_launch.py) adds 25.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").lstrip("gw") or 0) % 2
+os.environ["ROS_DOMAIN_ID"] = str(100 + 50 * _WORKER + random.SystemRandom().randint(0, 24))
 for _var in ("ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY", "ROS_DISCOVERY_SERVER", "ROS_SUPER_CLIENT",
              "FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE", "CYCLONEDDS_URI"):
     os.environ.pop(_var, None)
@@ -57,16 +62,31 @@ def ros2_kit() -> str:
     if ros_import_error():
         pytest.skip(ros_import_error())
     bindir = os.path.dirname(sys.executable)
-    if not (os.path.exists(os.path.join(bindir, "ros2")) and os.path.exists(os.path.join(bindir, "colcon"))):
-        script = os.path.normpath(SHARED_ROS2)
-        if not os.path.isfile(script):
-            pytest.skip(f"no ros2 CLI in {bindir} and no {script} to install it (the shared kit)")
-        if sys.prefix == sys.base_prefix:
-            pytest.skip(f"{sys.executable} is not a virtualenv: the kit goes only into the project's venv")
-        out = subprocess.run(["bash", script, sys.prefix], capture_output=True, text=True)
-        assert out.returncode == 0, f"{script} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    with venv_lock("ros2_kit"):  # two xdist workers must not install into one venv at once
+        if not (os.path.exists(os.path.join(bindir, "ros2")) and os.path.exists(os.path.join(bindir, "colcon"))):
+            script = os.path.normpath(SHARED_ROS2)
+            if not os.path.isfile(script):
+                pytest.skip(f"no ros2 CLI in {bindir} and no {script} to install it (the shared kit)")
+            if sys.prefix == sys.base_prefix:
+                pytest.skip(f"{sys.executable} is not a virtualenv: the kit goes only into the project's venv")
+            out = subprocess.run(["bash", script, sys.prefix], capture_output=True, text=True)
+            assert out.returncode == 0, f"{script} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     assert shutil.which("ros2", path=bindir) and shutil.which("colcon", path=bindir)
     return bindir
+
+
+@contextlib.contextmanager
+def venv_lock(name: str):
+    """An exclusive file lock in the venv (pytest-xdist workers installing into it one at a time)."""
+    import fcntl
+    import sys
+
+    with open(os.path.join(sys.prefix, f".{name}.lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

@@ -35,7 +35,7 @@ class Workspace:
         self.env.pop("PYTHONPATH", None)  # the package comes from the workspace, not the checkout
         # a private domain of its own (still 100-200): nodes of the other tests, including killed ones
         # DDS still lists until their lease ends, must not answer for /icrl_agent here
-        self.env["ROS_DOMAIN_ID"] = str(100 + (int(os.environ["ROS_DOMAIN_ID"]) - 100 + 50) % 101)
+        self.env["ROS_DOMAIN_ID"] = str(int(os.environ["ROS_DOMAIN_ID"]) + 25)  # see tests/nodes/conftest.py
 
     def sh(self, command: str, timeout: float = 60.0, check: bool = True) -> str:
         """``command`` in bash after ``source install/setup.bash``; stdout + stderr."""
