@@ -210,14 +210,18 @@ def test_both_simulators_agree_on_one_house(tmp_path) -> None:
                     "--probes", "3", "--steps", "50", "--out", str(mw)], cwd=ROOT, check=True, timeout=120)
     r = in_chroot("/opt/hvenv/bin/python", "training/habitat_compare.py", "habitat",
                   "--pairs", "/project/runs/habitat_bridge/compare_test/mw.json", "--export", "/tmp/icrl_compare_test",
-                  "--steps", "50", "--out", "/project/runs/habitat_bridge/compare_test/habitat.json", timeout=180)
+                  "--steps", "50", "--out", "/project/runs/habitat_bridge/compare_test/habitat.json", timeout=300)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     res = json.loads((work / "habitat.json").read_text())["result"]
     assert res["pairs"] == 8 and res["within_tolerance"] == 8, res
     assert res["success_rule_agree"] >= 0.9 * res["probes"], res
     assert res["images_at_probe_poses"]["mean_abs_diff_0_255"] < 24.0, res["images_at_probe_poses"]
-    # the frozen heads of the shipped policy on both frame sets: the host half reads the two .npz files
+    # the frozen heads of the shipped policy on both frame sets: the host half reads the two .npz files.
+    # With the camera at the house's height and the objects lit as MiniWorld lights them (SCENE_VERSION 3),
+    # six houses measured 4.2 / 255 mean abs difference and the goal decisions agreeing on 98% of 300
+    # poses (before: 19.2 and 68%); margins for one house's 24 poses
+    assert res["images_at_probe_poses"]["mean_abs_diff_0_255"] < 8.0, res["images_at_probe_poses"]
     subprocess.run([sys.executable, "training/habitat_compare.py", "heads", "--pairs", str(mw), "--habitat",
                     str(work / "habitat.json"), "--out", str(work / "heads.json")], cwd=ROOT, check=True, timeout=120)
     heads = json.loads((work / "heads.json").read_text())
-    assert heads["probes"] == res["probes"] and 0.0 <= heads["goal_decision_agree"] <= 1.0, heads
+    assert heads["probes"] == res["probes"] and heads["goal_decision_agree"] >= 0.85, heads
