@@ -21,7 +21,8 @@ $(STAMP): setup.py scripts/ensure_ros.sh scripts/ensure_sysdeps.sh
 venv: $(STAMP)
 
 # Two xdist workers (this machine has 2 cores), long tests handed out first (tests/conftest.py); each
-# worker's DDS tests use a ROS_DOMAIN_ID range of their own (tests/nodes/conftest.py).
+# worker's DDS tests use a ROS_DOMAIN_ID range of their own (tests/nodes/conftest.py). loadgroup with no
+# groups hands out one test at a time in collection order (load would deal them out in big batches).
 XDIST  := -n 2 --dist loadgroup --no-loadscope-reorder
 
 test: venv

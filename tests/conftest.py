@@ -22,7 +22,7 @@ def one_thread():
 # Habitat tests (their ROS_DOMAIN_ID ranges are disjoint per worker, tests/nodes/conftest.py), then the
 # long house-training tests, then the rest, so that neither worker is left with a long tail. (Groups
 # added here as xdist_group markers were not honoured by the workers, so none are set.)
-SERIAL_DIRS = ("nodes", "habitat")
+FIRST_DIRS = ("nodes", "habitat")  # the ROS / DDS / Habitat tests: long, and waiting on processes
 LONG_FILES = ("training/test_house_training.py",)
 
 
@@ -30,7 +30,7 @@ def _rank(item) -> int:
     import os
 
     rel = os.path.relpath(str(item.path), os.path.dirname(__file__)).replace(os.sep, "/")
-    return 0 if rel.split("/")[0] in SERIAL_DIRS else 1 if rel in LONG_FILES else 2
+    return 0 if rel.split("/")[0] in FIRST_DIRS else 1 if rel in LONG_FILES else 2
 
 
 def pytest_collection_modifyitems(config, items):
