@@ -30,6 +30,9 @@ so the sim bridge runs it exactly like the MiniWorld house, with the same:
 * ``move_continuous(linear_m, angular_rad)`` for the bridge's real-time mode (the navmesh's
   ``try_step_no_sliding``: a blocked move stops at the obstacle, as in the house, and returns False).
 
+``scene_navmesh`` (on for ``for_houses``): run on the ``.navmesh`` beside the scene file, as exported,
+instead of the one habitat-sim recomputes from the drawn meshes at its default Recast settings.
+
 ``reset()`` keeps the scene (next episode of the trial, drawn at random from the scene's episodes)
 unless a seed or ``options={"new_trial": True}`` is given, or no trial has started yet. Options:
 ``scene`` (a scene id) or ``house_seed`` (an exported house) pick the trial's scene; ``episode`` (an
@@ -157,6 +160,7 @@ class HabitatExtObjNavEnv(gym.Env):
         pose_frame: str = "house",
         overrides: list[str] | tuple[str, ...] = (),
         render_mode: str | None = None,
+        scene_navmesh: bool = False,
     ) -> None:
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
             raise ValueError(f"image_size must be an int in [16, 1024], got {image_size!r}")
@@ -183,6 +187,10 @@ class HabitatExtObjNavEnv(gym.Env):
             f"habitat.simulator.forward_step_size={float(forward_step)}",
             f"habitat.simulator.turn_angle={int(round(turn_deg))}",
             f"habitat.simulator.agents.main_agent.radius={AGENT_RADIUS}",
+            # a blocked forward step stops at the obstacle, as in the house (habitat-sim's default slides
+            # along walls: 20% of the forward actions of random walks then moved > 5 cm further than the
+            # house's, BENCHMARKS "The motion model")
+            "habitat.simulator.habitat_sim_v0.allow_sliding=False",
             *camera,
             f"{SENSORS}.depth_sensor.min_depth=0.0", f"{SENSORS}.depth_sensor.max_depth=20.0",
             f"{SENSORS}.depth_sensor.normalize_depth=False",
@@ -198,6 +206,7 @@ class HabitatExtObjNavEnv(gym.Env):
         self.slack_reward, self.success_reward = float(slack_reward), float(success_reward)
         self.refund_on_failure = bool(refund_on_failure)
         self.pose_frame, self.render_mode = pose_frame, render_mode
+        self.scene_navmesh, self._navmesh_of = bool(scene_navmesh), None
         self.camera_height_m, self.camera_pitch_deg, self.camera_fov_deg = CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_DEG
         dataset = self._env._dataset
         by_id = dataset.category_to_task_category_id  # name -> objectgoal index
@@ -221,6 +230,7 @@ class HabitatExtObjNavEnv(gym.Env):
         from icrl_ros.sim.habitat_scene import SCENE_DATASET
 
         root = Path(export_dir)
+        kwargs.setdefault("scene_navmesh", True)  # the export's navmesh is the house's collision model
         return cls(split=split, data_path=str(root / "datasets" / "objectnav" / SCENE_DATASET / "{split}" /
                                                "{split}.json.gz"),
                    scenes_dir=str(root / "scene_datasets"), **kwargs)
@@ -252,6 +262,9 @@ class HabitatExtObjNavEnv(gym.Env):
             episode = self._replayed(episode, options.get("start"), options.get("goal"))
         self._env.episode_iterator = iter([episode])
         obs = self._env.reset()
+        if self.scene_navmesh and self._navmesh_of != self.scene and self._load_scene_navmesh():
+            self._env.episode_iterator = iter([episode])  # again, so the measures use the scene's navmesh
+            obs = self._env.reset()
         self._read_state()
         self.episode_index += 1
         self.episode_step, self.episode_return, self.path_length = 0, 0.0, 0.0
@@ -263,6 +276,20 @@ class HabitatExtObjNavEnv(gym.Env):
         self.shortest_path = self.geodesic_distance
         self._episode_over = False
         return self._observe(obs), self._info()
+
+    def _load_scene_navmesh(self) -> bool:
+        """Load the ``.navmesh`` beside the scene file (habitat-sim's own naming rule). habitat-sim
+        replaces a scene's navmesh by one it recomputes whenever the file's Recast settings differ from
+        its defaults at the agent's radius and height; for our exported houses that recomputed one
+        (0.2 m voxels, built from the drawn meshes) let the agent walk through thin objects that
+        HouseEnv blocks. False when there is no such file."""
+        path = Path(self._env.sim.config.sim_cfg.scene_id).with_suffix(".navmesh")
+        if not path.exists():
+            return False
+        if not self._env.sim.pathfinder.load_nav_mesh(str(path)):
+            raise RuntimeError(f"habitat-sim could not load the scene's navmesh {path}")
+        self._navmesh_of = self.scene
+        return True
 
     def _replayed(self, episode, start, goal):
         """A copy of ``episode`` with another start (x, z, yaw) and / or goal category name: to run

@@ -269,8 +269,12 @@ def _object_parts(trimesh, o, light: np.ndarray, cache: dict) -> list:
     return parts
 
 
-def house_scene(layout: HouseLayout):
-    """The house as a trimesh Scene, Y-up, in MiniWorld's coordinates (metres)."""
+def house_scene(layout: HouseLayout, objects: str = "meshes"):
+    """The house as a trimesh Scene, Y-up, in MiniWorld's coordinates (metres). ``objects``: ``meshes``
+    (what the camera sees) or ``discs`` (the house's collision model: each object an upright cylinder of
+    its footprint radius and height, which is what the navmesh is built from)."""
+    if objects not in ("meshes", "discs"):
+        raise ValueError(f"objects must be 'meshes' or 'discs', got {objects!r}")
     trimesh = _trimesh()
     tex = _Textures()
     scene = trimesh.Scene()
@@ -318,15 +322,24 @@ def house_scene(layout: HouseLayout):
                            f"picture_{k}")
     meshes: dict = {}
     for k, o in enumerate(layout.objects):
+        if objects == "discs":  # circumscribed, so the polygon holds the whole disc HouseEnv collides with
+            sections = 32
+            disc = trimesh.creation.cylinder(radius=o.cat.radius / math.cos(math.pi / sections), height=o.cat.height,
+                                             sections=sections)  # along z
+            disc.apply_transform(trimesh.transformations.rotation_matrix(-math.pi / 2, [1.0, 0.0, 0.0]))  # along y
+            disc.apply_translation([o.x, o.cat.height / 2, o.z])
+            scene.add_geometry(disc, f"object_{k}_{o.cat.name}_disc")
+            continue
         for j, part in enumerate(_object_parts(trimesh, o, light, meshes)):
             scene.add_geometry(part, f"object_{k}_{o.cat.name}_{j}")
     return scene
 
 
-def write_glb(layout: HouseLayout, path: str | Path) -> Path:
-    """Write the house stage as a .glb habitat-sim 0.2.2 loads (Z-up: turned +90 deg about x)."""
+def write_glb(layout: HouseLayout, path: str | Path, objects: str = "meshes") -> Path:
+    """Write the house stage as a .glb habitat-sim 0.2.2 loads (Z-up: turned +90 deg about x);
+    ``objects`` as in ``house_scene``."""
     trimesh = _trimesh()
-    scene = house_scene(layout)
+    scene = house_scene(layout, objects)
     scene.apply_transform(trimesh.transformations.rotation_matrix(math.pi / 2, [1.0, 0.0, 0.0]))  # (x,y,z)->(x,-z,y)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

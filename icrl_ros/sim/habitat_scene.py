@@ -5,7 +5,8 @@
     out/scene_datasets/icrl_houses/house_<seed>.glb       the stage (rooms, walls with door gaps,
                                                            ceilings, pictures, objects)
     out/scene_datasets/icrl_houses/house_<seed>.navmesh   recomputed by habitat-sim at the house
-                                                           agent's radius
+                                                           agent's radius, from the house's collision
+                                                           model (walls, objects as footprint discs)
     out/datasets/objectnav/icrl_houses/<split>/<split>.json.gz   ObjectNav-v1 episodes
 
 so ``icrl_ros/HabitatExtObjNav-v0`` (or any habitat-lab ObjectNav code) runs our houses through the
@@ -36,6 +37,7 @@ import argparse
 import gzip
 import json
 import math
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -47,9 +49,9 @@ from icrl_ros.sim.house_layout import CATEGORIES, GOAL_NAMES, HouseLayout, gener
 from icrl_ros.sim.house_nav import NavGrid
 
 SCENE_DATASET = "icrl_houses"
-SCENE_VERSION = 3  # bumped when the exported files change (2: MiniWorld's lighting baked in, mesh materials;
+SCENE_VERSION = 4  # bumped when the exported files change (2: MiniWorld's lighting baked in, mesh materials;
 # 3: objects lit per vertex as MiniWorld draws them: vertex colours, mesh normals, every mesh material;
-# the navmesh on the floor, CELL_HEIGHT)
+# the navmesh on the floor, CELL_HEIGHT; 4: the navmesh from the collision model, objects as discs)
 AGENT_RADIUS = HouseEnv.agent_radius
 AGENT_HEIGHT = 1.0  # navmesh clearance only: the camera is a sensor at CAMERA_HEIGHT
 MAX_CLIMB = 0.1  # nothing in a house is a step; keeps object tops off the navmesh
@@ -185,7 +187,11 @@ def house_episode_set(house_seed: int, scenes_dir: Path, episodes_per_house: int
     layout = generate_layout(house_seed)
     name = scene_name(house_seed)
     glb = write_glb(layout, scenes_dir / SCENE_DATASET / f"{name}.glb")
-    sim = open_stage(glb)
+    # The navmesh comes from the house's collision model (walls and each object's footprint disc), not
+    # from the drawn meshes: Recast's 5 cm voxels miss thin ones (a key, a medkit), which the agent then
+    # walked through where HouseEnv blocks it. Built in a scratch folder, so the dataset holds one stage.
+    with tempfile.TemporaryDirectory() as tmp:
+        sim = open_stage(write_glb(layout, Path(tmp) / f"{name}_collision.glb", objects="discs"))
     try:
         area = build_navmesh(sim, glb.with_suffix(".navmesh"))
         nav = NavGrid(layout, AGENT_RADIUS)

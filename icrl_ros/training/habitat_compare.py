@@ -14,7 +14,10 @@ of ../shared/habitat); the JSON between them names every (house, start, goal) an
     .venv/bin/python training/habitat_compare.py heads --pairs runs/habitat_compare/mw.json \\
         --habitat runs/habitat_compare/habitat.json
 
-Single process each, random actions (forward / left / right) for the frame rate, 64x64 RGB.
+Single process each, random actions (forward / left / right) for the frame rate, 64x64 RGB. The
+motion model: the MiniWorld half also records random walks (``--walks`` per house, ``--walk-steps``
+actions each) and the Habitat half replays them, open loop from the same start and one action at a
+time from MiniWorld's own pose (forward distance, blocked moves, turn angle, the odometry read).
 """
 
 from __future__ import annotations
@@ -58,12 +61,96 @@ def _frames_per_s(render, poses) -> float:
     return len(poses) / (time.perf_counter() - t0)
 
 
+def _random_walk(rng: np.random.Generator, n: int) -> list[int]:
+    """Movement actions as a searching policy issues them: forward 60%, each turn 20%."""
+    return [int(v) for v in rng.choice([1, 2, 3], size=n, p=[0.6, 0.2, 0.2])]
+
+
+def _miniworld_walks(env, house_seed: int, n: int, steps: int, rng: np.random.Generator) -> list[dict]:
+    """``n`` random walks of ``steps`` movement actions from fresh episode starts of ``env``'s
+    house: after every action the world pose (x, z, yaw), the odometry the policy reads (house
+    frame of the episode: the walk's start) and the distance moved."""
+    from icrl_ros.sim.house_layout import GOAL_NAMES
+
+    walks = []
+    for _ in range(n):
+        env.reset()
+        w = {"house_seed": house_seed, "start": list(env.start_pose), "goal": GOAL_NAMES[env.goal],
+             "actions": _random_walk(rng, steps), "pose": [], "odom": [], "moved": []}
+        for act in w["actions"]:
+            x0, z0 = env.x, env.z
+            env.step(act)
+            w["pose"].append([env.x, env.z, env.yaw])
+            w["odom"].append([float(v) for v in env.pose_in("episode")])
+            w["moved"].append(math.hypot(env.x - x0, env.z - z0))
+        walks.append(w)
+    return walks
+
+
+def compare_walks(env, walks: list[dict]) -> dict:
+    """Replay MiniWorld's walks in the Habitat env. Two ways: open loop from the same start (what a
+    policy's odometry would drift to), and one action at a time from MiniWorld's own pose before it
+    (the motion model alone, without compounding): forward distance, blocked moves, turn angle."""
+    from icrl_ros.geometry import wrap_angle
+    from icrl_ros.sim.habitat_env import rotation_for_yaw
+
+    final_err, odom_err, first_apart = [], [], []
+    fwd, turn_err, blocked = [], [], []  # per action from the same pose: (mw, habitat) forward moves, |turn error|
+    for w in walks:
+        env.reset(options={"house_seed": w["house_seed"], "start": w["start"], "goal": w["goal"], "new_trial": True})
+        apart = None
+        for t, act in enumerate(w["actions"]):
+            env.step(act)
+            x, z, _ = env._planar()
+            err = math.hypot(x - w["pose"][t][0], z - w["pose"][t][1])
+            if apart is None and err > 0.10:
+                apart = t
+            if apart is None:  # the odometry the policy reads (x forward, y left, yaw), while the poses agree
+                d = np.asarray(env.pose_in("episode")) - np.asarray(w["odom"][t])
+                d[2] = wrap_angle(d[2])
+                odom_err.append(float(np.abs(d).max()))
+        first_apart.append(len(w["actions"]) if apart is None else apart)
+        final_err.append(err)
+        env.reset(options={"house_seed": w["house_seed"], "start": w["start"], "goal": w["goal"], "new_trial": True})
+        sim, y = env._env.sim, float(env._position()[1])
+        before = [w["start"], *w["pose"][:-1]]
+        for (x0, z0, yaw0), act, (x1, z1, yaw1), moved in zip(before, w["actions"], w["pose"], w["moved"]):
+            sim.set_agent_state(np.array([x0, y, z0], np.float32), rotation_for_yaw(yaw0))
+            env._read_state()
+            env.step(act)
+            hx, hz, hyaw = env._planar()
+            if act == 1:
+                fwd.append((moved, math.hypot(hx - x0, hz - z0)))
+                blocked.append((moved < 0.24, math.hypot(hx - x0, hz - z0) < 0.24))
+            else:
+                turn_err.append(abs(wrap_angle(hyaw - yaw1)))
+            if env._episode_over:
+                env.reset(options={"house_seed": w["house_seed"], "start": w["start"], "goal": w["goal"]})
+    f, b = np.array(fwd, np.float64), np.array(blocked, bool)
+    return {
+        "walks": len(walks), "steps_per_walk": len(walks[0]["actions"]) if walks else 0,
+        "open_loop": {"final_position_error_m_median": float(np.median(final_err)),
+                      "final_position_error_m_p90": float(np.percentile(final_err, 90)),
+                      "first_step_apart_over_0.1m_median": float(np.median(first_apart)),
+                      "walks_never_apart": int(sum(v == len(w["actions"]) for v, w in zip(first_apart, walks)))},
+        "odometry_max_abs_diff_while_together": float(max(odom_err)) if odom_err else float("nan"),
+        "per_action_from_the_same_pose": {
+            "forward_actions": len(f), "forward_m_mean_miniworld": float(f[:, 0].mean()),
+            "forward_m_mean_habitat": float(f[:, 1].mean()),
+            "forward_abs_diff_m_median": float(np.median(np.abs(f[:, 0] - f[:, 1]))),
+            "forward_abs_diff_over_5cm": int((np.abs(f[:, 0] - f[:, 1]) > 0.05).sum()),
+            "blocked_miniworld": int(b[:, 0].sum()), "blocked_habitat": int(b[:, 1].sum()),
+            "blocked_both": int((b[:, 0] & b[:, 1]).sum()),
+            "turn_actions": len(turn_err), "turn_abs_error_deg_max": float(np.degrees(max(turn_err))) if turn_err else 0.0},
+    }
+
+
 def miniworld_side(a: argparse.Namespace) -> None:
     from icrl_ros.sim.house import HouseEnv
     from icrl_ros.sim.house_layout import GOAL_NAMES, house_split
 
     rng = np.random.default_rng(a.seed)
-    pairs, probes, fps, render_fps, frames = [], [], {}, {}, []
+    pairs, probes, fps, render_fps, frames, walks = [], [], {}, {}, [], []
     for s in a.seeds:
         env = HouseEnv(split=house_split(s), house_seed=s, image_size=64)
         for k in range(a.episodes):
@@ -88,10 +175,11 @@ def miniworld_side(a: argparse.Namespace) -> None:
                 probes.append({"house_seed": s, "pose": [env.x, env.z, env.yaw], "goal": GOAL_NAMES[env.goal],
                                "success": env.target_visible_in_reach()})
                 frames.append(env.observe()["rgb"])
+        walks.extend(_miniworld_walks(env, s, a.walks, a.walk_steps, rng))
         fps[str(s)] = _steps_per_s(env, a.steps, rng, {})
         render_fps[str(s)] = _frames_per_s(env._renderer.render, _free_poses(s, a.steps, rng))
         env.close()
-    out = {"side": "miniworld", "seeds": a.seeds, "pairs": pairs, "probes": probes, "steps_per_s": fps,
+    out = {"side": "miniworld", "seeds": a.seeds, "pairs": pairs, "probes": probes, "walks": walks, "steps_per_s": fps,
            "render_frames_per_s": render_fps, "machine": platform.node(), "cpus": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
@@ -121,6 +209,7 @@ def habitat_side(a: argparse.Namespace) -> None:
         frames.append(obs["rgb"])
         _, _, _, _, info = env.step(0)
         agree.append((bool(p["success"]), bool(info["success"])))
+    walks = compare_walks(env, mw.get("walks", []))
     rng = np.random.default_rng(0)
     fps = {str(s): _steps_per_s(env, a.steps, rng, {"options": {"house_seed": s}}) for s in mw["seeds"]}
     render_fps = {}
@@ -162,7 +251,7 @@ def habitat_side(a: argparse.Namespace) -> None:
         "habitat_only": int((~s[:, 0] & s[:, 1]).sum()), "images_at_probe_poses": image,
         "habitat_steps_per_s": fps, "miniworld_steps_per_s": mw["steps_per_s"],
         "habitat_sim_render_rgb_depth_per_s": render_fps, "miniworld_render_rgb_per_s": mw["render_frames_per_s"],
-        "export_s": export_s,
+        "walks": walks, "export_s": export_s,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
@@ -217,6 +306,8 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--probes", type=int, default=2, help="success-rule probe poses per episode")
     m.add_argument("--steps", type=int, default=500, help="random steps timed per house")
     m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--walks", type=int, default=4, help="random walks per house, replayed in Habitat action for action")
+    m.add_argument("--walk-steps", type=int, default=100, help="movement actions per walk")
     m.add_argument("--out", required=True)
     h = sub.add_parser("habitat", help="chroot half: export, replay, compare, frames/s")
     h.add_argument("--pairs", required=True, help="the miniworld half's JSON")

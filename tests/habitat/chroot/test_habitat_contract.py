@@ -281,3 +281,45 @@ def test_camera_stands_at_the_house_height_over_the_floor(env) -> None:
     assert 0.0 <= float(env._position()[1]) <= 0.005
     cam = env._env.sim.get_agent(0).get_state().sensor_states["rgb"].position
     assert abs(float(cam[1]) - CAMERA_HEIGHT) <= 0.005
+
+
+def test_objects_block_the_agent_as_in_the_house(export, env) -> None:
+    """The env runs on the export's navmesh (habitat-sim would swap in one it recomputes from the drawn
+    meshes, through which the agent walked into thin objects: keys, medkits), and free floor agrees with
+    the house's collision model: no point inside an object's collision disc is navigable, and nearly
+    every point the house calls free is."""
+    out, info = export
+    house = 1
+    env.reset(options={"house_seed": house, "new_trial": True})
+    pf = env._env.sim.pathfinder
+    exported = next(h for h in info["houses"] if h["house_seed"] == house)
+    assert pf.navigable_area == pytest.approx(exported["navigable_area_m2"], rel=1e-6)
+    layout = generate_layout(house)
+    nav = NavGrid(layout, 0.25)
+    y = float(env._position()[1])
+    rng = np.random.default_rng(0)
+    inside, free, free_nav = 0, 0, 0
+    for o in layout.objects:  # points well inside the disc the agent's centre may not enter
+        for _ in range(20):
+            r, th = rng.uniform(0, o.cat.radius + 0.25 - 0.06), rng.uniform(-math.pi, math.pi)
+            inside += bool(pf.is_navigable(np.array([o.x + r * math.cos(th), y, o.z + r * math.sin(th)], np.float32)))
+    cells = np.argwhere(nav.free)
+    for i, j in cells[rng.integers(0, len(cells), 400)]:
+        x, z = float(nav.xs[j]), float(nav.zs[i])
+        if not nav.collides(x, z):
+            free += 1
+            free_nav += bool(pf.is_navigable(np.array([x, y, z], np.float32)))
+    assert inside == 0, f"{inside} points inside objects' collision discs are navigable"
+    assert free_nav >= 0.95 * free, (free_nav, free)
+    # a forward step into an object stops short of it, as HouseEnv's does
+    for o in layout.objects:
+        start = (o.x - o.cat.radius - 0.45, o.z, 0.0)  # facing +x, towards the object
+        if not nav.collides(start[0], o.z) and nav.segment_free(start[0], o.z, o.x - o.cat.radius - 0.26, o.z):
+            break
+    else:
+        pytest.skip("no free pose in front of an object on this house")
+    env.reset(options={"house_seed": house, "start": start})
+    for _ in range(3):
+        env.step(1)
+    x, z, _ = env._planar()
+    assert math.hypot(x - o.x, z - o.z) >= o.cat.radius + 0.25 - 0.06, (x, z, o.x, o.z)
