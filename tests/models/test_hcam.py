@@ -48,6 +48,33 @@ def test_cached_hcam_matches_full_sequence(sink, layers, top_k, max_chunks):
     assert (values - c_values).abs().max() <= 1e-5
 
 
+def test_dense_sequence_read_equals_the_gathered_one_with_its_gradients():
+    """The training pass scores every chunk densely and zeroes the unselected ones; that is the same sum,
+    and the same gradients, as gathering the top-k chunks (the cached step's way)."""
+    from icrl_ros.families.hcam.model import gather_chunks
+
+    torch.manual_seed(0)
+    args = hcam_args(hcam_top_k=3)
+    mem = ChunkMemoryAttention(args)
+    with torch.no_grad():
+        mem.relevance.weight.mul_(20)
+        mem.slot.normal_()
+    x = torch.randn(2, 37, args.d_model)
+    u = torch.randn(2, 37, args.d_model, requires_grad=True)
+    cx, ck, cm = sequence_chunks(x, args.hcam_chunk, args.hcam_top_k)
+    dense = mem.forward_sequence(u, cx, ck, cm)
+    g_dense = torch.autograd.grad(dense.pow(2).sum(), [u, *mem.parameters()])
+    h = mem.norm_q(u)
+    idx, w = mem.select(h, ck, cm)
+    k, v = mem.project(cx)
+    gathered = mem.read(h, w, gather_chunks(k, idx), gather_chunks(v, idx))
+    g_gathered = torch.autograd.grad(gathered.pow(2).sum(), [u, *mem.parameters()])
+    assert (dense - gathered).abs().max() <= 1e-5
+    assert dense.abs().max() > 1e-2  # the memory read is not zero
+    for a, b in zip(g_dense, g_gathered):
+        assert (a - b).abs().max() <= 1e-4 * max(1.0, b.abs().max().item())
+
+
 def test_memory_read_changes_the_output():
     """The parity test is only meaningful if the chunk memory matters."""
     torch.manual_seed(0)

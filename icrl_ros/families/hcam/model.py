@@ -122,11 +122,23 @@ class ChunkMemoryAttention(nn.Module):
         return self.proj(y.reshape(B, T, D))
 
     def forward_sequence(self, u: Tensor, chunk_x: Tensor, chunk_key: Tensor, chunk_mask: Tensor) -> Tensor:
-        """Whole trial: project every chunk once, then gather the selected keys/values."""
+        """Whole trial, the same sum as :meth:`read` written densely: every query scores every chunk's
+        steps (two batched matmuls over all N C stored steps, about what full attention costs), each
+        chunk's softmax is scaled by its relevance weight, which is 0 for chunks not in the top k.
+        Gathering the k selected chunks per query instead copied (B, T, k, C, D) keys and values
+        forward and scatter-added them backward: 7x ReLIC's training step on Darkroom (BENCHMARKS)."""
         h = self.norm_q(u)
         idx, w = self.select(h, chunk_key, chunk_mask)
         k, v = self.project(chunk_x)  # (B, N, C, H, hd)
-        return self.read(h, w, gather_chunks(k, idx), gather_chunks(v, idx))
+        B, T, D = h.shape
+        N, C, H, hd = k.shape[1:]
+        weight = h.new_zeros(B, T, N).scatter(2, idx, w)  # top-k indices are distinct
+        q = self.q(h).view(B, T, H, hd).transpose(1, 2) * hd ** -0.5  # (B, H, T, hd)
+        keys = k.permute(0, 3, 1, 2, 4).reshape(B, H, N * C, hd)
+        vals = v.permute(0, 3, 1, 2, 4).reshape(B, H, N * C, hd)
+        p = torch.softmax((q @ keys.transpose(-1, -2)).view(B, H, T, N, C), dim=-1) * weight[:, None, :, :, None]
+        y = p.view(B, H, T, N * C) @ vals  # (B, H, T, hd)
+        return self.proj(y.transpose(1, 2).reshape(B, T, D))
 
     def forward_step(self, u: Tensor, chunk_x: Tensor, chunk_key: Tensor, chunk_mask: Tensor) -> Tensor:
         """Cached step: gather the k selected raw chunks, project only those (O(N + kC))."""
