@@ -27,6 +27,8 @@ so the sim bridge runs it exactly like the MiniWorld house, with the same:
   in the planar frame X = world x, Y = -world z), ``episode_step``, ``episode_index``,
   ``episode_return``, ``path_length``, ``shortest_path``, ``odom_episode``, ``odom_house``,
   ``scene`` and, for our houses, ``house_seed``;
+* a forward action moves as the house's does: the full step when the straight move stays on the
+  navmesh, else the longest free multiple of 5 cm (no sliding along walls);
 * ``move_continuous(linear_m, angular_rad)`` for the bridge's real-time mode (the navmesh's
   ``try_step_no_sliding``: a blocked move stops at the obstacle, as in the house, and returns False).
 
@@ -187,9 +189,7 @@ class HabitatExtObjNavEnv(gym.Env):
             f"habitat.simulator.forward_step_size={float(forward_step)}",
             f"habitat.simulator.turn_angle={int(round(turn_deg))}",
             f"habitat.simulator.agents.main_agent.radius={AGENT_RADIUS}",
-            # a blocked forward step stops at the obstacle, as in the house (habitat-sim's default slides
-            # along walls: 20% of the forward actions of random walks then moved > 5 cm further than the
-            # house's, BENCHMARKS "The motion model")
+            # no sliding along walls: the house stops a blocked move (see _forward_amount)
             "habitat.simulator.habitat_sim_v0.allow_sliding=False",
             *camera,
             f"{SENSORS}.depth_sensor.min_depth=0.0", f"{SENSORS}.depth_sensor.max_depth=20.0",
@@ -317,6 +317,8 @@ class HabitatExtObjNavEnv(gym.Env):
         if not 0 <= a < len(ACTION_NAMES):
             raise ValueError(f"action must be in [0, {len(ACTION_NAMES)}) {self.action_names}, got {action!r}")
         before = self._position()
+        if a == 1:
+            self._forward_amount()
         obs = self._env.step({"action": ACTION_NAMES[a]})
         self._read_state()
         self.path_length += float(np.linalg.norm((self._position() - before)[[0, 2]]))
@@ -333,6 +335,23 @@ class HabitatExtObjNavEnv(gym.Env):
         reward = step_reward(self, previous, terminated or truncated)
         self.episode_return += reward
         return self._observe(obs), float(reward), terminated, truncated, self._info()
+
+    def _forward_amount(self) -> None:
+        """Set this forward action's length as ``HouseEnv._forward`` moves: the full step if the straight
+        move is free, else the longest of 0.20, 0.15, ... 0.05 m that is, else none. (habitat-sim's own
+        step, sliding off, would stop exactly at the navmesh edge: up to 5 cm further than the house.)"""
+        x, z, yaw = self._planar()
+        start = np.asarray(self._pos, np.float32)
+        fx, fz = math.cos(yaw), -math.sin(yaw)
+        amount = 0.0
+        for d in (self.forward_step, *np.arange(self.forward_step - 0.05, 0.0, -0.05)):
+            target = np.array([x + d * fx, start[1], z + d * fz], np.float32)
+            end = np.asarray(self._env.sim.pathfinder.try_step_no_sliding(start, target), np.float32)
+            if float(np.linalg.norm((end - target)[[0, 2]])) < 1e-3:
+                amount = float(d)
+                break
+        specs = self._env.sim.get_agent(0).agent_config.action_space  # {habitat action id: ActionSpec}
+        next(spec for spec in specs.values() if spec.name == "move_forward").actuation.amount = amount
 
     def move_continuous(self, linear_m: float, angular_rad: float) -> bool:
         """Turn by ``angular_rad`` (CCW) and move ``linear_m`` along the mid-turn heading on the

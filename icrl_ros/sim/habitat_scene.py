@@ -49,9 +49,10 @@ from icrl_ros.sim.house_layout import CATEGORIES, GOAL_NAMES, HouseLayout, gener
 from icrl_ros.sim.house_nav import NavGrid
 
 SCENE_DATASET = "icrl_houses"
-SCENE_VERSION = 4  # bumped when the exported files change (2: MiniWorld's lighting baked in, mesh materials;
+SCENE_VERSION = 5  # bumped when the exported files change (2: MiniWorld's lighting baked in, mesh materials;
 # 3: objects lit per vertex as MiniWorld draws them: vertex colours, mesh normals, every mesh material;
-# the navmesh on the floor, CELL_HEIGHT; 4: the navmesh from the collision model, objects as discs)
+# the navmesh on the floor, CELL_HEIGHT; 4: the navmesh from the collision model, objects as discs;
+# 5: 2.5 cm navmesh voxels, CELL_SIZE)
 AGENT_RADIUS = HouseEnv.agent_radius
 AGENT_HEIGHT = 1.0  # navmesh clearance only: the camera is a sensor at CAMERA_HEIGHT
 MAX_CLIMB = 0.1  # nothing in a house is a step; keeps object tops off the navmesh
@@ -61,6 +62,11 @@ MAX_CLIMB = 0.1  # nothing in a house is a step; keeps object tops off the navme
 # label heads found the goal in 0.25 of the Habitat probe frames, 0.78 of MiniWorld's). 4 mm is about the
 # least that builds (0.001 m fails: the clearance, AGENT_HEIGHT / CELL_HEIGHT cells, overflows Recast).
 CELL_HEIGHT = 0.004
+# Recast's voxel side. Walls and objects rasterise conservatively (a touched voxel is blocked) and the
+# agent's radius erodes in whole voxels, so the navmesh edge lies up to a voxel inside the house's free
+# space: at habitat-sim's 5 cm, random walks were blocked in Habitat on 3% of the forward steps the house
+# allowed (BENCHMARKS "The motion model").
+CELL_SIZE = 0.025
 VIEW_POINT_SPACING = 0.2  # metres between view points (every other NavGrid cell)
 def scene_name(house_seed: int) -> str:
     return f"house_{int(house_seed)}"
@@ -74,6 +80,7 @@ def navmesh_settings(habitat_sim, agent_radius: float = AGENT_RADIUS):
     ns.agent_height = AGENT_HEIGHT
     ns.agent_max_climb = MAX_CLIMB
     ns.cell_height = CELL_HEIGHT
+    ns.cell_size = CELL_SIZE
     return ns
 
 

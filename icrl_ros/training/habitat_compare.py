@@ -197,7 +197,7 @@ def habitat_side(a: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     export_houses(mw["seeds"], a.export, episodes_per_house=4)
     export_s = time.perf_counter() - t0
-    env = HabitatExtObjNavEnv.for_houses(a.export, image_size=64)
+    env = HabitatExtObjNavEnv.for_houses(a.export, image_size=64, scene_navmesh=not a.recomputed_navmesh)
     geo = []
     for p in mw["pairs"]:
         _, info = env.reset(options={"house_seed": p["house_seed"], "start": p["start"], "goal": p["goal"]})
@@ -212,9 +212,10 @@ def habitat_side(a: argparse.Namespace) -> None:
     walks = compare_walks(env, mw.get("walks", []))
     rng = np.random.default_rng(0)
     fps = {str(s): _steps_per_s(env, a.steps, rng, {"options": {"house_seed": s}}) for s in mw["seeds"]}
-    render_fps = {}
+    render_fps, area = {}, {}
     for s in mw["seeds"]:  # habitat-sim alone: set the agent, render RGB + depth (what the env's camera is)
         env.reset(options={"house_seed": s})
+        area[str(s)] = float(env._env.sim.pathfinder.navigable_area)
         sim, y = env._env.sim, float(env._position()[1])
 
         def render(x, z, yaw, sim=sim, y=y):
@@ -251,7 +252,8 @@ def habitat_side(a: argparse.Namespace) -> None:
         "habitat_only": int((~s[:, 0] & s[:, 1]).sum()), "images_at_probe_poses": image,
         "habitat_steps_per_s": fps, "miniworld_steps_per_s": mw["steps_per_s"],
         "habitat_sim_render_rgb_depth_per_s": render_fps, "miniworld_render_rgb_per_s": mw["render_frames_per_s"],
-        "walks": walks, "export_s": export_s,
+        "walks": walks, "navmesh": "recomputed by habitat-sim" if a.recomputed_navmesh else "exported",
+        "navigable_area_m2": area, "export_s": export_s,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
@@ -313,6 +315,9 @@ def main(argv: list[str] | None = None) -> None:
     h.add_argument("--pairs", required=True, help="the miniworld half's JSON")
     h.add_argument("--export", required=True, help="folder for the exported scenes and episodes")
     h.add_argument("--steps", type=int, default=500)
+    h.add_argument("--recomputed-navmesh", action="store_true",
+                   help="run on the navmesh habitat-sim recomputes from the drawn meshes (what the env did "
+                        "before it kept the exported one), for a before / after comparison")
     h.add_argument("--tol-m", type=float, default=0.25)
     h.add_argument("--tol-rel", type=float, default=0.05)
     h.add_argument("--out", required=True)

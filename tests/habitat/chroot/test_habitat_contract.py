@@ -323,3 +323,29 @@ def test_objects_block_the_agent_as_in_the_house(export, env) -> None:
         env.step(1)
     x, z, _ = env._planar()
     assert math.hypot(x - o.x, z - o.z) >= o.cat.radius + 0.25 - 0.06, (x, z, o.x, o.z)
+
+
+def test_forward_steps_move_as_far_as_the_house_moves(env) -> None:
+    """A forward action moves what HouseEnv's does from the same pose: the full step when free, else the
+    longest free multiple of 5 cm (computed here with the house's own collision test, NavGrid)."""
+    house = 3
+    layout = generate_layout(house)
+    nav = NavGrid(layout, 0.25)
+    rng = np.random.default_rng(5)
+    cells = np.argwhere(nav.free)
+    agree, n = 0, 0
+    while n < 60:
+        i, j = cells[int(rng.integers(len(cells)))]
+        x, z, yaw = float(nav.xs[j]), float(nav.zs[i]), float(rng.uniform(-math.pi, math.pi))
+        if nav.collides(x, z):
+            continue
+        env.reset(options={"house_seed": house, "start": (x, z, yaw)})
+        fx, fz = math.cos(yaw), -math.sin(yaw)
+        for _ in range(3):  # three steps on: into walls and objects as often as not
+            want = next((d for d in (0.25, 0.20, 0.15, 0.10, 0.05) if not nav.collides(x + d * fx, z + d * fz)), 0.0)
+            env.step(1)
+            hx, hz, _ = env._planar()
+            agree += abs(math.hypot(hx - x, hz - z) - want) <= 0.01
+            n += 1
+            x, z = hx, hz
+    assert agree >= 0.9 * n, f"{agree} of {n} forward steps moved as the house's"
