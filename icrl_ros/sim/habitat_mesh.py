@@ -22,6 +22,8 @@ import numpy as np
 from icrl_ros.sim.house_layout import DOOR_HEIGHT, WALL_HEIGHT, HouseLayout, miniworld_dir
 from icrl_ros.sim.house_render import PICTURE_HEIGHT  # a constant: house_render loads GL only when drawing
 
+PICTURE_DEPTH = 0.05  # MiniWorld's ImageFrame default depth (house_render does not set it)
+
 TEX_DENSITY = 512  # MiniWorld's texels per metre of wall and floor
 # MiniWorld's fixed-function lighting (house_render): OpenGL's default global ambient 0.2 + the light's
 # ambient 0.5 + diffuse 0.6 * max(0, n . l) from a point light 4 m up over the house's centre, per vertex
@@ -57,6 +59,14 @@ class _Textures:
 
             self.cache[name] = Image.open(self.root / f"{name}.png").convert("RGB")
         return self.cache[name]
+
+    def black(self):
+        """A plain black texture (MiniWorld draws the sides of a picture frame black, unlit)."""
+        if "_black" not in self.cache:
+            from PIL import Image
+
+            self.cache["_black"] = Image.new("RGB", (4, 4))
+        return self.cache["_black"]
 
 
 def _quad(trimesh, corners: np.ndarray, uv: np.ndarray, image, double_sided: bool = True):
@@ -311,15 +321,24 @@ def house_scene(layout: HouseLayout, objects: str = "meshes"):
         image = tex.get(p.tex)
         w, h = image.size
         half, height = p.width / 2, p.width * h / w
-        # yaw points into the room; the picture's left-to-right runs along (sin yaw, cos yaw) in (x, z)
-        cx, cz = p.x + 0.01 * math.cos(p.yaw), p.z - 0.01 * math.sin(p.yaw)
+        # yaw points into the room; the picture's left-to-right runs along (sin yaw, cos yaw) in (x, z).
+        # MiniWorld's ImageFrame is a box PICTURE_DEPTH deep standing 1 cm off the wall: the painting on
+        # its front face, its four sides black (the dark border it shows from an angle).
+        nx, nz = math.cos(p.yaw), -math.sin(p.yaw)
+        bx, bz = p.x + 0.01 * nx, p.z + 0.01 * nz  # the box's back, 1 cm off the wall
+        cx, cz = bx + PICTURE_DEPTH * nx, bz + PICTURE_DEPTH * nz  # its front face
         sx, sz = math.sin(p.yaw), math.cos(p.yaw)
         y0, y1 = PICTURE_HEIGHT - height / 2, PICTURE_HEIGHT + height / 2
         corners = np.array([[cx - half * sx, y0, cz - half * sz], [cx + half * sx, y0, cz + half * sz],
                             [cx + half * sx, y1, cz + half * sz], [cx - half * sx, y1, cz - half * sz]])
-        lit = _lighting(corners, np.array([math.cos(p.yaw), 0.0, -math.sin(p.yaw)]), light)
+        lit = _lighting(corners, np.array([nx, 0.0, nz]), light)
         scene.add_geometry(_quad(trimesh, corners, UNIT_UV, _lit_picture(image, p.width, height, lit)),
                            f"picture_{k}")
+        for j, (e0, e1) in enumerate(((0, 3), (1, 2), (3, 2), (0, 1))):  # left, right, top, bottom edges
+            front = corners[[e0, e1]]
+            back = front - PICTURE_DEPTH * np.array([nx, 0.0, nz])
+            side = np.array([back[0], front[0], front[1], back[1]])
+            scene.add_geometry(_quad(trimesh, side, UNIT_UV, tex.black()), f"picture_{k}_side_{j}")
     meshes: dict = {}
     for k, o in enumerate(layout.objects):
         if objects == "discs":  # circumscribed, so the polygon holds the whole disc HouseEnv collides with

@@ -49,10 +49,10 @@ from icrl_ros.sim.house_layout import CATEGORIES, GOAL_NAMES, HouseLayout, gener
 from icrl_ros.sim.house_nav import NavGrid
 
 SCENE_DATASET = "icrl_houses"
-SCENE_VERSION = 5  # bumped when the exported files change (2: MiniWorld's lighting baked in, mesh materials;
+SCENE_VERSION = 6  # bumped when the exported files change (2: MiniWorld's lighting baked in, mesh materials;
 # 3: objects lit per vertex as MiniWorld draws them: vertex colours, mesh normals, every mesh material;
 # the navmesh on the floor, CELL_HEIGHT; 4: the navmesh from the collision model, objects as discs;
-# 5: 2.5 cm navmesh voxels, CELL_SIZE)
+# 5: 2.5 cm navmesh voxels, CELL_SIZE; 6: pictures as MiniWorld's framed boxes, 5 cm deep, black sides)
 AGENT_RADIUS = HouseEnv.agent_radius
 AGENT_HEIGHT = 1.0  # navmesh clearance only: the camera is a sensor at CAMERA_HEIGHT
 MAX_CLIMB = 0.1  # nothing in a house is a step; keeps object tops off the navmesh
