@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import random
+
 import pytest
+
+
+def worker_ros_domain() -> int:
+    """The ``ROS_DOMAIN_ID`` of this test process, private to its pytest-xdist worker: worker w draws once
+    from 100 + 50 w + [0, 25) (a test that needs a second domain of its own adds 25), so the two workers of
+    `make test` never share a domain. Sets the variable when it is not already one of the worker's."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").lstrip("gw") or 0) % 2
+    lo = 100 + 50 * worker
+    current = int(os.environ.get("ROS_DOMAIN_ID", "-1"))
+    if not lo <= current < lo + 25:
+        os.environ["ROS_DOMAIN_ID"] = str(lo + random.SystemRandom().randint(0, 24))
+    return int(os.environ["ROS_DOMAIN_ID"])
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import worker_ros_domain
+
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT.parent / "shared" / "habitat" / "setup.sh"
 CHROOT = Path(os.environ.get("HABITAT_CHROOT", "/var/tmp/icrl-habitat/trixie"))
@@ -93,9 +95,8 @@ def test_bridge_and_agent_drive_habitat_in_lockstep(tmp_path) -> None:
         pytest.skip(ros_import_error())
     bundle = require_house_bundle()
     import json
-    import random
 
-    domain = random.SystemRandom().randint(100, 200)
+    domain = worker_ros_domain()
     out = tmp_path / "demo_out"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
            "ROS_DOMAIN_ID": str(domain)}
@@ -128,11 +129,9 @@ def test_twist_executor_drives_habitat_in_real_time(tmp_path) -> None:
     if ros_import_error():
         pytest.skip(ros_import_error())
     import json
-    import random
 
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    if not 100 <= int(os.environ.get("ROS_DOMAIN_ID", "-1")) <= 200:
-        os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(100, 200))
+    worker_ros_domain()
     os.environ.pop("ROS_STATIC_PEERS", None)
     import rclpy
     from rclpy.executors import SingleThreadedExecutor

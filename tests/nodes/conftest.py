@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import tempfile
+
+from tests.conftest import worker_ros_domain
 
 # Set at import: pytest loads this conftest before any test module in tests/nodes.
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-# Under pytest-xdist (`make test`: two workers) each worker draws from its own range, so two workers'
-# DDS tests never share a domain: worker w gets 100 + 50 w + [0, 25), and a test that needs a second
-# domain of its own (tests/nodes/test_launch.py) adds 25.
-_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").lstrip("gw") or 0) % 2
-os.environ["ROS_DOMAIN_ID"] = str(100 + 50 * _WORKER + random.SystemRandom().randint(0, 24))
+# Under pytest-xdist (`make test`: two workers) each worker draws from its own range (tests/conftest.py).
+worker_ros_domain()
 for _var in ("ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY", "ROS_DISCOVERY_SERVER", "ROS_SUPER_CLIENT",
              "FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE", "CYCLONEDDS_URI"):
     os.environ.pop(_var, None)
