@@ -32,8 +32,11 @@ so the sim bridge runs it exactly like the MiniWorld house, with the same:
 * ``move_continuous(linear_m, angular_rad)`` for the bridge's real-time mode (the navmesh's
   ``try_step_no_sliding``: a blocked move stops at the obstacle, as in the house, and returns False).
 
-``scene_navmesh`` (on for ``for_houses``): run on the ``.navmesh`` beside the scene file, as exported,
-instead of the one habitat-sim recomputes from the drawn meshes at its default Recast settings.
+``scene_navmesh``: run on the ``.navmesh`` beside the scene file instead of the one habitat-sim recomputes
+(from the drawn meshes, at its default Recast settings) whenever the file's settings differ from its
+defaults. ``None`` (the default): when the file was built for this agent's radius, as our exported houses'
+are; a navmesh built for another radius (HM3D's) is left to habitat-sim's recompute. ``True`` / ``False``:
+always / never.
 
 ``reset()`` keeps the scene (next episode of the trial, drawn at random from the scene's episodes)
 unless a seed or ``options={"new_trial": True}`` is given, or no trial has started yet. Options:
@@ -162,7 +165,7 @@ class HabitatExtObjNavEnv(gym.Env):
         pose_frame: str = "house",
         overrides: list[str] | tuple[str, ...] = (),
         render_mode: str | None = None,
-        scene_navmesh: bool = False,
+        scene_navmesh: bool | None = None,
     ) -> None:
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
             raise ValueError(f"image_size must be an int in [16, 1024], got {image_size!r}")
@@ -206,7 +209,9 @@ class HabitatExtObjNavEnv(gym.Env):
         self.slack_reward, self.success_reward = float(slack_reward), float(success_reward)
         self.refund_on_failure = bool(refund_on_failure)
         self.pose_frame, self.render_mode = pose_frame, render_mode
-        self.scene_navmesh, self._navmesh_of = bool(scene_navmesh), None
+        if scene_navmesh not in (None, True, False):
+            raise ValueError(f"scene_navmesh must be None (auto), True or False, got {scene_navmesh!r}")
+        self.scene_navmesh, self._navmesh_of = scene_navmesh, None
         self.camera_height_m, self.camera_pitch_deg, self.camera_fov_deg = CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_DEG
         dataset = self._env._dataset
         by_id = dataset.category_to_task_category_id  # name -> objectgoal index
@@ -230,7 +235,6 @@ class HabitatExtObjNavEnv(gym.Env):
         from icrl_ros.sim.habitat_scene import SCENE_DATASET
 
         root = Path(export_dir)
-        kwargs.setdefault("scene_navmesh", True)  # the export's navmesh is the house's collision model
         return cls(split=split, data_path=str(root / "datasets" / "objectnav" / SCENE_DATASET / "{split}" /
                                                "{split}.json.gz"),
                    scenes_dir=str(root / "scene_datasets"), **kwargs)
@@ -262,7 +266,7 @@ class HabitatExtObjNavEnv(gym.Env):
             episode = self._replayed(episode, options.get("start"), options.get("goal"))
         self._env.episode_iterator = iter([episode])
         obs = self._env.reset()
-        if self.scene_navmesh and self._navmesh_of != self.scene and self._load_scene_navmesh():
+        if self.scene_navmesh is not False and self._navmesh_of != self.scene and self._load_scene_navmesh():
             self._env.episode_iterator = iter([episode])  # again, so the measures use the scene's navmesh
             obs = self._env.reset()
         self._read_state()
@@ -284,11 +288,18 @@ class HabitatExtObjNavEnv(gym.Env):
         (0.2 m voxels, built from the drawn meshes) let the agent walk through thin objects that
         HouseEnv blocks. False when there is no such file."""
         path = Path(self._env.sim.config.sim_cfg.scene_id).with_suffix(".navmesh")
+        self._navmesh_of = self.scene  # decided once per scene load
         if not path.exists():
             return False
-        if not self._env.sim.pathfinder.load_nav_mesh(str(path)):
+        pf = self._env.sim.pathfinder
+        if self.scene_navmesh is None:  # auto: only a navmesh built for this agent's radius
+            import habitat_sim
+
+            probe = habitat_sim.nav.PathFinder()
+            if not probe.load_nav_mesh(str(path)) or abs(probe.nav_mesh_settings.agent_radius - AGENT_RADIUS) > 1e-4:
+                return False
+        if not pf.load_nav_mesh(str(path)):
             raise RuntimeError(f"habitat-sim could not load the scene's navmesh {path}")
-        self._navmesh_of = self.scene
         return True
 
     def _replayed(self, episode, start, goal):
