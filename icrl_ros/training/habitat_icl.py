@@ -12,7 +12,7 @@ averaged over the trials, side by side:
 
 The bundle defaults to the agent node's shipped one. Per simulator it prints the per-episode means
 and, with 95% CIs over the trials (n = trials that finished), episode 1, the later half of the
-episodes and their difference (the in-context rise).
+episodes and their difference (the in-context rise); ``icl_curve.png`` plots both curves.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import numpy as np
 
 from icrl_ros.nodes.shipped import DEFAULT_BUNDLE
 from icrl_ros.training._cli import REPO_ROOT
+from icrl_ros.training.house_curves import plot, summarise
 
 
 def mean_ci(x: np.ndarray) -> tuple[float, float]:
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     curves: dict[str, dict] = {}
     failed: dict[str, list[int]] = {}
+    matrices: dict[str, dict[str, np.ndarray]] = {}
     for sim in ("miniworld", "habitat"):
         runs = {s: run_trial(sim, s, a, out) for s in a.seeds}
         failed[sim] = [s for s, t in runs.items() if t is None]
@@ -81,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         success = np.array([[float(e["success"]) for e in t["episodes"]] for t in trials])  # (trials, episodes)
         spl = np.array([[float(e["spl"]) for e in t["episodes"]] for t in trials])
         steps = np.array([[float(e["steps"]) for e in t["episodes"]] for t in trials])
+        matrices[sim] = {"success": success, "spl": spl, "steps": steps}
         curves[sim] = {"houses": [t["house_seed"] for t in trials], "failed_seeds": failed[sim],
                        "success": success.mean(0).tolist(),
                        "spl": spl.mean(0).tolist(), "steps": steps.mean(0).tolist(),
@@ -93,6 +96,9 @@ def main(argv: list[str] | None = None) -> None:
             curves[sim][f"{name}_rise"] = mean_ci(m[:, later].mean(1) - m[:, 0])
     (out / "curves.json").write_text(json.dumps({"bundle": a.bundle, "seeds": a.seeds, "episodes": a.episodes,
                                                  "max_steps": a.max_steps, "curves": curves}, indent=1))
+    plot({name: summarise(matrices[sim]) for sim, name in (("miniworld", "MiniWorld"), ("habitat", "Habitat"))},
+         out / "icl_curve.png", f"{Path(a.bundle).name} through the ROS nodes in the same {len(a.seeds)} test houses; "
+                                f"each simulator draws its own starts and goals")
     print(f"\n{'episode':>7} | {'MiniWorld success':>17} {'SPL':>5} {'steps':>5} | {'Habitat success':>15} {'SPL':>5} "
           f"{'steps':>5}")
     m, h = curves["miniworld"], curves["habitat"]
