@@ -64,6 +64,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--aux-coef", type=float, default=0.0,
                    help="weight of the memory_aux loss (model.memory_aux): predict whether the goal was seen "
                         "earlier in the trial and where it is now, from the heads' own sightings")
+    p.add_argument("--hcam-recon", action="store_true",
+                   help="HCAM: add its input-reconstruction loss (model.hcam_recon_weight x the loss), as PPO "
+                        "does; reported as aux_loss. Off by default: the shipped Darkroom HCAM was imitated without")
     p.add_argument("--replay", type=int, default=1,
                    help="iterations of labelled trials each update trains on (the newest N: DAgger's dataset "
                         "aggregation, bounded); 1 = only the trials just collected")
@@ -151,15 +154,18 @@ def discounted(reward: torch.Tensor, done: torch.Tensor, gamma: float, trial_ret
 class Imitator:
     def __init__(self, policy, env, cfg: TrainConfig, iterations: int, mix_fraction: float, vf_coef: float,
                  teacher: str | None = None, replay: int = 1, beta: float | None = None, noise: float = 0.0,
-                 noise_actions: tuple[int, ...] = (), aux_coef: float = 0.0) -> None:
+                 noise_actions: tuple[int, ...] = (), aux_coef: float = 0.0, hcam_recon: bool = False) -> None:
         self.policy, self.env, self.cfg = policy, env, cfg
         self.teacher = make_teacher(env, teacher) if env is not None else None
         self.fixed_beta, self.noise = beta, noise
         self.noise_actions = np.asarray(noise_actions or range(policy.args.n_actions))
         self.iterations, self.mix_fraction, self.vf_coef = iterations, mix_fraction, vf_coef
-        self.aux_coef = aux_coef
+        self.aux_coef, self.hcam_recon = aux_coef, hcam_recon
         if aux_coef and getattr(policy, "memory_aux", None) is None:
             raise ValueError("--aux-coef needs a model with memory_aux: true (ReLIC)")
+        if hcam_recon and not hasattr(policy, "recon_loss"):
+            raise ValueError("--hcam-recon needs an HCAM model (model.kind: hcam)")
+        self.aux_weight = policy.args.hcam_recon_weight if hcam_recon else aux_coef
         self.heads = getattr(policy.encoder, "heads", None)  # the frozen label heads, when inputs
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg.ppo.lr, eps=1e-5)
         self.keys = [*policy.rollout_spec(), "episode_index"]
@@ -235,8 +241,8 @@ class Imitator:
         return (*self.keys, "label", "return", *(k for k in AUX_KEYS if k in data))
 
     def losses(self, data: dict, mb: torch.Tensor, schedule) -> tuple[torch.Tensor, ...]:
-        """Cross-entropy to the teacher, value regression, agreement and the memory_aux loss
-        (0 without ``--aux-coef``) of trials ``mb``."""
+        """Cross-entropy to the teacher, value regression, agreement and the auxiliary loss (memory_aux with
+        ``--aux-coef``, HCAM's unweighted input reconstruction with ``--hcam-recon``, else 0) of trials ``mb``."""
         inp = {k: data[k][mb] for k in self.keys}
         out = self.policy.forward_sequence(inp, schedule, aux=True) if self.aux_coef else \
             self.policy.forward_sequence(inp, schedule)
@@ -244,7 +250,12 @@ class Imitator:
         label = data["label"][mb]
         bc = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), label.reshape(-1))
         vl = 0.5 * (values - data["return"][mb]).pow(2).mean()
-        aux = aux_loss(out[4], data["aux_seen"][mb], data["aux_vec"][mb]) if self.aux_coef else bc.new_zeros(())
+        if self.hcam_recon:
+            aux = self.policy.recon_loss(inp, out[4]["hidden"])
+        elif self.aux_coef:
+            aux = aux_loss(out[4], data["aux_seen"][mb], data["aux_vec"][mb])
+        else:
+            aux = bc.new_zeros(())
         return bc, vl, (logits.argmax(-1) == label).float().mean(), aux
 
     def step(self, data: dict, mb: torch.Tensor, schedule, lr: float) -> np.ndarray:
@@ -253,7 +264,7 @@ class Imitator:
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.opt.zero_grad(set_to_none=True)
-        (bc + self.vf_coef * vl + self.aux_coef * aux).backward()
+        (bc + self.vf_coef * vl + self.aux_weight * aux).backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.ppo.max_grad_norm)
         self.opt.step()
         return np.array([bc.item(), vl.item(), agree.item(), aux.item()])
@@ -416,7 +427,8 @@ def main(argv=None) -> int:
     iterations = math.ceil(cfg.total_steps / steps_per_it)
     try:
         imitator = Imitator(policy, None if args.offline else env, cfg, iterations, args.mix_fraction, args.vf_coef,
-                            args.teacher, args.replay, args.beta, args.noise, noise_actions, args.aux_coef)
+                            args.teacher, args.replay, args.beta, args.noise, noise_actions, args.aux_coef,
+                            args.hcam_recon)
     except ValueError as e:
         fail(str(e))
     if noise_actions and not all(0 <= x < policy.args.n_actions for x in noise_actions):

@@ -120,3 +120,17 @@ def test_imitate_then_ppo_init(tmp_path):
     assert r.returncode != 0 and "does not play darkroom" in r.stderr
     r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "t"), "--teacher", "nope", *TINY])
     assert r.returncode != 0 and "choose one of" in r.stderr
+
+
+def test_imitate_adds_hcams_reconstruction_loss_on_request(tmp_path):
+    cfg = "config/train/dark_key_to_door_hcam_imitate.yaml"
+    hcam = ["--set", "model.hcam_chunk=8", "--set", "model.hcam_top_k=2", "--set", "model.depth_dropout=0.0"]
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "h"), "--hcam-recon", *TINY, *hcam])
+    assert r.returncode == 0, r.stderr
+    losses = [float(line.split("aux_loss=")[1].split()[0]) for line in r.stdout.splitlines() if "aux_loss=" in line]
+    assert len(losses) == 2 and min(losses) > 0.1  # decoding the observed cell and last action is not free
+    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "h0"), *TINY, *hcam])
+    assert r.returncode == 0 and "aux_loss=0 " in r.stdout, r.stderr  # off by default
+    r = run(["training/imitate.py", "--config", "config/train/dark_key_to_door.yaml", "--run-dir", str(tmp_path / "r"),
+             "--hcam-recon", *TINY])
+    assert r.returncode != 0 and "needs an HCAM model" in r.stderr
