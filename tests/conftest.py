@@ -42,8 +42,6 @@ LONG_FILES = ("training/test_house_training.py",)
 
 
 def _rank(item) -> int:
-    import os
-
     rel = os.path.relpath(str(item.path), os.path.dirname(__file__)).replace(os.sep, "/")
     return 0 if rel.split("/")[0] in FIRST_DIRS else 1 if rel in LONG_FILES else 2
 

@@ -60,7 +60,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from icrl_ros.sim.house import NO_ACTION, POSE_FRAMES, HouseEnv, observation_space, step_reward
+from icrl_ros.sim.house import NO_ACTION, POSE_FRAMES, HouseEnv, forward_tries, observation_space, step_reward
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG  # constants only, no GL
 from icrl_ros.geometry import episode_odometry, wrap_angle
 
@@ -348,18 +348,18 @@ class HabitatExtObjNavEnv(gym.Env):
         return self._observe(obs), float(reward), terminated, truncated, self._info()
 
     def _forward_amount(self) -> None:
-        """Set this forward action's length as ``HouseEnv._forward`` moves: the full step if the straight
-        move is free, else the longest of 0.20, 0.15, ... 0.05 m that is, else none. (habitat-sim's own
+        """Set this forward action's length as ``HouseEnv._forward`` moves (``house.forward_tries``): the
+        full step if the straight move is free, else the longest free one 5 cm shorter each time, else none. (habitat-sim's own
         step, sliding off, would stop exactly at the navmesh edge: up to 5 cm further than the house.)"""
         x, z, yaw = self._planar()
         start = np.asarray(self._pos, np.float32)
         fx, fz = math.cos(yaw), -math.sin(yaw)
         amount = 0.0
-        for d in (self.forward_step, *np.arange(self.forward_step - 0.05, 0.0, -0.05)):
+        for d in forward_tries(self.forward_step):
             target = np.array([x + d * fx, start[1], z + d * fz], np.float32)
             end = np.asarray(self._env.sim.pathfinder.try_step_no_sliding(start, target), np.float32)
             if float(np.linalg.norm((end - target)[[0, 2]])) < 1e-3:
-                amount = float(d)
+                amount = d
                 break
         specs = self._env.sim.get_agent(0).agent_config.action_space  # {habitat action id: ActionSpec}
         next(spec for spec in specs.values() if spec.name == "move_forward").actuation.amount = amount

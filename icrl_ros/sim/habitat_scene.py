@@ -4,8 +4,8 @@
 
     out/scene_datasets/icrl_houses/house_<seed>.glb       the stage (rooms, walls with door gaps,
                                                            ceilings, pictures, objects)
-    out/scene_datasets/icrl_houses/house_<seed>.navmesh   recomputed by habitat-sim at the house
-                                                           agent's radius, from the house's collision
+    out/scene_datasets/icrl_houses/house_<seed>.navmesh   built by habitat-sim's Recast at the house
+                                                           agent's radius from the house's collision
                                                            model (walls, objects as footprint discs)
     out/datasets/objectnav/icrl_houses/<split>/<split>.json.gz   ObjectNav-v1 episodes
 

@@ -67,6 +67,12 @@ def observation_space(image_size: int, n_goals: int, odom_limit_m: float) -> gym
     })
 
 
+def forward_tries(dist: float) -> tuple[float, ...]:
+    """The lengths a forward action tries, longest first, until one is free: the full ``dist``, then
+    5 cm less each time (a blocked move advances as far as free). One rule for every house backend."""
+    return (float(dist), *(float(d) for d in np.arange(dist - 0.05, 0.0, -0.05)))
+
+
 def step_reward(env, previous: float, ended: bool) -> float:
     """One step's reward of a house env (MiniWorld or Habitat: ``geodesic_distance`` now,
     ``previous`` before the step, ``shortest_path`` at the episode start, ``success``): progress
@@ -280,7 +286,7 @@ class HouseEnv(gym.Env):
     def _forward(self, dist: float) -> float:
         """Move forward up to ``dist``; when blocked, advance as far as free (5 cm steps)."""
         fx, fz = math.cos(self.yaw), -math.sin(self.yaw)
-        for d in (dist, *np.arange(dist - 0.05, 0.0, -0.05)):
+        for d in forward_tries(dist):
             if not self.nav.collides(self.x + d * fx, self.z + d * fz):
                 self.x, self.z = self.x + d * fx, self.z + d * fz
                 self.path_length += float(d)
