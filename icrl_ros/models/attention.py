@@ -65,25 +65,28 @@ class SinkAttention(nn.Module):
 
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, mask_add: Tensor, past_k: Tensor, past_v: Tensor,
-        fixed: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
+        fixed: list[tuple[Tensor, Tensor, Tensor, Tensor]] | None = None,
     ):
         """x (B, T, D); mask_add (B, 1, T, P + T) additive; past_k/v (B, H, P, hd).
 
         Returns the attention output (B, T, D) and this step's rotated keys and values
-        (B, H, T, hd), which the caller appends to its cache. ``fixed`` = (query, key, value
-        (B, T, hd), sink key (hd,)) replaces head 0's own (unrotated, sink value 0; the object
-        memory); its output (B, T, hd) is then returned fourth.
+        (B, H, T, hd), which the caller appends to its cache. ``fixed``, a list of (query, key,
+        value (B, T, hd), sink key (hd,)), replaces heads 0 .. len(fixed) - 1's own (unrotated,
+        sink value 0; the object and place memories); their outputs (B, len(fixed), T, hd) are
+        then returned fourth.
         """
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         sink_k, sink_v = self.sink_k, self.sink_v
-        if fixed is not None:
-            q0, k0, v0, s0 = fixed
-            q, k, v = (torch.cat([f.unsqueeze(1), t[:, 1:]], dim=1) for f, t in ((q0, q), (k0, k), (v0, v)))
+        n_fixed = len(fixed) if fixed else 0
+        if n_fixed:
+            q, k, v = (torch.cat([torch.stack([f[i] for f in fixed], dim=1), t[:, n_fixed:]], dim=1)
+                       for i, t in ((0, q), (1, k), (2, v)))
             if self.n_sink:
-                sink_k = torch.cat([s0.to(sink_k.dtype).expand(1, self.n_sink, -1), sink_k[1:]], dim=0)
-                sink_v = torch.cat([torch.zeros_like(sink_v[:1]), sink_v[1:]], dim=0)
+                fixed_sinks = torch.stack([f[3].to(sink_k.dtype) for f in fixed])[:, None].expand(-1, self.n_sink, -1)
+                sink_k = torch.cat([fixed_sinks, sink_k[n_fixed:]], dim=0)
+                sink_v = torch.cat([torch.zeros_like(sink_v[:n_fixed]), sink_v[n_fixed:]], dim=0)
         if past_k.shape[2] == 0:  # full-sequence pass: fused attention over [sink | new]
             keys, vals = k, v
             if self.n_sink:
@@ -95,7 +98,7 @@ class SinkAttention(nn.Module):
         else:
             y = self._attend_split(q, k, v, mask_add, past_k, past_v, sink_k, sink_v)
         out = self.proj(y.transpose(1, 2).reshape(B, T, D))
-        return (out, k, v) if fixed is None else (out, k, v, y[:, 0])
+        return (out, k, v) if not n_fixed else (out, k, v, y[:, :n_fixed])
 
     def _attend_split(self, q: Tensor, k: Tensor, v: Tensor, mask_add: Tensor, past_k: Tensor, past_v: Tensor,
                       sink_k: Tensor, sink_v: Tensor) -> Tensor:

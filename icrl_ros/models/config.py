@@ -87,6 +87,10 @@ class ModelArgs:
     """ReLIC with the frozen heads: head 0 of layer 0 becomes a fixed "where did I see my goal"
     lookup over the KV cache (:mod:`icrl_ros.models.object_memory`); the block adds the goal's
     remembered offset in the robot frame. The token's last few entries carry what it reads."""
+    place_memory: bool = False
+    """With ``object_memory``: heads 1 and 2 of layer 0 become fixed lookups of how much floor
+    around the robot and 2 m ahead of it the camera already looked at, and where that floor
+    lies (:mod:`icrl_ros.models.place_memory`); the block adds them in the robot frame."""
     memory_aux: bool = False
     """A training-only head that predicts, at every step, whether the goal category was seen
     earlier in the trial and where it is relative to the robot (``training/imitate.py
@@ -175,6 +179,11 @@ class ModelArgs:
         if self.object_memory and (self.kind not in ("relic", "memo") or self.sink not in ("kv", "kv0", "k0v0")):
             raise ValueError(f"model.object_memory: only for kind relic or memo with a sink slot (kv, kv0, k0v0), "
                              f"got kind {self.kind!r}, sink {self.sink!r}")
+        if self.place_memory and not self.object_memory:
+            raise ValueError("model.place_memory: needs model.object_memory (it reads the pose entries that writes)")
+        if self.place_memory and self.n_heads < 4:
+            raise ValueError(f"model.place_memory: heads 0-2 of layer 0 become fixed; n_heads must be at least 4 "
+                             f"(one learnt head left), got {self.n_heads}")
         if self.memory_aux and self.kind != "relic":
             raise ValueError(f"model.memory_aux: only for kind relic, got {self.kind!r}")
         if not 0.0 <= self.depth_dropout < 1.0:

@@ -13,7 +13,9 @@ from torch import Tensor, nn
 
 from icrl_ros.models.attention import MASK_NEG, RMSNorm, SinkAttention, rope_angles
 from icrl_ros.models.config import ModelArgs
+from icrl_ros.models.encoders import OBJECT_SCALE_M
 from icrl_ros.models.object_memory import ObjectMemoryHead
+from icrl_ros.models.place_memory import PlaceMemoryHeads
 
 
 class Block(nn.Module):
@@ -23,14 +25,21 @@ class Block(nn.Module):
         self.attn = SinkAttention(a.d_model, a.n_heads, a.sink, a.n_sink)
         self.mlp = nn.Sequential(nn.Linear(a.d_model, a.d_mlp), nn.GELU(), nn.Linear(a.d_mlp, a.d_model))
         self.object_memory = ObjectMemoryHead(a.n_goals, a.head_dim, a.d_model) if object_memory else None
+        self.place_memory = (PlaceMemoryHeads(a.head_dim, a.d_model, OBJECT_SCALE_M)
+                             if object_memory and a.place_memory else None)
 
     def forward(self, x, cos, sin, mask_add, past_k, past_v, keep: Tensor | None):
         if self.object_memory is None:
             a, k, v = self.attn(self.norm1(x), cos, sin, mask_add, past_k, past_v)
-        else:  # head 0 is the object memory: its query / key / value come from the token's last entries
-            om = self.object_memory
-            a, k, v, y0 = self.attn(self.norm1(x), cos, sin, mask_add, past_k, past_v, (*om.qkv(x), om.sink_key))
-            a = a + om.readout(y0, x)
+        else:  # head 0 is the object memory (heads 1.. the place memory): fed from the token's last entries
+            om, pm = self.object_memory, self.place_memory
+            fixed = [(*om.qkv(x), om.sink_key)]
+            if pm is not None:
+                fixed += pm.qkv(om.struct(x), x.dtype)
+            a, k, v, ys = self.attn(self.norm1(x), cos, sin, mask_add, past_k, past_v, fixed)
+            a = a + om.readout(ys[:, 0], x)
+            if pm is not None:
+                a = a + pm.readout(ys[:, 1:], om.struct(x), x.dtype)
         delta = a
         delta = delta + self.mlp(self.norm2(x + a))
         if keep is not None:  # depth dropout: drop the whole layer for some samples

@@ -281,17 +281,18 @@ def test_memory_aux_head_is_relic_only_and_returned_on_request():
         small_args(kind="memo", memory_aux=True).validate()
 
 
-def object_memory_policy(tmp_path, kind: str, heads):
+def object_memory_policy(tmp_path, kind: str, heads, **extra):
     """A small image policy with the object memory over frozen ``heads`` (16 features, 12
-    categories; Memo: segments of 3 steps, 2 summary slots), seeded, in eval mode."""
+    categories; Memo: segments of 3 steps, 2 summary slots), seeded, in eval mode; ``extra``
+    overrides model fields (place_memory, n_heads)."""
     from icrl_ros.models import build_policy
     from icrl_ros.models.encoders import FeatureEncoder
 
     torch.save({**FeatureEncoder(16, 24).state_dict(), **{f"heads.{k}": v for k, v in heads.state_dict().items()}},
                tmp_path / "enc.pt")
     args = small_args(kind=kind, obs_type="image", image_size=24, n_goals=12, sink="kv0", visual_encoder="features",
-                      feature_dim=16, object_memory=True, d_model=64, n_heads=2, l_seg=3, l_sum=2,
-                      pretrained_encoder=str(tmp_path / "enc.pt"))
+                      feature_dim=16, object_memory=True, d_model=64, l_seg=3, l_sum=2,
+                      pretrained_encoder=str(tmp_path / "enc.pt"), **{"n_heads": 2, **extra})
     torch.manual_seed(0)
     return build_policy(args, load_pretrained=True).eval()
 
@@ -364,13 +365,135 @@ def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tm
                                 visual_encoder="features", feature_dim=16, object_memory=True, d_model=32, n_heads=4))
 
 
-def test_memo_object_summary_exports_and_replays_on_onnx_runtime(tmp_path):
-    """The summary's per-category aggregation is part of the exported summarize graph: a Memo with
-    the object memory (segments of 3 steps, 2 summary slots, 12 categories, random image features)
+def place_memory_trial(T: int = 9):
+    """A robot that drives 4 steps along +x, turns left, drives 3 steps along +y, then stops
+    facing back (-x): random image features, goal 3, two episodes (house-frame pose)."""
+    import math
+
+    poses = [[0.25 * i, 0.0, 0.0] for i in range(4)] + [[0.75, 0.0, math.pi / 2]]
+    poses += [[0.75, 0.25 * i, math.pi / 2] for i in range(1, 4)] + [[0.75, 0.75, math.pi]]
+    t = torch.arange(T)[None]
+    torch.manual_seed(1)
+    return {"rgb_feat": torch.randn(1, T, 16), "odom": torch.tensor(poses[:T]).unsqueeze(0),
+            "goal": torch.full((1, T), 3), "prev_action": torch.zeros(1, T, dtype=torch.long),
+            "prev_reward": torch.zeros(1, T), "episode_step": t % 5, "episode_index": t // 5}
+
+
+def expected_place_features(odom: torch.Tensor) -> torch.Tensor:
+    """What the place memory heads should read at every step of one trajectory (T, 3) in metres:
+    per probe (mass, forward, left), written out from the module's constants."""
+    import math
+
+    from icrl_ros.models.place_memory import PRIOR_VIEWS, PROBES, SIGMA_M, VIEW_AHEAD_M
+
+    out = []
+    views = odom[:, :2] + VIEW_AHEAD_M * torch.stack([odom[:, 2].cos(), odom[:, 2].sin()], -1)
+    for t in range(odom.shape[0]):
+        x, y, yaw = odom[t].tolist()
+        c, s = math.cos(yaw), math.sin(yaw)
+        row = []
+        for f, left in PROBES:
+            p = torch.tensor([x + c * f - s * left, y + s * f + c * left])
+            w = torch.exp(-((views[: t + 1] - p) ** 2).sum(-1) / SIGMA_M ** 2)
+            mass = float(w.sum() / (w.sum() + PRIOR_VIEWS))
+            d = ((w[:, None] * views[: t + 1]).sum(0) / w.sum() - p) / SIGMA_M
+            row += [mass, float(c * d[0] + s * d[1]), float(-s * d[0] + c * d[1])]
+        out.append(torch.tensor(row).clamp(-3.0, 3.0))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("kind", ["relic", "memo"])
+def test_place_memory_heads_read_the_floor_already_looked_at_and_step_exactly(tmp_path, kind):
+    """place_memory: heads 1 and 2 of layer 0 are fixed kernel lookups of past view points. On a
+    robot that drives along +x, turns and drives along +y, ReLIC's heads read, at every step,
+    the attention mass and the mean view point's robot-frame offset written out by hand from the
+    module's constants (probe here and 2 m ahead, 1 m kernel, a sink worth 8 views). Memo keeps
+    them through summaries (lossy within a run of steps); for both, cached stepping (the
+    runtime's path) equals the full-sequence pass."""
+    from icrl_ros.models.stepping import make_memory
+    from icrl_ros.runtime.control import ControlStep
+
+    policy = object_memory_policy(tmp_path, kind, sharp_heads(16, 12, 3, 2, 1), place_memory=True, n_heads=4)
+    inp = place_memory_trial()
+    T = inp["goal"].shape[1]
+    calls, summarizing = [], []
+    if kind == "memo":  # the summary tokens' own reads are not steps: skip them
+        inner = policy.summarize
+
+        def summarize(*a):
+            summarizing.append(1)
+            try:
+                return inner(*a)
+            finally:
+                summarizing.pop()
+        policy.summarize = summarize
+    hook = policy.core.blocks[0].place_memory.out.register_forward_hook(
+        lambda m, i, o: None if summarizing else calls.append(i[0]))
+    with torch.no_grad():
+        logits = policy.forward_sequence(inp)[0]
+    hook.remove()
+    got = torch.cat(calls, 1)[0]  # (T, 6)
+    want = expected_place_features(inp["odom"][0])
+    if kind == "relic":
+        assert (got - want).abs().max() < 1e-3, (got, want)
+    else:  # the first segment (3 steps) is read raw; later ones through summaries of runs
+        assert (got[:3] - want[:3]).abs().max() < 1e-3
+        assert (got[:, 0::3] - want[:, 0::3]).abs().max() < 0.15  # mass, from 2-slot summaries of 3 steps
+    import math
+
+    # step 0: one view, 1 m ahead of the "here" probe (weight e^-1 against the sink's 8), 1 m
+    # behind the "2 m ahead" probe
+    assert got[0].tolist() == pytest.approx([math.exp(-1) / (math.exp(-1) + 8), 1.0, 0.0,
+                                             math.exp(-1) / (math.exp(-1) + 8), -1.0, 0.0], abs=1e-3)
+    steps = [{k: v[:, i] for k, v in inp.items()} for i in range(T)]
+    step = ControlStep.live(policy, make_memory(policy, 1, T))
+    cached = torch.stack([step(s)[0] for s in steps], 1)
+    assert (cached - logits).abs().max() <= 1e-4
+    with pytest.raises(ValueError, match="model.place_memory: needs model.object_memory"):
+        small_args(kind="relic", place_memory=True).validate()
+    with pytest.raises(ValueError, match="n_heads must be at least 4"):
+        small_args(kind="relic", obs_type="image", n_goals=4, sink="kv0", visual_encoder="features",
+                   object_memory=True, place_memory=True, n_heads=2).validate()
+
+
+def test_place_summary_of_runs_at_one_point_equals_the_raw_steps():
+    """summarize_views: when each run of a segment's steps sits at one view point, the summary
+    slots (mean point, log step count on the key) give every probe the same output as the raw
+    steps; an empty slot weighs nothing."""
+    from icrl_ros.models.place_memory import PlaceMemoryHeads, summarize_views
+
+    pm = PlaceMemoryHeads(16, 32, 5.0)
+    pts = torch.tensor([[0.1, 0.2]] * 2 + [[0.3, -0.1]] * 2 + [[-0.2, 0.05]] * 2)[None]  # 3 runs of 2
+    k, v = pm.key_value(pts)
+    seg = torch.ones(1, 6, dtype=torch.bool)
+    ks, vs = summarize_views(k, v, seg, 3, pm.sigma)
+    struct = torch.zeros(1, 1, 9)
+    struct[..., 5:9] = torch.tensor([0.05, 0.1, 0.6, 0.8])
+    for q, _, _, sink in pm.qkv(struct, torch.float32):
+        def read(keys, vals):
+            logits = torch.cat([(q[0] @ sink)[..., None], q[0] @ keys[0].T], -1) / 4.0  # 1 / sqrt(16)
+            w = torch.softmax(logits, -1)
+            return w[..., 1:] @ vals[0]
+        assert (read(ks, vs) - read(k, v)).abs().max() < 1e-4
+    empty = seg.clone()
+    empty[:, 2:] = False  # two steps, three slots: one slot is empty
+    ks, vs = summarize_views(k, v, empty, 3, pm.sigma)
+    assert vs[0, :, 2].tolist() == [1.0, 1.0, 0.0]  # runs of one step each, then nothing
+    for q, _, _, sink in pm.qkv(struct, torch.float32):
+        assert ((q[0] @ ks[0].T)[..., 2] / 4.0 - (q[0] @ sink) / 4.0).max() < -1000.0
+
+
+@pytest.mark.parametrize("kind,place", [("memo", False), ("memo", True), ("relic", True)],
+                         ids=["memo-objects", "memo-objects+places", "relic-objects+places"])
+def test_object_and_place_memory_export_and_replay_on_onnx_runtime(tmp_path, kind, place):
+    """The fixed heads are part of the exported graphs, and so are Memo's per-category aggregation
+    and the place memory's runs of view points in the summarize graph: a policy with the object
+    memory (Memo: segments of 3 steps, 2 summary slots; 12 categories, random image features)
     replayed through ONNX Runtime matches the full-sequence pass within 1e-4 (2.4 s alone)."""
     from icrl_ros.training.export import export_bundle, verify_bundle
 
-    policy = object_memory_policy(tmp_path, "memo", sharp_heads(16, 12, 3, 2, 1))
+    extra = {"place_memory": True, "n_heads": 4} if place else {}
+    policy = object_memory_policy(tmp_path, kind, sharp_heads(16, 12, 3, 2, 1), **extra)
     out = export_bundle(policy, tmp_path / "bundle", env={"goal_names": [f"g{i}" for i in range(12)]})
     r = verify_bundle(out, steps=120, backends=("onnxruntime",))["onnxruntime"]
     assert r["max_logit_diff"] <= 1e-4, r

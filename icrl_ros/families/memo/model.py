@@ -19,7 +19,9 @@ segment's, one slot per sighted category. For a category c the segment's raw tok
 and value ``softmax_j(l_jc) . v_j`` contributes exactly the same, so the lookup over the kept
 summaries equals the lookup over the raw steps they replaced for the ``l_sum`` categories with
 the most evidence in the segment (more distinct categories than ``l_sum`` in one segment lose
-the weakest).
+the weakest). With ``model.place_memory`` heads 1.. of layer 0 carry the segment's view points
+in ``l_sum`` slots, each the mean of a run of consecutive steps weighted by its step count
+(:func:`icrl_ros.models.place_memory.summarize_views`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torch import Tensor, nn
 
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.object_memory import BETA
+from icrl_ros.models.place_memory import summarize_views
 from icrl_ros.models.policy import ICLPolicy
 
 OBJECT_MASKED = -1.0e4
@@ -89,6 +92,13 @@ class MemoPolicy(ICLPolicy):
         _, k, v = self.core(tokens, new_base[:, None] + i, mask2, mem_k, mem_v)
         if self.core.blocks[0].object_memory is not None:
             k, v = self.object_summary(k, v, mem_k[0][:, 0], mem_v[0][:, 0], mem_valid & ~sum_valid)
+        pm = self.core.blocks[0].place_memory
+        if pm is not None:  # heads 1.. of layer 0: the segment's view points, in l_sum runs
+            key, val = summarize_views(mem_k[0][:, 1], mem_v[0][:, 1], mem_valid & ~sum_valid, S, pm.sigma)
+            n = pm.n_heads
+            rep = (lambda t: t[:, None].expand(-1, n, -1, -1))
+            k = torch.cat([torch.cat([k[0][:, :1], rep(key), k[0][:, 1 + n:]], dim=1)[None], k[1:]], dim=0)
+            v = torch.cat([torch.cat([v[0][:, :1], rep(val), v[0][:, 1 + n:]], dim=1)[None], v[1:]], dim=0)
         return k, v
 
     def object_summary(self, k: Tensor, v: Tensor, k0: Tensor, v0: Tensor, seg: Tensor) -> tuple[Tensor, Tensor]:
