@@ -338,6 +338,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: random in 100-200)")
     p.add_argument("--habitat", action="store_true",
                    help="the same house in habitat-sim, served from the chroot of ../shared/habitat (root)")
+    p.add_argument("--replay-episodes", metavar="EPISODES_JSON",
+                   help="start the episodes where another run's did, with its goals (its episodes.json, e.g. a "
+                        "MiniWorld run of the same --seed replayed in Habitat: paired episodes); the env's reset must "
+                        "take start / goal options (Habitat's does)")
     return p
 
 
@@ -346,6 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes < 1 or args.max_steps < 1:
         fail("--episodes and --max-steps must be >= 1")
     bundle = Path(args.bundle)
+    replay = None
+    if args.replay_episodes:
+        try:
+            replay = [{"start": r["start"], "goal": r["goal"]}
+                      for r in json.loads(Path(args.replay_episodes).read_text())["episodes"]]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            fail(f"--replay-episodes {args.replay_episodes}: not the episodes.json of a run that recorded its starts "
+                 f"({type(e).__name__}: {e}); rerun that demo with this version")
     if not (bundle / "manifest.yaml").is_file():
         fail(f"{bundle} is not an export bundle (no manifest.yaml); export one with training/export.py")
     out = Path(args.out)
@@ -376,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"   Habitat env server up after {time.monotonic() - t0:.1f} s at {remote['address']} (house {house_seed})")
         bridge = {"env_id": "icrl_ros/RemoteEnv-v0", "env_kwargs": json.dumps(remote),
                   "camera_fov_y_deg": 79.0, "camera_height_m": 0.9}
+    if replay is not None:
+        (tmp / "replay.json").write_text(json.dumps(replay))
+        bridge["replay_episodes"] = str(tmp / "replay.json")
     bridge_params = params_file(tmp / "bridge.yaml", {
         **bridge, "seed": args.seed,
         "mode": "lockstep", "max_episode_steps": args.max_steps, "episode_start_delay_s": 0.05})
@@ -432,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     table = [rows[k] for k in sorted(rows)]
     ends = sorted(monitor.ends()[: args.episodes], key=lambda e: e["episode"])
     starts = {e["episode"]: e for e in monitor.starts()}
+    for row in table:  # where it started (world x, z, yaw): what --replay-episodes takes
+        if "start" in starts.get(row["episode"], {}):
+            row["start"] = starts[row["episode"]]["start"]
     house_seed = int(ends[0]["house_seed"])
     print()
     print_table(table)
@@ -454,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"bundle": str(bundle), "backend": args.backend, "simulator": "habitat" if args.habitat else "miniworld",
                "house_seed": house_seed, "split": "test",
                "seed": args.seed, "sample_seed": args.sample_seed, "max_steps": args.max_steps,
+               "replay_episodes": args.replay_episodes,
                "run_seconds": round(run_s, 1), "episodes": table}
     (out / "episodes.json").write_text(json.dumps(summary, indent=1))
     print(f"\nwrote {out}/icl_curve.png, top_down.png, camera.gif ({n_gif} frames), episodes.json; "

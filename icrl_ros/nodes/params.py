@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 BACKENDS = ("onnxruntime", "torch", "tensorrt")
@@ -244,6 +245,11 @@ class BridgeParams(ParamsBase):
         0, "End (truncate) an episode after this many steps; 0 = the env's own limit.", min=0
     )
     auto_reset: bool = _param(True, "Start the next episode as soon as one ends.")
+    replay_episodes: str = _param(
+        "", "JSON file of a list of {\"start\": [x, z, yaw], \"goal\": name} (world frame of the house env, as "
+        "episode_start events report them): episode i starts there with that goal instead of the env's own draw, "
+        "so two simulators run the same episodes (envs whose reset takes start / goal options: Habitat). "
+        "Empty = off; episodes past the list are the env's own.")
     lockstep_dt_s: float = _param(0.5, "Simulated seconds per lockstep step (/clock advance).", min=1e-3)
     republish_period_s: float = _param(
         0.5, "Lockstep: republish the current observation this often while waiting for an action; 0 = off.", min=0.0
@@ -297,7 +303,23 @@ class BridgeParams(ParamsBase):
             raise ValueError(f"env_kwargs: not JSON ({e}): {self.env_kwargs!r}") from None
         if not isinstance(kwargs, dict):
             raise ValueError(f"env_kwargs: expected a JSON object, got {self.env_kwargs!r}")
+        if self.replay_episodes:
+            self.replayed_episodes()
         return self
+
+    def replayed_episodes(self) -> list[dict]:
+        """``replay_episodes`` read and checked: [{"start": [x, z, yaw], "goal": str}, ...]."""
+        try:
+            items = json.loads(Path(self.replay_episodes).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"replay_episodes: cannot read {self.replay_episodes!r} ({e})") from None
+        ok = isinstance(items, list) and all(
+            isinstance(e, dict) and isinstance(e.get("goal"), str) and isinstance(e.get("start"), list)
+            and len(e["start"]) == 3 and all(isinstance(v, (int, float)) for v in e["start"]) for e in items)
+        if not ok:
+            raise ValueError(f"replay_episodes: {self.replay_episodes!r} must hold a JSON list of "
+                             "{\"start\": [x, z, yaw], \"goal\": name}")
+        return items
 
 
 __all__ = [

@@ -19,7 +19,9 @@ follows (or, after the episode ends, the next episode's goal and first observati
 waiting, the current observation is republished with its old stamp (late joiners, lost
 messages). realtime: ``cmd_vel`` is integrated with ``move_continuous`` at a fixed rate and
 zeroed after ``cmd_timeout_s``; the stop action on the action topic ends the episode.
-``max_episode_steps`` truncates episodes in the bridge (any env). ``episode_end`` events carry
+``max_episode_steps`` truncates episodes in the bridge (any env). ``episode_start`` events carry
+the start pose (world x, z, yaw), and ``replay_episodes`` starts episodes at a list of such poses
+and goals (another simulator's) for envs whose reset takes ``start`` / ``goal`` options. ``episode_end`` events carry
 the env's world (x, z) trajectory of the episode (from ``info["agent_pose"]``, the frame of the
 house env's top-down map) and the house seed, for plots.
 """
@@ -130,6 +132,8 @@ class SimBridgeNode(Node):
         self._first_obs: Any = None
         self._first_obs_timer: Any = None
         self._trajectory: list[list[float]] = []  # world (x, z) of the episode so far (env info "agent_pose")
+        self._replay = p.replayed_episodes() if p.replay_episodes else []
+        self._started = 0  # episodes started (the index into _replay)
 
         self.pub_image = self.create_publisher(Image, p.camera_topic, 5)
         self.pub_info = self.create_publisher(CameraInfo, p.camera_info_topic, 5)
@@ -196,14 +200,18 @@ class SimBridgeNode(Node):
     # episodes
 
     def _reset(self, new_trial: bool, seed: int | None = None) -> None:
+        options = {}
+        if self._started < len(self._replay):
+            options = {k: self._replay[self._started][k] for k in ("start", "goal")}
+        self._started += 1
         if new_trial:
-            obs, info = self.env.reset(seed=seed, options={"new_trial": True})
+            obs, info = self.env.reset(seed=seed, options={"new_trial": True, **options})
             self.trial += 1
             self.episodes_done = 0
             self.counters["trials"] += 1
             self._event({"event": "trial_start", "trial": self.trial, **self._house(info)})
         else:
-            obs, info = self.env.reset()
+            obs, info = self.env.reset(options=options or None)
         self._trajectory = []
         self._record_pose(info)
         self.episode = int(info.get("episode_index", self.episode + 1))
@@ -213,8 +221,13 @@ class SimBridgeNode(Node):
         self._done = False
         self.counters["episodes"] += 1
         goal = self._goal_name(obs, info)
+        start = info.get("agent_pose")  # world (x, z, yaw): what replay_episodes takes
+        if options:
+            self._check_replayed(options, start, goal)
         self._event({"event": "episode_start", "trial": self.trial, "episode": self.episode, "goal": goal,
-                     **self._house(info)})
+                     **({"start": [round(float(v), 5) for v in np.asarray(start).reshape(-1)[:3]]}
+                        if start is not None else {}),
+                     **({"replayed": True} if options else {}), **self._house(info)})
         self.pub_goal.publish(String(data=goal))
         self._advance(0.0)
         delay = self.params.episode_start_delay_s
@@ -226,6 +239,21 @@ class SimBridgeNode(Node):
             self._first_obs_timer = self.create_timer(delay, self._publish_first_obs)
         else:
             self._publish_obs(obs, publish_image=True)
+
+    def _check_replayed(self, options: dict[str, Any], pose: Any, goal: str) -> None:
+        """Warn (and count) when the env did not start where replay_episodes asked: an env whose
+        reset ignores start / goal options would otherwise pair nothing, silently."""
+        want = np.asarray(options["start"], dtype=np.float64)
+        got = None if pose is None else np.asarray(pose, dtype=np.float64).reshape(-1)[:3]
+        off = (got is None or np.hypot(*(got[:2] - want[:2])) > 0.1
+               or abs(math.remainder(got[2] - want[2], math.tau)) > 0.02 or goal != options["goal"])
+        if off:
+            self.counters["replay_mismatches"] = self.counters.get("replay_mismatches", 0) + 1
+            self.get_logger().warning(
+                f"replay_episodes: episode {self._started - 1} asked for start {want.round(3).tolist()} goal "
+                f"{options['goal']!r}; the env started at {None if got is None else got.round(3).tolist()} goal "
+                f"{goal!r} (does its reset take start / goal options?) "
+                f"[replay_mismatches: {self.counters['replay_mismatches']}]", throttle_duration_sec=5.0)
 
     def _publish_first_obs(self) -> None:
         obs = self._first_obs

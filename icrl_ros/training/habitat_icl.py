@@ -4,9 +4,10 @@ For each ``--seed`` (the bridge seed: it picks the test-split house, as in ``mak
 ``training/demo_ros.py`` twice, once on the MiniWorld house and once with ``--habitat`` (the same
 house exported to a Habitat scene, served from the chroot of ``../shared/habitat``): one trial of
 ``--episodes`` episodes each, ``agent_node`` on the bundle driving ``sim_bridge_node`` in lockstep over
-loopback DDS. Episode starts and goals are each simulator's own draws (MiniWorld's env, Habitat's
-exported episode set), from the same task rules. Then success and SPL per in-context episode,
-averaged over the trials, side by side:
+loopback DDS. The Habitat trial replays the MiniWorld trial's episodes (its starts and goals, through
+the bridge's ``replay_episodes``), so the two curves are paired episode by episode; ``--own-draws``
+lets each simulator draw its own (MiniWorld's env, Habitat's exported episode set, same task rules).
+Then success and SPL per in-context episode, averaged over the trials, side by side:
 
     .venv/bin/python training/habitat_icl.py --seeds 0 1 2 3 4 --episodes 12 --out runs/habitat_icl
 
@@ -41,15 +42,25 @@ def mean_ci(x: np.ndarray) -> tuple[float, float]:
     return float(x.mean()), float(1.96 * x.std(ddof=1) / np.sqrt(len(x)))
 
 
-def run_trial(sim: str, seed: int, a: argparse.Namespace, out: Path) -> dict:
+def run_trial(sim: str, seed: int, a: argparse.Namespace, out: Path) -> dict | None:
     run_dir = out / f"{sim}_seed{seed}"
+    replay = None
+    if sim == "habitat" and not a.own_draws:
+        replay = out / f"miniworld_seed{seed}" / "episodes.json"
+        if not replay.exists():
+            print(f"{sim:9s} seed {seed}: no MiniWorld trial to replay; left out", flush=True)
+            return None
     if (run_dir / "episodes.json").exists():  # resume: a finished trial is not run again
-        return json.loads((run_dir / "episodes.json").read_text())
+        done = json.loads((run_dir / "episodes.json").read_text())
+        if done.get("replay_episodes") == (str(replay) if replay else None):
+            return done
     cmd = [sys.executable, "training/demo_ros.py", "--bundle", a.bundle, "--episodes", str(a.episodes),
            "--max-steps", str(a.max_steps), "--seed", str(seed), "--sample-seed", str(seed), "--out", str(run_dir),
            "--timeout", str(a.timeout)]
     if sim == "habitat":
         cmd.append("--habitat")
+    if replay is not None:
+        cmd += ["--replay-episodes", str(replay)]
     t0 = time.monotonic()
     r = subprocess.run(cmd, cwd=REPO_ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
     (out / f"{sim}_seed{seed}.log").write_text(r.stdout + r.stderr)
@@ -70,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-steps", type=int, default=200)
     p.add_argument("--timeout", type=float, default=300.0, help="per trial (a 12-episode trial takes 15-40 s here)")
     p.add_argument("--out", default=str(REPO_ROOT / "runs" / "habitat_icl"))
+    p.add_argument("--own-draws", action="store_true",
+                   help="each simulator draws its own starts and goals (default: Habitat replays MiniWorld's)")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -98,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
                                                  "max_steps": a.max_steps, "curves": curves}, indent=1))
     plot({name: summarise(matrices[sim]) for sim, name in (("miniworld", "MiniWorld"), ("habitat", "Habitat"))},
          out / "icl_curve.png", f"{Path(a.bundle).name} through the ROS nodes in the same {len(a.seeds)} test houses; "
-                                f"each simulator draws its own starts and goals")
+                                + ("each simulator draws its own starts and goals" if a.own_draws else
+                                   "Habitat replays MiniWorld's starts and goals"))
     print(f"\n{'episode':>7} | {'MiniWorld success':>17} {'SPL':>5} {'steps':>5} | {'Habitat success':>15} {'SPL':>5} "
           f"{'steps':>5}")
     m, h = curves["miniworld"], curves["habitat"]
@@ -113,6 +127,18 @@ def main(argv: list[str] | None = None) -> None:
             f"{name} ep 1 {c[name + '_ep1'][0]:.3f}+-{c[name + '_ep1'][1]:.3f}, eps {lo}-{a.episodes} "
             f"{c[name + '_later'][0]:.3f}+-{c[name + '_later'][1]:.3f}, rise {c[name + '_rise'][0]:+.3f}+-"
             f"{c[name + '_rise'][1]:.3f}" for name in ("success", "spl")))
+    if not a.own_draws:  # paired: the same houses, starts and goals; differences per house
+        kept = {sim: [s for s in a.seeds if s not in failed[sim]] for sim in failed}  # the matrices' rows
+        both = [s for s in kept["habitat"] if s in kept["miniworld"]]
+        mw, hb = ([kept[sim].index(s) for s in both] for sim in ("miniworld", "habitat"))
+        for name in ("success", "spl"):
+            d = matrices["habitat"][name][hb].mean(1) - matrices["miniworld"][name][mw].mean(1)
+            curves[f"paired_{name}_diff"] = mean_ci(d)
+            print(f"paired over {len(both)} houses (same starts and goals), Habitat - MiniWorld {name} over all "
+                  f"episodes: {curves[f'paired_{name}_diff'][0]:+.3f} +- {curves[f'paired_{name}_diff'][1]:.3f}")
+        (out / "curves.json").write_text(json.dumps({"bundle": a.bundle, "seeds": a.seeds, "episodes": a.episodes,
+                                                     "max_steps": a.max_steps, "paired": True, "curves": curves},
+                                                    indent=1))
     print(f"houses {m['houses']} (test split); trials: MiniWorld {len(m['houses'])}, Habitat {len(h['houses'])}; "
           f"failed seeds: {failed}; {out / 'curves.json'}")
 

@@ -4,7 +4,8 @@ Stands in for ``icrl_ros/MiniWorldHouse-v0`` in the bridge tests: Discrete(4) ac
 (stop / forward 0.25 m / turn left 30 deg / turn right 30 deg), observation
 ``{"rgb": (24, 32, 3) uint8, "goal": int, "odom": (x, y, yaw) float32 from the episode start,
 "prev_action": int}``, ``reset(options={"new_trial": True})`` for a new layout, ``goal_names``,
-``move_continuous`` and ``observe``. The image is a cheap function of the pose, so images differ
+``move_continuous`` and ``observe``; ``reset`` takes ``start`` / ``goal`` options as the Habitat
+env's does (off with ``replay=False``). The image is a cheap function of the pose, so images differ
 after every move. Registered as ``icrl_ros_test/TinyImageNav-v0`` by importing this module
 (``gymnasium.make("tests.nodes.fixture_env:icrl_ros_test/TinyImageNav-v0")`` does that).
 """
@@ -28,8 +29,9 @@ class TinyImageNavEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, max_steps: int = 8, height: int = 24, width: int = 32, forward_m: float = 0.25,
-                 turn_deg: float = 30.0, success_radius: float = 0.5) -> None:
+                 turn_deg: float = 30.0, success_radius: float = 0.5, replay: bool = True) -> None:
         self.max_steps = max_steps
+        self.replay = replay  # reset takes {"start": [x, z, yaw], "goal": name} (as Habitat's env does)
         self.size = (height, width)
         self.forward_m = forward_m
         self.turn = math.radians(turn_deg)
@@ -67,8 +69,14 @@ class TinyImageNavEnv(gym.Env):
             self._started = True
         self.episode_index += 1
         self.pose = np.array([*self.rng.uniform(-2, 2, size=2), self.rng.uniform(-math.pi, math.pi)])
-        self.start = self.pose.copy()
         self.goal = int(self.rng.integers(len(GOALS)))
+        options = options or {}
+        if self.replay and "start" in options:  # world (x, z, yaw) as info["agent_pose"] gives it
+            x, z, yaw = (float(v) for v in options["start"])
+            self.pose = np.array([x, -z, yaw])
+        if self.replay and "goal" in options:
+            self.goal = GOALS.index(options["goal"])
+        self.start = self.pose.copy()
         self.step_count = 0
         self.prev_action = 4
         self.path_length = 0.0

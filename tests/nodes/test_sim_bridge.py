@@ -283,3 +283,47 @@ def test_bridge_publishes_the_house_frame_pose_beside_episode_odometry(ros_conte
         ex.shutdown()
         bridge.destroy_node()
         probe.destroy_node()
+
+
+def test_replay_episodes_starts_where_another_run_did_and_warns_when_the_env_cannot(ros_context, tmp_path) -> None:
+    """episode_start events carry the start pose (world x, z, yaw) and goal; a second bridge with
+    another seed and ``replay_episodes`` = those starts and goals runs the same episodes (the
+    paired cross-simulator curve), then its own draws past the list. An env whose reset ignores
+    the options is counted and logged, not silently unpaired; a bad file is refused at start."""
+    import json
+
+    def episodes(bridge, n):
+        ex = SingleThreadedExecutor(context=ros_context)
+        probe = Probe(ros_context)
+        for node in (probe, bridge):
+            ex.add_node(node)
+        try:
+            starts = lambda: [e for e in probe.events() if e["event"] == "episode_start"]  # noqa: E731
+            assert spin_until(ex, lambda: starts() and probe.image_stamps(), 5)
+            for _ in range(n - 1):
+                k, images = len(starts()), len(probe.image_stamps())
+                probe.pub_action.publish(fixture_env_int(0))  # stop: the next episode starts
+                assert spin_until(ex, lambda: len(starts()) == k + 1 and len(probe.image_stamps()) > images, 5)
+            return starts(), dict(bridge.counters)
+        finally:
+            ex.remove_node(probe)
+            ex.remove_node(bridge)
+            probe.destroy_node()
+            bridge.destroy_node()
+
+    first, _ = episodes(SimBridgeNode(context=ros_context, parameter_overrides=bridge_params(seed=3)), 3)
+    assert all(len(e["start"]) == 3 and "replayed" not in e for e in first)
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps([{"start": e["start"], "goal": e["goal"]} for e in first[:2]]))
+    again, counters = episodes(SimBridgeNode(context=ros_context, parameter_overrides=bridge_params(
+        seed=11, replay_episodes=str(replay))), 3)
+    for a, b in zip(first[:2], again[:2]):
+        assert b["replayed"] and b["goal"] == a["goal"] and b["start"] == pytest.approx(a["start"], abs=1e-4)
+    assert "replayed" not in again[2] and again[2]["start"] != pytest.approx(first[2]["start"], abs=1e-3)
+    assert counters.get("replay_mismatches", 0) == 0
+    _, counters = episodes(SimBridgeNode(context=ros_context, parameter_overrides=bridge_params(
+        seed=11, replay_episodes=str(replay), env_kwargs='{"replay": false}')), 2)
+    assert counters["replay_mismatches"] == 2
+    replay.write_text(json.dumps([{"start": [1.0, 2.0], "goal": "chair"}]))
+    with pytest.raises(ValueError, match="replay_episodes: .* must hold a JSON list"):
+        SimBridgeNode(context=ros_context, parameter_overrides=bridge_params(replay_episodes=str(replay)))
