@@ -297,6 +297,30 @@ def object_memory_policy(tmp_path, kind: str, heads, **extra):
     return build_policy(args, load_pretrained=True).eval()
 
 
+def readout_inputs(policy, layer, inp: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The full-sequence logits and what ``layer`` (a fixed head's readout projection) received at
+    each step of one trial (T, features); Memo's summary tokens' own reads are not steps: skipped."""
+    calls, summarizing = [], []
+    if policy.args.kind == "memo":
+        inner = policy.summarize
+
+        def summarize(*a):
+            summarizing.append(1)
+            try:
+                return inner(*a)
+            finally:
+                summarizing.pop()
+        policy.summarize = summarize
+    hook = layer.register_forward_hook(lambda m, i, o: None if summarizing else calls.append(i[0]))
+    try:
+        with torch.no_grad():
+            logits = policy.forward_sequence(inp)[0]
+    finally:
+        hook.remove()
+        policy.__dict__.pop("summarize", None)
+    return logits, torch.cat(calls, 1)[0]
+
+
 @pytest.mark.parametrize("kind", ["relic", "memo"])
 def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tmp_path, kind):
     """object_memory: head 0 of layer 0 is a fixed lookup. A robot at (1, 2) facing +y that sees
@@ -324,23 +348,7 @@ def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tm
     t = torch.arange(T)[None]
     inp = {"rgb_feat": feat, "odom": odom, "goal": goal, "prev_action": torch.zeros(1, T, dtype=torch.long),
            "prev_reward": torch.zeros(1, T), "episode_step": t % 4, "episode_index": t // 4}
-    calls, summarizing = [], []
-    if kind == "memo":  # the summary tokens' own reads are not steps: skip them
-        inner = policy.summarize
-
-        def summarize(*a):
-            summarizing.append(1)
-            try:
-                return inner(*a)
-            finally:
-                summarizing.pop()
-        policy.summarize = summarize
-    hook = policy.core.blocks[0].object_memory.out.register_forward_hook(
-        lambda m, i, o: None if summarizing else calls.append(i[0]))
-    with torch.no_grad():
-        logits = policy.forward_sequence(inp)[0]
-    hook.remove()
-    f = torch.cat(calls, 1)[0]  # (T, 6): forward, left, unit bearing (2), length, mass (units of 5 m)
+    logits, f = readout_inputs(policy, policy.core.blocks[0].object_memory.out, inp)  # (T, 6): forward, left, unit bearing (2), length, mass (units of 5 m)
     assert f[0].abs().max() < 1e-4  # nothing seen yet
     assert f[1, 5] > 0.99 and f[1, :2].tolist() == pytest.approx([1.5 / 5, 0.0], abs=1e-3)
     for step in (4, 5, 7):
@@ -416,23 +424,7 @@ def test_place_memory_heads_read_the_floor_already_looked_at_and_step_exactly(tm
     policy = object_memory_policy(tmp_path, kind, sharp_heads(16, 12, 3, 2, 1), place_memory=True, n_heads=4)
     inp = place_memory_trial()
     T = inp["goal"].shape[1]
-    calls, summarizing = [], []
-    if kind == "memo":  # the summary tokens' own reads are not steps: skip them
-        inner = policy.summarize
-
-        def summarize(*a):
-            summarizing.append(1)
-            try:
-                return inner(*a)
-            finally:
-                summarizing.pop()
-        policy.summarize = summarize
-    hook = policy.core.blocks[0].place_memory.out.register_forward_hook(
-        lambda m, i, o: None if summarizing else calls.append(i[0]))
-    with torch.no_grad():
-        logits = policy.forward_sequence(inp)[0]
-    hook.remove()
-    got = torch.cat(calls, 1)[0]  # (T, 6)
+    logits, got = readout_inputs(policy, policy.core.blocks[0].place_memory.out, inp)  # (T, 6)
     want = expected_place_features(inp["odom"][0])
     if kind == "relic":
         assert (got - want).abs().max() < 1e-3, (got, want)
