@@ -111,3 +111,21 @@ def test_stop_views_read_the_heads_at_each_stop_and_the_gate_masks_blind_stops()
     assert d["right_stops"]["n"] == 1 and abs(d["right_stops"]["p_goal_quartiles"][1] - 0.9) < 1e-6
     gated = StopViews(Stepper(), episodes=1, gate=0.5).logits(inp)
     assert gated[0, STOP] < -1e3 and gated[1, STOP] == 0  # the goal of env 0 is not in view: no stop
+
+
+def test_label_noise_the_teacher_is_deterministic_and_pose_noise_flips_labels(tmp_path):
+    """house_label_noise: asked again at the same state with no pose noise the teacher gives the same
+    label (a fresh plan at zero noise is the same function of the state), and the table and json
+    carry every level; a bad --pose-noise exits with a message."""
+    import json
+
+    import pytest
+
+    from icrl_ros.training import house_label_noise
+
+    house_label_noise.main(["--trials", "1", "--steps", "40", "--pose-noise", "0:0,0.3:15", "--out", str(tmp_path)])
+    r = json.loads((tmp_path / "label_noise.json").read_text())["same_label"]
+    assert r["pose noise 0.0 m, 0.0 deg"]["all"] == 1.0 and r["pose noise 0.0 m, 0.0 deg"]["n"] == 40
+    assert r["pose noise 0.3 m, 15.0 deg"]["all"] < 1.0  # 30 cm / 15 deg changes some labels
+    with pytest.raises(SystemExit):
+        house_label_noise.main(["--pose-noise", "0.1"])
