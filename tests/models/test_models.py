@@ -475,8 +475,9 @@ def test_place_summary_of_runs_at_one_point_equals_the_raw_steps():
         assert ((q[0] @ ks[0].T)[..., 2] / 4.0 - (q[0] @ sink) / 4.0).max() < -1000.0
 
 
-@pytest.mark.parametrize("kind,place", [("memo", False), ("memo", True), ("relic", True)],
-                         ids=["memo-objects", "memo-objects+places", "relic-objects+places"])
+@pytest.mark.parametrize("kind,place", [pytest.param("memo", False, marks=pytest.mark.slow), ("memo", True),
+                                        ("relic", True)],
+                         ids=["memo-objects", "memo-objects+places", "relic-objects+places"])  # the second covers the first
 def test_object_and_place_memory_export_and_replay_on_onnx_runtime(tmp_path, kind, place):
     """The fixed heads are part of the exported graphs, and so are Memo's per-category aggregation
     and the place memory's runs of view points in the summarize graph: a policy with the object
