@@ -35,11 +35,12 @@ class Block(nn.Module):
             om, pm = self.object_memory, self.place_memory
             fixed = [(*om.qkv(x), om.sink_key)]
             if pm is not None:
-                fixed += pm.qkv(om.struct(x), x.dtype)
+                s = om.struct(x)
+                fixed += pm.qkv(s, x.dtype)
             a, k, v, ys = self.attn(self.norm1(x), cos, sin, mask_add, past_k, past_v, fixed)
             a = a + om.readout(ys[:, 0], x)
             if pm is not None:
-                a = a + pm.readout(ys[:, 1:], om.struct(x), x.dtype)
+                a = a + pm.readout(ys[:, 1:], s, x.dtype)
         delta = a
         delta = delta + self.mlp(self.norm2(x + a))
         if keep is not None:  # depth dropout: drop the whole layer for some samples

@@ -52,15 +52,16 @@ def _rotate(fwd: Tensor, left: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor
 
 
 class PlaceMemoryHeads(nn.Module):
-    """Builds heads ``first .. first + len(PROBES) - 1``'s queries, keys and values from the
-    pose entries the object memory writes into every token (house frame, in units of
-    ``scale_m``), and reads their outputs back as robot-frame features."""
+    """Builds one head's query, key and value per probe from the pose entries the object memory
+    writes into every token (house frame, in units of ``scale_m``), and reads their outputs back
+    as robot-frame features. Which heads they replace is the caller's order (:class:`Block`:
+    right after the object memory's head 0)."""
 
-    def __init__(self, head_dim: int, d_model: int, scale_m: float, first: int = 1) -> None:
+    def __init__(self, head_dim: int, d_model: int, scale_m: float) -> None:
         super().__init__()
         if head_dim < 4:
             raise ValueError(f"model.place_memory: head size {head_dim} must be at least 4")
-        self.head_dim, self.scale_m, self.first = head_dim, scale_m, first
+        self.head_dim = head_dim
         self.sigma = SIGMA_M / scale_m
         self.ahead = VIEW_AHEAD_M / scale_m
         probes = torch.tensor(PROBES, dtype=torch.float32) / scale_m
@@ -103,13 +104,13 @@ class PlaceMemoryHeads(nn.Module):
         """The object memory's token entries (B, T, STRUCT_DIM) -> per probe head (query, key,
         value (B, T, head_dim), sink key (head_dim,)). Logit of a view point k for probe p
         minus the sink's: -(|p - k| / sigma)^2 - ln(PRIOR_VIEWS)."""
-        k, v = self.key_value(self.view_point(s))
+        k, v = (t.to(dtype) for t in self.key_value(self.view_point(s)))  # the same for every probe
         p = self.probe_points(s)  # (B, T, N, 2)
         scale = math.sqrt(self.head_dim) / self.sigma ** 2  # undo the attention's 1/sqrt(head_dim)
         prior = math.log(PRIOR_VIEWS) * self.sigma ** 2
         pad = p.new_zeros(*p.shape[:-1], self.head_dim - 4)
         q = torch.cat([2 * p, -torch.ones_like(p[..., :1]), p.square().sum(-1, keepdim=True) + prior, pad], -1) * scale
-        return [(q[..., i, :].to(dtype), k.to(dtype), v.to(dtype), self.sink_key) for i in range(self.n_heads)]
+        return [(q[..., i, :].to(dtype), k, v, self.sink_key) for i in range(self.n_heads)]
 
     def readout(self, ys: Tensor, s: Tensor, dtype: torch.dtype) -> Tensor:
         """The heads' outputs (B, N, T, head_dim) and the token entries -> (B, T, D)."""

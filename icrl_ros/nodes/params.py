@@ -303,12 +303,11 @@ class BridgeParams(ParamsBase):
             raise ValueError(f"env_kwargs: not JSON ({e}): {self.env_kwargs!r}") from None
         if not isinstance(kwargs, dict):
             raise ValueError(f"env_kwargs: expected a JSON object, got {self.env_kwargs!r}")
-        if self.replay_episodes:
-            self.replayed_episodes()
         return self
 
     def replayed_episodes(self) -> list[dict]:
-        """``replay_episodes`` read and checked: [{"start": [x, z, yaw], "goal": str}, ...]."""
+        """``replay_episodes`` read and checked (once, by the node at start; a bad file stops it):
+        [{"start": [x, z, yaw], "goal": str}, ...]."""
         try:
             items = json.loads(Path(self.replay_episodes).read_text())
         except (OSError, json.JSONDecodeError) as e:

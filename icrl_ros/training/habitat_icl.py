@@ -107,8 +107,16 @@ def main(argv: list[str] | None = None) -> None:
             curves[sim][f"{name}_ep1"] = mean_ci(m[:, 0])
             curves[sim][f"{name}_later"] = mean_ci(m[:, later].mean(1))
             curves[sim][f"{name}_rise"] = mean_ci(m[:, later].mean(1) - m[:, 0])
+    if not a.own_draws:  # paired: the same houses, starts and goals; differences per house
+        kept = {sim: [s for s in a.seeds if s not in failed[sim]] for sim in failed}  # the matrices' rows
+        both = [s for s in kept["habitat"] if s in kept["miniworld"]]
+        mw, hb = ([kept[sim].index(s) for s in both] for sim in ("miniworld", "habitat"))
+        for name in ("success", "spl"):
+            d = matrices["habitat"][name][hb].mean(1) - matrices["miniworld"][name][mw].mean(1)
+            curves[f"paired_{name}_diff"] = mean_ci(d)
     (out / "curves.json").write_text(json.dumps({"bundle": a.bundle, "seeds": a.seeds, "episodes": a.episodes,
-                                                 "max_steps": a.max_steps, "curves": curves}, indent=1))
+                                                 "max_steps": a.max_steps, "paired": not a.own_draws,
+                                                 "curves": curves}, indent=1))
     plot({name: summarise(matrices[sim]) for sim, name in (("miniworld", "MiniWorld"), ("habitat", "Habitat"))},
          out / "icl_curve.png", f"{Path(a.bundle).name} through the ROS nodes in the same {len(a.seeds)} test houses; "
                                 + ("each simulator draws its own starts and goals" if a.own_draws else
@@ -127,18 +135,10 @@ def main(argv: list[str] | None = None) -> None:
             f"{name} ep 1 {c[name + '_ep1'][0]:.3f}+-{c[name + '_ep1'][1]:.3f}, eps {lo}-{a.episodes} "
             f"{c[name + '_later'][0]:.3f}+-{c[name + '_later'][1]:.3f}, rise {c[name + '_rise'][0]:+.3f}+-"
             f"{c[name + '_rise'][1]:.3f}" for name in ("success", "spl")))
-    if not a.own_draws:  # paired: the same houses, starts and goals; differences per house
-        kept = {sim: [s for s in a.seeds if s not in failed[sim]] for sim in failed}  # the matrices' rows
-        both = [s for s in kept["habitat"] if s in kept["miniworld"]]
-        mw, hb = ([kept[sim].index(s) for s in both] for sim in ("miniworld", "habitat"))
+    if not a.own_draws:
         for name in ("success", "spl"):
-            d = matrices["habitat"][name][hb].mean(1) - matrices["miniworld"][name][mw].mean(1)
-            curves[f"paired_{name}_diff"] = mean_ci(d)
             print(f"paired over {len(both)} houses (same starts and goals), Habitat - MiniWorld {name} over all "
                   f"episodes: {curves[f'paired_{name}_diff'][0]:+.3f} +- {curves[f'paired_{name}_diff'][1]:.3f}")
-        (out / "curves.json").write_text(json.dumps({"bundle": a.bundle, "seeds": a.seeds, "episodes": a.episodes,
-                                                     "max_steps": a.max_steps, "paired": True, "curves": curves},
-                                                    indent=1))
     print(f"houses {m['houses']} (test split); trials: MiniWorld {len(m['houses'])}, Habitat {len(h['houses'])}; "
           f"failed seeds: {failed}; {out / 'curves.json'}")
 
