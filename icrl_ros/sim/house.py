@@ -14,7 +14,9 @@ instance of the goal (``start_away``). ``OLD_TASK`` gives the earlier defaults (
 category present, starts 1 m from the goal region, anywhere), under which search without
 memory is already easy. With ``teacher`` (``"memory"`` or ``"wiped"``) the env runs the
 in-context teacher of :mod:`icrl_ros.sim.house_teacher` and reports its action for the
-current state as ``info["teacher_action"]``. The agent succeeds by taking ``stop`` within
+current state as ``info["teacher_action"]``; ``teacher_pixels`` is the size (pixels of a 64x64
+image) at which it recognises an instance (10, the recognition rule; more, to know only what a
+student's encoder reliably sees). The agent succeeds by taking ``stop`` within
 ``success_distance`` of a target instance (agent centre to the edge of the object's footprint disc) that is visible in its
 image (a point of the object projects into the camera frustum with a sight line blocked
 by no wall and no taller object; ~97% agreement with the rendered pixels). Reward (as in
@@ -112,6 +114,7 @@ class HouseEnv(gym.Env):
         start_away: bool = True,
         min_start_distance: float = 3.0,
         teacher: str | None = None,
+        teacher_pixels: float = 10.0,
     ) -> None:
         check_split(split)
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
@@ -132,10 +135,13 @@ class HouseEnv(gym.Env):
             raise ValueError(f"min_start_distance must be >= 0 metres, got {min_start_distance!r}")
         if teacher not in (None, *TEACHERS):
             raise ValueError(f"teacher must be None or one of {TEACHERS}, got {teacher!r}")
+        if not teacher_pixels >= 10:
+            raise ValueError(f"teacher_pixels must be >= 10 (pixels of a 64x64 image; the recognition rule), "
+                             f"got {teacher_pixels!r}")
         self.pose_frame = pose_frame
         self.goal_instances, self.start_away = int(goal_instances), bool(start_away)
         self.min_start_distance = float(min_start_distance)
-        self.teacher_mode = teacher
+        self.teacher_mode, self.teacher_pixels = teacher, float(teacher_pixels)
         self.teacher = None
         self.split, self.image_size = split, int(image_size)
         self.max_episode_steps = int(max_episode_steps)
@@ -200,7 +206,7 @@ class HouseEnv(gym.Env):
         if self.teacher_mode is not None:
             from icrl_ros.sim.house_teacher import HouseTeacher
 
-            self.teacher = HouseTeacher(self, memory=self.teacher_mode == "memory")
+            self.teacher = HouseTeacher(self, memory=self.teacher_mode == "memory", min_pixels=self.teacher_pixels)
 
     def _field(self, category: int) -> np.ndarray:
         if category not in self._fields:

@@ -7,7 +7,8 @@ only what the robot could have learnt in it so far:
 * the floor its camera has swept (rays of :func:`~icrl_ros.sim.house_view.cast_view` that
   land on the floor) plus the floor it stood on;
 * the object instances that showed in its images at a size the camera resolves (at least
-  ``MIN_PIXELS`` of a 64x64 frame), with their categories and positions.
+  ``MIN_PIXELS`` of a 64x64 frame, or a larger ``min_pixels``), with their categories and
+  positions.
 
 Behaviour: if an instance of the goal category has been seen, take the shortest path over
 known free floor to where stopping succeeds (within reach, line of sight), face it and
@@ -30,7 +31,7 @@ import numpy as np
 from icrl_ros.sim.house_nav import grid_distances
 from icrl_ros.sim.house_oracle import LOOKAHEAD, TURN_LEFT, approach, pursue
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
-from icrl_ros.sim.house_view import cast_view
+from icrl_ros.sim.house_view import MIN_PIXELS, cast_view
 
 if TYPE_CHECKING:
     from icrl_ros.sim.house import HouseEnv
@@ -53,8 +54,14 @@ def _box5(mask: np.ndarray) -> np.ndarray:
 
 
 class HouseTeacher:
-    def __init__(self, env: HouseEnv, memory: bool = True) -> None:
-        self.env, self.memory = env, memory
+    def __init__(self, env: HouseEnv, memory: bool = True, min_pixels: float = MIN_PIXELS) -> None:
+        """``min_pixels``: the size, in pixels of a 64x64 image, at which it recognises an instance.
+        Above the recognition rule's ``MIN_PIXELS`` it knows only what a student's frozen encoder
+        sees reliably (its P(in view) > 0.5 in about 2% of frames at 10-20 pixels, 64% at 80-160:
+        BENCHMARKS.md), so imitation does not teach a student to act on sightings it missed."""
+        if min_pixels < MIN_PIXELS:
+            raise ValueError(f"min_pixels must be >= the recognition rule's {MIN_PIXELS}, got {min_pixels!r}")
+        self.env, self.memory, self.min_pixels = env, memory, float(min_pixels)
         nav = env.nav
         self.free = nav.free[::STRIDE, ::STRIDE]
         self.xs, self.zs = nav.xs[::STRIDE], nav.zs[::STRIDE]
@@ -87,7 +94,7 @@ class HouseTeacher:
         env = self.env
         view = cast_view(env.layout, env.nav.walls, env.x, env.z, env.yaw, RECOGNITION_SIZE,
                          CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
-        self.known |= view.resolved()
+        self.known |= view.resolved(self.min_pixels)
         if len(view.floor_xz):
             i, j = self._index(view.floor_xz[:, 0], view.floor_xz[:, 1])
             self.seen[i, j] = True

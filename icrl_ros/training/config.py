@@ -79,12 +79,22 @@ class PPOConfig:
     ``teacher_coef`` x the cross-entropy to those labels on the PPO loss's steps
     (kickstarting, Schmitt et al. 2018, with DAgger labels)."""
     teacher_coef: float = 0.0
+    critic_warmup_rollouts: int = 0
+    """Rollouts at the start of a run (counted from rollout 0, so a resumed run keeps the count)
+    in which only the critic head learns, from the value loss alone; the actor and the trunk are
+    held. For fine-tuning an imitated policy (``train.py --init``): its value head was fitted to
+    the teacher's returns, and advantages from it would move the policy at random before the
+    critic has seen the policy's own returns."""
+    critic_warmup_lr: float = 1e-3
+    """Learning rate of the critic during those rollouts (constant)."""
 
     def validate(self) -> None:
         for name in ("rollout_length", "num_updates", "num_minibatches", "grad_accum", "update_epochs", "lr"):
             check_positive(f"ppo.{name}", getattr(self, name))
         check_positive("ppo.reward_scale", self.reward_scale)
-        for name in ("ent_coef", "vf_coef", "max_grad_norm", "warmup_steps", "clip_coef", "teacher_coef"):
+        check_positive("ppo.critic_warmup_lr", self.critic_warmup_lr)
+        for name in ("ent_coef", "vf_coef", "max_grad_norm", "warmup_steps", "clip_coef", "teacher_coef",
+                     "critic_warmup_rollouts"):
             check_positive(f"ppo.{name}", getattr(self, name), allow_zero=True)
         for name in ("gamma", "gae_lambda", "min_lr_frac"):
             v = getattr(self, name)

@@ -13,8 +13,15 @@ a random move with probability ``--noise``) and, at every state, asks it again
   less exactly than it does, as any student does,
 
 and prints the share of states where the label stays the same, overall and split by whether the
-goal was already known (the teacher then drives to it) or not (it explores). Writes
-``label_noise.json``. Nothing here is an evaluation: train houses, a diagnosis of the labels.
+goal was already known (the teacher then drives to it) or not (it explores).
+
+With ``--encoder`` (a frozen encoder file of ``training/house_encoder.py``, e.g.
+``checkpoints/house_encoder.pt``) it also compares what the teacher knows with what a student can
+see: at every state, the goal's size in the image (pixels, by ray cast) against the encoder's
+P(goal category in view); and the goal's size at the step the teacher first recognised it (the
+moment its labels start to act on where the goal is). ``--teacher-pixels`` sets the size at which
+the teacher recognises an instance (the env's ``teacher_pixels``). Writes ``label_noise.json``.
+Nothing here is an evaluation: train houses, a diagnosis of the labels.
 """
 
 from __future__ import annotations
@@ -40,16 +47,74 @@ def parse_noise(text: str) -> list[tuple[float, float]]:
     return pairs
 
 
-def measure(trials: int, steps: int, seed: int, noise: float, levels: list[tuple[float, float]]) -> dict:
+PIXEL_BINS = (0, 1, 10, 20, 40, 80, 160, math.inf)
+
+
+class Sightings:
+    """Per state: the goal's largest instance size in pixels (ray cast at 64x64) and the frozen
+    encoder's P(goal category in view) for the rendered image; per episode whose goal the
+    teacher did not know at its start, the size at the step it first recognised it."""
+
+    def __init__(self, encoder_path: str) -> None:
+        import torch
+
+        from icrl_ros.models.encoders import FeatureEncoder, FeatureHeads, load_frozen
+        from icrl_ros.sim.house_layout import CATEGORIES
+
+        self.torch = torch
+        self.enc, self.heads = FeatureEncoder(128, 64), FeatureHeads(128, len(CATEGORIES))
+        load_frozen(self.enc, encoder_path)
+        load_frozen(self.heads, encoder_path, prefix="heads.")
+        self.rows: list[tuple[float, float]] = []
+        self.first: list[float] = []
+
+    def goal_pixels(self, env: HouseEnv) -> float:
+        from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
+        from icrl_ros.sim.house_teacher import RECOGNITION_SIZE
+        from icrl_ros.sim.house_view import cast_view
+
+        view = cast_view(env.layout, env.nav.walls, env.x, env.z, env.yaw, RECOGNITION_SIZE, CAMERA_HEIGHT,
+                         CAMERA_PITCH_DEG, FOV_Y_DEG)
+        return float(max(view.pixels[k] for k, o in enumerate(env.layout.objects) if o.category == env.goal))
+
+    def see(self, env: HouseEnv, obs: dict, newly_known: bool) -> None:
+        px = self.goal_pixels(env)
+        with self.torch.no_grad():
+            logit = self.heads(self.enc(self.torch.as_tensor(obs["rgb"])[None]))["present"][0, int(obs["goal"])]
+        self.rows.append((px, float(logit.sigmoid())))
+        if newly_known:
+            self.first.append(px)
+
+    def summary(self) -> dict:
+        r = np.array(self.rows).reshape(-1, 2)
+        bins = []
+        for lo, hi in zip(PIXEL_BINS[:-1], PIXEL_BINS[1:]):
+            m = (r[:, 0] >= lo) & (r[:, 0] < hi)
+            bins.append({"pixels": [lo, hi if math.isfinite(hi) else None], "n": int(m.sum()),
+                         "mean_p": float(r[m, 1].mean()) if m.any() else None,
+                         "p_above_0.5": float((r[m, 1] > 0.5).mean()) if m.any() else None})
+        f = np.array(self.first)
+        first = {"n": len(f), "quartiles": np.percentile(f, [25, 50, 75]).tolist() if len(f) else None,
+                 "share_by_bin": [float(((f >= lo) & (f < hi)).mean()) if len(f) else None
+                                  for lo, hi in zip(PIXEL_BINS[:-1], PIXEL_BINS[1:])]}
+        return {"by_goal_pixels": bins, "first_recognition": first}
+
+
+def measure(trials: int, steps: int, seed: int, noise: float, levels: list[tuple[float, float]],
+            teacher_pixels: float = 10.0, sightings: Sightings | None = None) -> dict:
     rng = np.random.default_rng(seed)
     same: dict[str, dict[bool, list[bool]]] = {k: {True: [], False: []} for k in
                                                ["fresh plan"] + [f"pose noise {m} m, {d} deg" for m, d in levels]}
     for trial in range(trials):
-        env = HouseEnv(split="train", teacher="memory")
-        _, info = env.reset(seed=seed + trial)
+        env = HouseEnv(split="train", teacher="memory", teacher_pixels=teacher_pixels)
+        obs, info = env.reset(seed=seed + trial)
         teacher = env.teacher
+        known_before = bool(info["teacher_goal_known"])
         for _ in range(steps):
             label, known = int(info["teacher_action"]), bool(info["teacher_goal_known"])
+            if sightings is not None:
+                sightings.see(env, obs, known and not known_before)
+            known_before = known
             plan = teacher._plan
             teacher._plan = None
             fresh = teacher.act()
@@ -63,9 +128,10 @@ def measure(trials: int, steps: int, seed: int, noise: float, levels: list[tuple
                 env.x, env.z, env.yaw = x, z, yaw
             teacher._plan = plan
             action = label if rng.random() >= noise else int(rng.integers(1, 4))
-            _, _, terminated, truncated, info = env.step(action)
+            obs, _, terminated, truncated, info = env.step(action)
             if terminated or truncated:
-                _, info = env.reset()
+                obs, info = env.reset()
+                known_before = bool(info["teacher_goal_known"])
         env.close()
     out = {}
     for name, split in same.items():
@@ -83,11 +149,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=1000)
     p.add_argument("--noise", type=float, default=0.2, help="random move probability (as the saved data)")
     p.add_argument("--pose-noise", default="0.02:1,0.05:3,0.15:8", help="metres:degrees pairs")
+    p.add_argument("--teacher-pixels", type=float, default=10.0,
+                   help="size (pixels of a 64x64 image) at which the teacher recognises an instance")
+    p.add_argument("--encoder", help="a frozen encoder file (checkpoints/house_encoder.pt): also compare the goal's "
+                                     "size with the encoder's P(goal in view)")
     p.add_argument("--out", help="directory for label_noise.json")
     a = p.parse_args(argv)
     if a.trials < 1 or a.steps < 1 or not 0 <= a.noise <= 1:
         fail("--trials and --steps must be >= 1 and --noise in [0, 1]")
-    result = measure(a.trials, a.steps, a.seed, a.noise, parse_noise(a.pose_noise))
+    if a.teacher_pixels < 10:
+        fail(f"--teacher-pixels {a.teacher_pixels}: must be >= 10 (the recognition rule)")
+    if a.encoder and not Path(a.encoder).is_file():
+        fail(f"--encoder {a.encoder}: no such file (training/house_encoder.py writes one; the shipped one is "
+             f"checkpoints/house_encoder.pt)")
+    sightings = Sightings(a.encoder) if a.encoder else None
+    result = measure(a.trials, a.steps, a.seed, a.noise, parse_noise(a.pose_noise), a.teacher_pixels, sightings)
     print(f"{'the teacher asked again':32s} | {'same label':>10} | {'goal known':>10} | {'exploring':>9} | n")
     def f(v: float | None, width: int) -> str:
         return f"{v:>{width}.3f}" if v is not None else f"{'-':>{width}}"
@@ -95,9 +171,20 @@ def main(argv: list[str] | None = None) -> None:
     for name, r in result.items():
         print(f"{name:32s} | {f(r['all'], 10)} | {f(r['goal_known'], 10)} | {f(r['exploring'], 9)} | {r['n']} "
               f"({r['n_goal_known']} goal known)")
+    report = {"args": vars(a), "same_label": result}
+    if sightings is not None:
+        report["sightings"] = s = sightings.summary()
+        print(f"\n{'goal size (pixels)':20s} | {'states':>6} | {'mean P(in view)':>15} | {'P > 0.5':>7} | "
+              f"teacher's first recognitions")
+        for b, share in zip(s["by_goal_pixels"], s["first_recognition"]["share_by_bin"]):
+            hi = "inf" if b["pixels"][1] is None else f"{b['pixels'][1]:g}"
+            print(f"{'[' + format(b['pixels'][0], 'g') + ', ' + hi + ')':20s} | {b['n']:>6} | "
+                  f"{f(b['mean_p'], 15)} | {f(b['p_above_0.5'], 7)} | {f(share, 5)}")
+        print(f"teacher's first recognitions of the goal: n = {s['first_recognition']['n']}, "
+              f"quartiles {s['first_recognition']['quartiles']} pixels")
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
-        (Path(a.out) / "label_noise.json").write_text(json.dumps({"args": vars(a), "same_label": result}, indent=1))
+        (Path(a.out) / "label_noise.json").write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

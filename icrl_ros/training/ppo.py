@@ -103,8 +103,10 @@ class PPOTrainer:
         self.world_size = world_size
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
         n_upd = cfg.num_updates if cfg.partial_updates else 1
-        self.total_opt_steps = max(1, total_rollouts * n_upd * cfg.update_epochs * cfg.num_minibatches)
-        self.opt_step = 0
+        policy_rollouts = max(1, total_rollouts - cfg.critic_warmup_rollouts)
+        self.total_opt_steps = max(1, policy_rollouts * n_upd * cfg.update_epochs * cfg.num_minibatches)
+        self.opt_step = 0  # optimiser steps of the policy (critic warm-up steps not counted)
+        self.rollout = 0  # rollouts done (train.py sets it on resume)
         self.schedule: list[int] | None = None
         self.keys = [*policy.rollout_spec(), "episode_index"]  # policy inputs stored per step
         self.teacher = None
@@ -183,6 +185,7 @@ class PPOTrainer:
                 if cfg.shuffle_episodes:
                     self.shuffle_episodes(buf, t1, cur["episode_index"])
                 self.refresh(buf, t1, cache)
+        self.rollout += 1
         return stats
 
     # -- after-update bookkeeping ------------------------------------------------------
@@ -230,7 +233,8 @@ class PPOTrainer:
         adv, ret = self.gae(buf, t1, boot)
         B = adv.shape[0]
         recon = family_of(policy).chunk_store
-        teach = self.teacher is not None
+        warm = self.rollout < cfg.critic_warmup_rollouts  # the critic alone learns (see PPOConfig)
+        recon, teach = recon and not warm, self.teacher is not None and not warm
         policy.train()
         for _ in range(cfg.update_epochs):
             for mb in torch.randperm(B, device=adv.device).chunk(cfg.num_minibatches):
@@ -261,7 +265,7 @@ class PPOTrainer:
                     pg = torch.max(-A * ratio, -A * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef))
                     vl = 0.5 * (values - ret[idx]).pow(2)
                     pg_l, v_l, ent = ((x * mm).sum() / n for x in (pg, vl, entropy))
-                    loss = pg_l + cfg.vf_coef * v_l - cfg.ent_coef * ent
+                    loss = cfg.vf_coef * v_l if warm else pg_l + cfg.vf_coef * v_l - cfg.ent_coef * ent
                     if teach:
                         label = buf["teacher_action"][idx, :t1, None]
                         t_l = (-logp_all.gather(-1, label).squeeze(-1) * mm).sum() / n
@@ -285,10 +289,15 @@ class PPOTrainer:
                         if p.grad is not None:
                             dist.all_reduce(p.grad)
                             p.grad /= self.world_size
+                if warm:  # Adam leaves a parameter without a gradient as it is
+                    for name, p in policy.named_parameters():
+                        if not name.startswith("critic."):
+                            p.grad = None
                 grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                lr = cfg.critic_warmup_lr if warm else self.lr_at(self.opt_step)
                 for group in self.opt.param_groups:
-                    group["lr"] = self.lr_at(self.opt_step)
+                    group["lr"] = lr
                 self.opt.step()
-                self.opt_step += 1
-                stats.add_loss(**logs, grad_norm=float(grad_norm), lr=self.lr_at(self.opt_step - 1))
+                self.opt_step += 0 if warm else 1
+                stats.add_loss(**logs, grad_norm=float(grad_norm), lr=lr)
         policy.eval()

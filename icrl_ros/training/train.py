@@ -106,6 +106,7 @@ def main(argv=None) -> int:
         policy.load_state_dict(blob["state_dict"])
         trainer.opt.load_state_dict(blob["optimizer"])
         trainer.opt_step, start = blob["opt_step"], blob["rollout"]
+        trainer.rollout = start
         env.rng = np.random.default_rng(cfg.seed + 1000 * rank + start)
     run_dir = Path(cfg.run_dir)
     writer = None

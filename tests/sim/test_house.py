@@ -439,3 +439,26 @@ def test_in_context_teacher_finds_goals_and_memory_makes_it_faster(memory):
             assert known <= len(e.layout.objects)
     finally:
         e.close()
+
+
+def test_teacher_pixels_sets_the_size_at_which_the_teacher_recognises_an_instance():
+    """``teacher_pixels``: on the same views, a teacher that needs 60 pixels knows a subset of
+    what one that needs 10 knows, and strictly less somewhere; below the recognition rule's 10
+    pixels the env refuses."""
+    envs = [HouseEnv(split="train", teacher="memory", teacher_pixels=px) for px in (10.0, 60.0)]
+    try:
+        for e in envs:
+            e.reset(seed=5)
+        fewer = False
+        for a in [3] * 12 + [2] * 20 + [3] * 12:
+            for e in envs:
+                e.step(a)
+            k10, k60 = (e.teacher.known.copy() for e in envs)
+            assert not (k60 & ~k10).any()
+            fewer |= bool((k10 & ~k60).any())
+        assert (envs[0].x, envs[0].z) == (envs[1].x, envs[1].z) and fewer
+    finally:
+        for e in envs:
+            e.close()
+    with pytest.raises(ValueError, match="teacher_pixels"):
+        HouseEnv(teacher="memory", teacher_pixels=5)

@@ -129,3 +129,26 @@ def test_label_noise_the_teacher_is_deterministic_and_pose_noise_flips_labels(tm
     assert r["pose noise 0.3 m, 15.0 deg"]["all"] < 1.0  # 30 cm / 15 deg changes some labels
     with pytest.raises(SystemExit):
         house_label_noise.main(["--pose-noise", "0.1"])
+
+
+def test_label_noise_sightings_compare_the_goals_size_with_the_encoders_view(tmp_path):
+    """house_label_noise --encoder: every state lands in one size bin with the encoder's P(goal in
+    view); first recognitions are at least the teacher's --teacher-pixels; a missing encoder file or
+    a size below the recognition rule exits with a message."""
+    import json
+
+    import pytest
+
+    from icrl_ros.training import house_label_noise
+
+    house_label_noise.main(["--trials", "1", "--steps", "40", "--pose-noise", "0:0", "--teacher-pixels", "20",
+                            "--encoder", "checkpoints/house_encoder.pt", "--out", str(tmp_path)])
+    s = json.loads((tmp_path / "label_noise.json").read_text())["sightings"]
+    assert sum(b["n"] for b in s["by_goal_pixels"]) == 40
+    assert all(0 <= b["mean_p"] <= 1 for b in s["by_goal_pixels"] if b["n"])
+    first = s["first_recognition"]
+    assert first["n"] == 0 or first["quartiles"][0] >= 20
+    with pytest.raises(SystemExit):
+        house_label_noise.main(["--encoder", str(tmp_path / "none.pt")])
+    with pytest.raises(SystemExit):
+        house_label_noise.main(["--teacher-pixels", "5"])

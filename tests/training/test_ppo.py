@@ -149,3 +149,22 @@ def test_teacher_needs_a_grid_world_it_plays():
         _trainer("icrl_ros/Darkroom-v0", teacher="cycle", teacher_coef=0.1)
     with pytest.raises(ValueError, match="ppo.teacher"):
         PPOConfig(teacher_coef=0.1).validate()
+
+
+def test_critic_warmup_moves_only_the_critic_and_fits_the_returns_first():
+    """``ppo.critic_warmup_rollouts``: in those rollouts only the critic learns (value loss alone,
+    at ``critic_warmup_lr``) and the policy's learning-rate schedule does not advance; after them
+    every parameter learns as before."""
+    torch.manual_seed(0)
+    tr = _trainer(critic_warmup_rollouts=1, critic_warmup_lr=1e-2, num_updates=2, num_minibatches=2, update_epochs=4)
+    before = {k: v.clone() for k, v in tr.policy.state_dict().items()}
+    stats = tr.rollout_and_update()
+    after = {k: v.clone() for k, v in tr.policy.state_dict().items()}
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved == {"critic.weight", "critic.bias"}, moved
+    assert tr.opt_step == 0 and set(stats.losses["lr"]) == {1e-2}
+    first = stats.losses["value_loss"][:8]  # the first update: 4 epochs over the same steps, 2 minibatches each
+    assert sum(first[-2:]) < sum(first[:2])
+    tr.rollout_and_update()
+    assert tr.opt_step == 2 * 4 * 2 and any(not torch.equal(after[k], tr.policy.state_dict()[k])
+                                         for k in after if not k.startswith("critic."))
