@@ -108,6 +108,8 @@ def main(argv=None) -> int:
             print(f"--resume: {args.out}/curves.json has other settings; starting over", flush=True)
     t0 = time.perf_counter()
     title = f"House teacher, {args.task} task defaults, {args.split} houses"
+    if extra:  # a reader must not take a changed env for the defaults
+        title += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
     ctx = mp.get_context("forkserver")
     with ctx.Pool(args.workers) as pool:
         for agent in agents:
