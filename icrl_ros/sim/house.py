@@ -48,6 +48,7 @@ from icrl_ros.geometry import episode_odometry, wrap_angle
 from icrl_ros.sim.house_nav import NavGrid, visible
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG  # constants only, no GL
 from icrl_ros.sim.house_topdown import draw_top_down
+from icrl_ros.sim.house_view import MIN_PIXELS
 
 STOP, FORWARD, TURN_LEFT, TURN_RIGHT = 0, 1, 2, 3
 NO_ACTION = 4
@@ -114,7 +115,7 @@ class HouseEnv(gym.Env):
         start_away: bool = True,
         min_start_distance: float = 3.0,
         teacher: str | None = None,
-        teacher_pixels: float = 10.0,
+        teacher_pixels: float = MIN_PIXELS,
     ) -> None:
         check_split(split)
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
@@ -135,8 +136,8 @@ class HouseEnv(gym.Env):
             raise ValueError(f"min_start_distance must be >= 0 metres, got {min_start_distance!r}")
         if teacher not in (None, *TEACHERS):
             raise ValueError(f"teacher must be None or one of {TEACHERS}, got {teacher!r}")
-        if not teacher_pixels >= 10:
-            raise ValueError(f"teacher_pixels must be >= 10 (pixels of a 64x64 image; the recognition rule), "
+        if not teacher_pixels >= MIN_PIXELS:
+            raise ValueError(f"teacher_pixels must be >= {MIN_PIXELS} (pixels of a 64x64 image; the recognition rule), "
                              f"got {teacher_pixels!r}")
         self.pose_frame = pose_frame
         self.goal_instances, self.start_away = int(goal_instances), bool(start_away)

@@ -57,7 +57,7 @@ class HouseTeacher:
     def __init__(self, env: HouseEnv, memory: bool = True, min_pixels: float = MIN_PIXELS) -> None:
         """``min_pixels``: the size, in pixels of a 64x64 image, at which it recognises an instance.
         Above the recognition rule's ``MIN_PIXELS`` it knows only what a student's frozen encoder
-        sees reliably (its P(in view) > 0.5 in about 2% of frames at 10-20 pixels, 64% at 80-160:
+        sees reliably (its P(in view) > 0.5 in 13% of frames at 10-20 pixels, 66% at 80-160:
         BENCHMARKS.md), so imitation does not teach a student to act on sightings it missed."""
         if min_pixels < MIN_PIXELS:
             raise ValueError(f"min_pixels must be >= the recognition rule's {MIN_PIXELS}, got {min_pixels!r}")
@@ -68,6 +68,7 @@ class HouseTeacher:
         self.cell = nav.cell * STRIDE
         self.X, self.Z = nav.X[::STRIDE, ::STRIDE], nav.Z[::STRIDE, ::STRIDE]
         self._inst_masks: dict[int, np.ndarray] = {}
+        self.view = None  # the last observe()'s cast
         self.wipe()
 
     # -- what it knows ------------------------------------------------------------------------
@@ -94,6 +95,7 @@ class HouseTeacher:
         env = self.env
         view = cast_view(env.layout, env.nav.walls, env.x, env.z, env.yaw, RECOGNITION_SIZE,
                          CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
+        self.view = view  # the current image's cast (for diagnostics: house_label_noise --encoder)
         self.known |= view.resolved(self.min_pixels)
         if len(view.floor_xz):
             i, j = self._index(view.floor_xz[:, 0], view.floor_xz[:, 1])

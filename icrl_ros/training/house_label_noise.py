@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from icrl_ros.sim.house import HouseEnv
+from icrl_ros.sim.house_view import MIN_PIXELS
 from icrl_ros.training._cli import fail
 
 
@@ -68,17 +69,9 @@ class Sightings:
         self.rows: list[tuple[float, float]] = []
         self.first: list[float] = []
 
-    def goal_pixels(self, env: HouseEnv) -> float:
-        from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
-        from icrl_ros.sim.house_teacher import RECOGNITION_SIZE
-        from icrl_ros.sim.house_view import cast_view
-
-        view = cast_view(env.layout, env.nav.walls, env.x, env.z, env.yaw, RECOGNITION_SIZE, CAMERA_HEIGHT,
-                         CAMERA_PITCH_DEG, FOV_Y_DEG)
-        return float(max(view.pixels[k] for k, o in enumerate(env.layout.objects) if o.category == env.goal))
-
     def see(self, env: HouseEnv, obs: dict, newly_known: bool) -> None:
-        px = self.goal_pixels(env)
+        pixels = env.teacher.view.pixels  # the teacher's own cast of this image
+        px = float(max(pixels[k] for k, o in enumerate(env.layout.objects) if o.category == env.goal))
         with self.torch.no_grad():
             logit = self.heads(self.enc(self.torch.as_tensor(obs["rgb"])[None]))["present"][0, int(obs["goal"])]
         self.rows.append((px, float(logit.sigmoid())))
@@ -101,7 +94,7 @@ class Sightings:
 
 
 def measure(trials: int, steps: int, seed: int, noise: float, levels: list[tuple[float, float]],
-            teacher_pixels: float = 10.0, sightings: Sightings | None = None) -> dict:
+            teacher_pixels: float = MIN_PIXELS, sightings: Sightings | None = None) -> dict:
     rng = np.random.default_rng(seed)
     same: dict[str, dict[bool, list[bool]]] = {k: {True: [], False: []} for k in
                                                ["fresh plan"] + [f"pose noise {m} m, {d} deg" for m, d in levels]}
@@ -149,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=1000)
     p.add_argument("--noise", type=float, default=0.2, help="random move probability (as the saved data)")
     p.add_argument("--pose-noise", default="0.02:1,0.05:3,0.15:8", help="metres:degrees pairs")
-    p.add_argument("--teacher-pixels", type=float, default=10.0,
+    p.add_argument("--teacher-pixels", type=float, default=float(MIN_PIXELS),
                    help="size (pixels of a 64x64 image) at which the teacher recognises an instance")
     p.add_argument("--encoder", help="a frozen encoder file (checkpoints/house_encoder.pt): also compare the goal's "
                                      "size with the encoder's P(goal in view)")
@@ -157,8 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     if a.trials < 1 or a.steps < 1 or not 0 <= a.noise <= 1:
         fail("--trials and --steps must be >= 1 and --noise in [0, 1]")
-    if a.teacher_pixels < 10:
-        fail(f"--teacher-pixels {a.teacher_pixels}: must be >= 10 (the recognition rule)")
+    if a.teacher_pixels < MIN_PIXELS:
+        fail(f"--teacher-pixels {a.teacher_pixels}: must be >= {MIN_PIXELS} (the recognition rule)")
     if a.encoder and not Path(a.encoder).is_file():
         fail(f"--encoder {a.encoder}: no such file (training/house_encoder.py writes one; the shipped one is "
              f"checkpoints/house_encoder.pt)")
