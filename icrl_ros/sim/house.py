@@ -16,7 +16,8 @@ memory is already easy. With ``teacher`` (``"memory"`` or ``"wiped"``) the env r
 in-context teacher of :mod:`icrl_ros.sim.house_teacher` and reports its action for the
 current state as ``info["teacher_action"]``; ``teacher_pixels`` is the size (pixels of a 64x64
 image) at which it recognises an instance (10, the recognition rule; more, to know only what a
-student's encoder reliably sees). The agent succeeds by taking ``stop`` within
+student's encoder reliably sees); ``teacher_noise`` the error (metres per axis) of what it remembers
+from earlier episodes (0: exact; see the teacher's docstring). The agent succeeds by taking ``stop`` within
 ``success_distance`` of a target instance (agent centre to the edge of the object's footprint disc) that is visible in its
 image (a point of the object projects into the camera frustum with a sight line blocked
 by no wall and no taller object; ~97% agreement with the rendered pixels). Reward (as in
@@ -116,6 +117,7 @@ class HouseEnv(gym.Env):
         min_start_distance: float = 3.0,
         teacher: str | None = None,
         teacher_pixels: float = MIN_PIXELS,
+        teacher_noise: float = 0.0,
     ) -> None:
         check_split(split)
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
@@ -139,10 +141,13 @@ class HouseEnv(gym.Env):
         if not teacher_pixels >= MIN_PIXELS:
             raise ValueError(f"teacher_pixels must be >= {MIN_PIXELS} (pixels of a 64x64 image; the recognition rule), "
                              f"got {teacher_pixels!r}")
+        if not teacher_noise >= 0:
+            raise ValueError(f"teacher_noise must be >= 0 (metres per axis), got {teacher_noise!r}")
         self.pose_frame = pose_frame
         self.goal_instances, self.start_away = int(goal_instances), bool(start_away)
         self.min_start_distance = float(min_start_distance)
         self.teacher_mode, self.teacher_pixels = teacher, float(teacher_pixels)
+        self.teacher_noise = float(teacher_noise)
         self.teacher = None
         self.split, self.image_size = split, int(image_size)
         self.max_episode_steps = int(max_episode_steps)
@@ -207,7 +212,8 @@ class HouseEnv(gym.Env):
         if self.teacher_mode is not None:
             from icrl_ros.sim.house_teacher import HouseTeacher
 
-            self.teacher = HouseTeacher(self, memory=self.teacher_mode == "memory", min_pixels=self.teacher_pixels)
+            self.teacher = HouseTeacher(self, memory=self.teacher_mode == "memory", min_pixels=self.teacher_pixels,
+                                        noise=self.teacher_noise, rng=np.random.default_rng([house_seed, 0x7E4]))
 
     def _field(self, category: int) -> np.ndarray:
         if category not in self._fields:

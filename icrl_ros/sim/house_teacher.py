@@ -16,6 +16,15 @@ stop; otherwise explore: walk to the nearest frontier of unseen floor. With ``me
 everything is wiped at every episode start (the floor of the curves); the privileged
 shortest-path oracle (:func:`~icrl_ros.sim.house_oracle.oracle_action`) is the ceiling.
 
+With ``noise`` > 0 what it remembers from earlier episodes is coarse: at every episode start
+each instance seen before is placed at its true position plus Gaussian noise of ``noise``
+metres per axis (0.8 is a student's: its estimates are within 1.5 m for 84% of sightings,
+BENCHMARKS.md); a sighting in this episode makes it exact again. It walks to where stopping would succeed round the remembered position;
+once there with the goal not sighted it turns on the spot to look; after a full turn without
+a sighting it tries the next unlooked place within ``SEARCH_M`` of the memory, and only then
+drops the instance and searches on. Its data show a student what to do
+when its memory of a place is a metre off, which exact positions never do.
+
 Planning runs on every other cell of the env's navigation grid (0.2 m) and is redone every
 ``REPLAN`` steps or when the plan's target changes, so labelling costs a few milliseconds
 per step.
@@ -23,13 +32,14 @@ per step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from icrl_ros.sim.house_nav import grid_distances
-from icrl_ros.sim.house_oracle import LOOKAHEAD, TURN_LEFT, approach, pursue
+from icrl_ros.sim.house_oracle import LOOKAHEAD, TURN_LEFT, TURN_RIGHT, approach, pursue
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
 from icrl_ros.sim.house_view import MIN_PIXELS, cast_view
 
@@ -43,6 +53,9 @@ RECOGNITION_SIZE = 64  # the recognition rule is stated for a 64x64 image
 FOOTPRINT_M = 0.5  # floor around the robot it knows by standing there
 NEAR_M = 2.0  # second-stage exploration: floor within this of where it has been
 MIN_UNSEEN = 4  # a frontier needs this many unseen free cells in its 5x5 neighbourhood
+SCAN_TURNS = 12  # turns on the spot (30 degrees each) before a remembered goal counts as not there
+LOOKED_M = 1.0  # a full turn without a sighting: the floor this close counts as looked at
+SEARCH_M = 2.5  # how far round a coarse memory it searches before it drops it
 
 
 def _box5(mask: np.ndarray) -> np.ndarray:
@@ -54,14 +67,22 @@ def _box5(mask: np.ndarray) -> np.ndarray:
 
 
 class HouseTeacher:
-    def __init__(self, env: HouseEnv, memory: bool = True, min_pixels: float = MIN_PIXELS) -> None:
+    def __init__(self, env: HouseEnv, memory: bool = True, min_pixels: float = MIN_PIXELS, noise: float = 0.0,
+                 rng: np.random.Generator | None = None) -> None:
         """``min_pixels``: the size, in pixels of a 64x64 image, at which it recognises an instance.
         Above the recognition rule's ``MIN_PIXELS`` it knows only what a student's frozen encoder
         sees reliably (its P(in view) > 0.5 in 13% of frames at 10-20 pixels, 66% at 80-160:
-        BENCHMARKS.md), so imitation does not teach a student to act on sightings it missed."""
+        BENCHMARKS.md), so imitation does not teach a student to act on sightings it missed.
+        ``noise``: the error (metres per axis) of positions remembered from earlier episodes
+        (module docstring); ``rng`` draws it (required when ``noise`` > 0)."""
         if min_pixels < MIN_PIXELS:
             raise ValueError(f"min_pixels must be >= the recognition rule's {MIN_PIXELS}, got {min_pixels!r}")
+        if not noise >= 0:
+            raise ValueError(f"noise must be >= 0 (metres per axis), got {noise!r}")
+        if noise > 0 and rng is None:
+            raise ValueError("noise > 0 needs an rng to draw the remembered positions' errors")
         self.env, self.memory, self.min_pixels = env, memory, float(min_pixels)
+        self.noise, self.rng = float(noise), rng
         nav = env.nav
         self.free = nav.free[::STRIDE, ::STRIDE]
         self.xs, self.zs = nav.xs[::STRIDE], nav.zs[::STRIDE]
@@ -76,13 +97,26 @@ class HouseTeacher:
         """Forget the trial: swept floor, places stood on, seen instances, the current plan."""
         self.seen = np.zeros(self.free.shape, dtype=bool)
         self.near = np.zeros(self.free.shape, dtype=bool)
-        self.known = np.zeros(len(self.env.layout.objects), dtype=bool)
+        n = len(self.env.layout.objects)
+        self.known = np.zeros(n, dtype=bool)
+        self.guess = list(self.env.layout.objects)  # each instance where it is believed to be
+        self.fresh = np.zeros(n, dtype=bool)  # sighted in this episode: its position is exact
+        self.scan = 0  # turns taken on the spot looking for a remembered goal
+        self.checked = np.zeros(self.free.shape, dtype=bool)  # floor looked around from, this episode
+        self.looks = 0
         self._plan: tuple | None = None
 
     def episode_start(self) -> None:
         if not self.memory:
             self.wipe()
-        self._plan = None
+        elif self.noise > 0:  # memories from earlier episodes: coarse, as a student's
+            objects = self.env.layout.objects
+            for k in np.flatnonzero(self.known):
+                ex, ez = self.rng.normal(0.0, self.noise, 2)
+                self.guess[k] = dataclasses.replace(objects[k], x=objects[k].x + float(ex), z=objects[k].z + float(ez))
+            self.fresh[:] = False
+        self._plan, self.scan, self.looks = None, 0, 0
+        self.checked[:] = False
         self.observe()
 
     def _index(self, x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,7 +130,10 @@ class HouseTeacher:
         view = cast_view(env.layout, env.nav.walls, env.x, env.z, env.yaw, RECOGNITION_SIZE,
                          CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
         self.view = view  # the current image's cast (for diagnostics: house_label_noise --encoder)
-        self.known |= view.resolved(self.min_pixels)
+        resolved = view.resolved(self.min_pixels)
+        self.known |= resolved
+        for k in np.flatnonzero(resolved & ~self.fresh):
+            self.guess[k], self.fresh[k] = env.layout.objects[k], True
         if len(view.floor_xz):
             i, j = self._index(view.floor_xz[:, 0], view.floor_xz[:, 1])
             self.seen[i, j] = True
@@ -111,11 +148,40 @@ class HouseTeacher:
         return any(self.known[k] and o.category == env.goal for k, o in enumerate(env.layout.objects))
 
     # -- acting ---------------------------------------------------------------------------------
-    def _instance_mask(self, k: int) -> np.ndarray:
-        if k not in self._inst_masks:
-            o = self.env.layout.objects[k]
-            self._inst_masks[k] = self.env.nav.goal_mask([o], self.env.success_distance)[::STRIDE, ::STRIDE]
-        return self._inst_masks[k]
+    def _instance_mask(self, k: int) -> np.ndarray | None:
+        """Where to go for instance k: where stopping would succeed round its believed position
+        (a disc of free cells when that position's sight lines are all blocked, e.g. it fell
+        inside a wall). For a coarse memory, the places already looked around from are left out,
+        then the free floor within ``SEARCH_M`` of it; None once all of that has been looked at."""
+        o = self.guess[k]
+        key = (k, o.x, o.z)
+        if key not in self._inst_masks:
+            nav = self.env.nav
+            d2 = (nav.X - o.x) ** 2 + (nav.Z - o.z) ** 2
+            stop = nav.goal_mask([o], self.env.success_distance)
+            if not stop.any():
+                stop = nav.free & (d2 <= (o.cat.radius + self.env.success_distance) ** 2)
+            self._inst_masks[key] = stop[::STRIDE, ::STRIDE], (nav.free & (d2 <= SEARCH_M ** 2))[::STRIDE, ::STRIDE]
+        stop, around = self._inst_masks[key]
+        if self.fresh[k]:
+            return stop
+        for mask in (stop & ~self.checked, around & ~self.checked):
+            if mask.any():
+                return mask
+        return None
+
+    def _look_for(self, k: int) -> int:
+        """Turn on the spot where instance k may be; after a full turn without a sighting, mark
+        the floor round here as looked at and go on to the next place it may be (or drop it when
+        none is left: a sighting brings it back)."""
+        self.scan += 1
+        if self.scan <= SCAN_TURNS:
+            return TURN_LEFT
+        env = self.env
+        self.checked |= (self.X - env.x) ** 2 + (self.Z - env.z) ** 2 <= LOOKED_M ** 2
+        self.looks += 1
+        self.scan, self._plan = 0, None
+        return self.act()
 
     def _frontier(self, known_floor: np.ndarray) -> np.ndarray:
         unseen = self.free & ~known_floor
@@ -125,11 +191,15 @@ class HouseTeacher:
         """(plan key, zero cells of the distance field, whether to plan over the whole map)."""
         env = self.env
         goal_known = [k for k, o in enumerate(env.layout.objects) if self.known[k] and o.category == env.goal]
+        masks = {k: self._instance_mask(k) for k in goal_known}
+        for k in [k for k in goal_known if masks[k] is None]:  # looked everywhere near where it was
+            self.known[k] = False
+            goal_known.remove(k)
         if goal_known:
             target = np.zeros(self.free.shape, dtype=bool)
             for k in goal_known:
-                target |= self._instance_mask(k)
-            return ("goal", env.goal, tuple(goal_known)), target, False
+                target |= masks[k]
+            return ("goal", env.goal, tuple(goal_known), tuple(self.fresh[goal_known]), self.looks), target, False
         for stage, floor in (("explore", self.seen), ("revisit", self.near)):
             front = self._frontier(floor)
             if front.any():
@@ -159,10 +229,17 @@ class HouseTeacher:
         if env.target_visible_in_reach():
             return STOP
         key, target, _ = self._target()
-        objects = env.layout.objects
+        nearest = None
         if key[0] == "goal":
-            nearest = min(key[2], key=lambda k: math.hypot(objects[k].x - env.x, objects[k].z - env.z))
-            near = approach(env, objects[nearest])
+            guess = self.guess
+            nearest = min(key[2], key=lambda k: math.hypot(guess[k].x - env.x, guess[k].z - env.z))
+            looking = not self.fresh[nearest]  # remembered from an earlier episode, coarse
+            if looking and self.scan > 0:  # looking around for it: finish the turn
+                return self._look_for(nearest)
+            # (not where it already looked around: it goes on to the next place it may be)
+            near = None if looking and self.checked[self._index(env.x, env.z)] else approach(env, guess[nearest])
+            if near is not None and looking and near not in (TURN_LEFT, TURN_RIGHT):
+                return self._look_for(nearest)  # facing the remembered position, the goal not in sight
             if near is not None:
                 return near
         if target is None:
@@ -180,10 +257,16 @@ class HouseTeacher:
         plan[2] += 1
         if start is None:
             self._plan = None
+            if key[0] == "goal" and looking:  # no way to where it is remembered
+                return self._look_for(nearest)
             return TURN_LEFT
         D = plan[1]
         if D[start] == 0.0:  # at the frontier (or the goal region): look again next step
             self._plan = None
-            return TURN_LEFT if key[0] != "goal" else pursue(env, [(float(self.xs[start[1]]), float(self.zs[start[0]]))])
+            if key[0] != "goal":
+                return TURN_LEFT
+            if looking:  # where it is remembered, not sighted yet
+                return self._look_for(nearest)
+            return pursue(env, [(float(self.xs[start[1]]), float(self.zs[start[0]]))])
         path = self.env.nav.descend(D, start, max_steps=int(LOOKAHEAD / self.cell) + 3)
         return pursue(env, [(float(self.xs[j]), float(self.zs[i])) for i, j in path])

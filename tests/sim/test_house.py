@@ -1,6 +1,7 @@
 """MiniWorld house env (icrl_ros/MiniWorldHouse-v0): contract, trial semantics, geometry,
 a shortest-path agent, the process-vectorised version and the splits."""
 
+import dataclasses
 import importlib.util
 import math
 import os
@@ -439,6 +440,58 @@ def test_in_context_teacher_finds_goals_and_memory_makes_it_faster(memory):
             assert known <= len(e.layout.objects)
     finally:
         e.close()
+
+
+def test_teacher_noise_makes_memories_from_earlier_episodes_coarse_and_the_teacher_looks_for_them():
+    """``teacher_noise``: at an episode start the instances seen before sit off their true places
+    by Gaussian noise of ``noise`` metres per axis; sighting one again makes it exact;
+    the teacher still finds goals, and where a remembered goal is not, it turns a full circle
+    (12 turns) and searches on round the memory instead of stopping blind or waiting there."""
+    e = HouseEnv(split="test", teacher="memory", teacher_noise=0.8)
+    try:
+        _, info = e.reset(seed=3)
+        t, objects = e.teacher, e.layout.objects
+        found, ratios = [], []
+        for ep in range(5):
+            if ep:
+                for k in np.flatnonzero(t.known & ~t.fresh):
+                    err = math.hypot(t.guess[k].x - objects[k].x, t.guess[k].z - objects[k].z)
+                    ratios.append(err / 0.8)
+            while True:
+                _, _, term, trunc, info = e.step(info["teacher_action"])
+                assert all(t.guess[k] == objects[k] for k in np.flatnonzero(t.fresh))
+                if term or trunc:
+                    break
+            found.append(info["success"])
+            _, info = e.reset()
+        # |N(0, I_2)| has mean 1.25; 0 would mean no noise, large values a wrong scale
+        assert len(ratios) >= 10 and 0.6 < np.mean(ratios) < 2.0, ratios
+        assert sum(found) >= 3, found
+        # a remembered goal that is not where it is remembered: 0.6 m ahead of the robot
+        goal = next(k for k, o in enumerate(objects) if o.category == e.goal)
+        t.known[goal], t.fresh[goal] = True, False
+        t.guess[goal] = dataclasses.replace(objects[goal], x=e.x + 0.6 * math.cos(e.yaw), z=e.z - 0.6 * math.sin(e.yaw))
+        actions = [t.act()]
+        while len(actions) <= 12 and t.known[goal] and not t.fresh[goal]:
+            _, _, term, trunc, info = e.step(actions[-1])
+            assert not (term or trunc)
+            actions.append(info["teacher_action"])
+        # not sighted on this seed: a full turn, the floor round here marked as looked at, and it
+        # moves on to look again from another place the goal may be
+        assert actions[:12] == [TURN_LEFT] * 12 and actions[12] != STOP, actions
+        assert t.looks == 1 and t.checked[t._index(e.x, e.z)] and t.known[goal]
+        where = [(e.x, e.z)]
+        for _ in range(60):
+            if t.fresh[goal] or not t.known[goal] or t.looks == 2:
+                break
+            _, _, term, trunc, info = e.step(info["teacher_action"])
+            assert not (term or trunc)
+        where.append((e.x, e.z))
+        assert t.fresh[goal] or not t.known[goal] or (t.looks == 2 and math.dist(*where) > 0.5), (t.looks, where)
+    finally:
+        e.close()
+    with pytest.raises(ValueError, match="teacher_noise"):
+        HouseEnv(teacher="memory", teacher_noise=-0.1)
 
 
 def test_teacher_pixels_sets_the_size_at_which_the_teacher_recognises_an_instance():
