@@ -38,14 +38,16 @@ def window_rise(m: np.ndarray, first: int = 1, lo: int = 10, hi: int = 20) -> di
 
 
 def summarise(episodes: dict[str, np.ndarray]) -> dict:
-    """(trials, E) matrices per metric -> per-episode mean / CI / n and the episode-1 vs 10-20 rises."""
+    """(trials, E) matrices per metric -> per-episode mean / CI / n and the rises from episode 1 to
+    episodes 10-20 (the issue's window; trials of fewer than 20 episodes: their second half, so a
+    10-episode trial reports 6-10 rather than episode 10 alone)."""
     out = {}
     for k in METRICS:
         mu, ci, n = mean_ci(episodes[k])
         out[k] = {"mean": mu.tolist(), "ci": ci.tolist(), "n": n}
-        if episodes[k].shape[1] >= 2:
-            lo = min(10, episodes[k].shape[1])
-            out[k]["rise"] = window_rise(episodes[k], 1, lo, 20)
+        E = episodes[k].shape[1]
+        if E >= 2:
+            out[k]["rise"] = window_rise(episodes[k], 1, 10 if E >= 20 else E // 2 + 1, 20)
     return out
 
 

@@ -63,7 +63,12 @@ class Sightings:
         from icrl_ros.sim.house_layout import CATEGORIES
 
         self.torch = torch
-        self.enc, self.heads = FeatureEncoder(128, 64), FeatureHeads(128, len(CATEGORIES))
+        state = torch.load(encoder_path, map_location="cpu", weights_only=True)
+        if "heads.present.weight" not in state:
+            raise ValueError(f"--encoder {encoder_path}: no heads.present.weight; not an encoder file of "
+                             "training/house_encoder.py")
+        d_feat = int(state["heads.present.weight"].shape[1])  # the file's feature size
+        self.enc, self.heads = FeatureEncoder(d_feat, 64), FeatureHeads(d_feat, len(CATEGORIES))
         load_frozen(self.enc, encoder_path)
         load_frozen(self.heads, encoder_path, prefix="heads.")
         self.rows: list[tuple[float, float]] = []
@@ -155,7 +160,10 @@ def main(argv: list[str] | None = None) -> None:
     if a.encoder and not Path(a.encoder).is_file():
         fail(f"--encoder {a.encoder}: no such file (training/house_encoder.py writes one; the shipped one is "
              f"checkpoints/house_encoder.pt)")
-    sightings = Sightings(a.encoder) if a.encoder else None
+    try:
+        sightings = Sightings(a.encoder) if a.encoder else None
+    except (ValueError, RuntimeError) as e:  # not an encoder file, or one whose layers do not fit
+        fail(str(e))
     result = measure(a.trials, a.steps, a.seed, a.noise, parse_noise(a.pose_noise), a.teacher_pixels, sightings)
     print(f"{'the teacher asked again':32s} | {'same label':>10} | {'goal known':>10} | {'exploring':>9} | n")
     def f(v: float | None, width: int) -> str:

@@ -134,7 +134,7 @@ def test_label_noise_the_teacher_is_deterministic_and_pose_noise_flips_labels(tm
 def test_label_noise_sightings_compare_the_goals_size_with_the_encoders_view(tmp_path):
     """house_label_noise --encoder: every state lands in one size bin with the encoder's P(goal in
     view); first recognitions are at least the teacher's --teacher-pixels; a missing encoder file or
-    a size below the recognition rule exits with a message."""
+    a size below the recognition rule or a file that is no encoder exits with a message."""
     import json
 
     import pytest
@@ -152,3 +152,8 @@ def test_label_noise_sightings_compare_the_goals_size_with_the_encoders_view(tmp
         house_label_noise.main(["--encoder", str(tmp_path / "none.pt")])
     with pytest.raises(SystemExit):
         house_label_noise.main(["--teacher-pixels", "5"])
+    import torch
+
+    torch.save({"w": torch.zeros(1)}, tmp_path / "not_an_encoder.pt")  # a file that is no encoder: a message
+    with pytest.raises(SystemExit):
+        house_label_noise.main(["--encoder", str(tmp_path / "not_an_encoder.pt")])
