@@ -97,6 +97,9 @@ class Tally:
         valid = self.known_at_start >= 0
         out["known_at_start_by_episode"] = [float(self.known_at_start[valid[:, e], e].mean()) if valid[:, e].any()
                                             else float("nan") for e in range(self.episodes)]
+        # per trial and episode, so that two runs on the same seed compare house by house:
+        # outcome 0 success, 1 wrong stop, 2 timeout; known 1 / 0; -1 = not run
+        out["per_trial"] = {"outcome": self.outcome.tolist(), "known_at_start": self.known_at_start.tolist()}
         return out
 
 

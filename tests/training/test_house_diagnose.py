@@ -32,6 +32,7 @@ def test_outcomes_split_by_what_the_teacher_knew_at_the_episode_start():
     assert s["steps_goal_known"] == 4 and s["steps_goal_unknown"] == 2
     assert s["agreement_goal_known"] == 0.75 and s["agreement_goal_unknown"] == 0.5
     assert d["known_at_start_by_episode"] == [0.5, 0.5]
+    assert d["per_trial"] == {"outcome": [[1, 2], [0, 2]], "known_at_start": [[0, 1], [1, 0]]}
 
 
 def test_steps_after_the_last_episode_are_not_counted():
