@@ -19,11 +19,12 @@ shortest-path oracle (:func:`~icrl_ros.sim.house_oracle.oracle_action`) is the c
 With ``noise`` > 0 what it remembers from earlier episodes is coarse: at every episode start
 each instance seen before is placed at its true position plus Gaussian noise of ``noise``
 metres per axis (0.8 is a student's: its estimates are within 1.5 m for 84% of sightings,
-BENCHMARKS.md); a sighting in this episode makes it exact again. It walks to where stopping would succeed round the remembered position;
-once there with the goal not sighted it turns on the spot to look; after a full turn without
-a sighting it tries the next unlooked place within ``SEARCH_M`` of the memory, and only then
-drops the instance and searches on. Its data show a student what to do
-when its memory of a place is a metre off, which exact positions never do.
+BENCHMARKS.md); a sighting in this episode makes it exact again. It walks to where stopping
+would succeed round the remembered position; once there with the goal not sighted it turns
+on the spot to look; after a full turn without a sighting it tries the next unlooked place
+within ``SEARCH_M`` of the memory, and only then drops the instance and searches on. Its data
+show a student what to do when its memory of a place is a metre off, which exact positions
+never do.
 
 Planning runs on every other cell of the env's navigation grid (0.2 m) and is redone every
 ``REPLAN`` steps or when the plan's target changes, so labelling costs a few milliseconds
@@ -150,8 +151,8 @@ class HouseTeacher:
     # -- acting ---------------------------------------------------------------------------------
     def _instance_mask(self, k: int) -> np.ndarray | None:
         """Where to go for instance k: where stopping would succeed round its believed position
-        (a disc of free cells when that position's sight lines are all blocked, e.g. it fell
-        inside a wall). For a coarse memory, the places already looked around from are left out,
+        (for a remembered position whose sight lines are all blocked, e.g. one that fell inside
+        a wall: a disc of free cells round it). For a coarse memory, the places already looked around from are left out,
         then the free floor within ``SEARCH_M`` of it; None once all of that has been looked at."""
         o = self.guess[k]
         key = (k, o.x, o.z)
@@ -159,7 +160,7 @@ class HouseTeacher:
             nav = self.env.nav
             d2 = (nav.X - o.x) ** 2 + (nav.Z - o.z) ** 2
             stop = nav.goal_mask([o], self.env.success_distance)
-            if not stop.any():
+            if not stop.any() and o != self.env.layout.objects[k]:
                 stop = nav.free & (d2 <= (o.cat.radius + self.env.success_distance) ** 2)
             self._inst_masks[key] = stop[::STRIDE, ::STRIDE], (nav.free & (d2 <= SEARCH_M ** 2))[::STRIDE, ::STRIDE]
         stop, around = self._inst_masks[key]
