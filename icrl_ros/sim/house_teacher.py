@@ -152,8 +152,9 @@ class HouseTeacher:
     def _instance_mask(self, k: int) -> np.ndarray | None:
         """Where to go for instance k: where stopping would succeed round its believed position
         (for a remembered position whose sight lines are all blocked, e.g. one that fell inside
-        a wall: a disc of free cells round it). For a coarse memory, the places already looked around from are left out,
-        then the free floor within ``SEARCH_M`` of it; None once all of that has been looked at."""
+        a wall: a disc of free cells round it). For a coarse memory, the places already looked
+        around from are left out, then the free floor within ``SEARCH_M`` of it; None once all
+        of that has been looked at."""
         o = self.guess[k]
         key = (k, o.x, o.z)
         if key not in self._inst_masks:
@@ -230,11 +231,11 @@ class HouseTeacher:
         if env.target_visible_in_reach():
             return STOP
         key, target, _ = self._target()
-        nearest = None
+        nearest, looking = None, False  # looking: the goal is remembered from an earlier episode, coarse
         if key[0] == "goal":
             guess = self.guess
             nearest = min(key[2], key=lambda k: math.hypot(guess[k].x - env.x, guess[k].z - env.z))
-            looking = not self.fresh[nearest]  # remembered from an earlier episode, coarse
+            looking = not self.fresh[nearest]
             if looking and self.scan > 0:  # looking around for it: finish the turn
                 return self._look_for(nearest)
             # (not where it already looked around: it goes on to the next place it may be)
