@@ -91,6 +91,14 @@ class ModelArgs:
     """With ``object_memory``: heads 1 and 2 of layer 0 become fixed lookups of how much floor
     around the robot and 2 m ahead of it the camera already looked at, and where that floor
     lies (:mod:`icrl_ros.models.place_memory`); the block adds them in the robot frame."""
+    stop_gate: float = 0.0
+    """House models with ``object_memory``: when acting, the stop may not be chosen while the frozen
+    heads give P(goal in view) below this (0: no gate; :mod:`icrl_ros.models.stop_rule`)."""
+    stop_sure: float = 0.0
+    """Like ``stop_gate``: when acting, stop as soon as the heads give P(goal in view) at least this
+    with an expected goal distance within ``stop_sure_m`` (0: never forced)."""
+    stop_sure_m: float = 0.6
+    """``stop_sure``: the heads' expected distance to the goal, in metres, within which it stops."""
     memory_aux: bool = False
     """A training-only head that predicts, at every step, whether the goal category was seen
     earlier in the trial and where it is relative to the robot (``training/imitate.py
@@ -184,6 +192,13 @@ class ModelArgs:
         if self.place_memory and self.n_heads < 4:
             raise ValueError(f"model.place_memory: heads 0-2 of layer 0 become fixed; n_heads must be at least 4 "
                              f"(one learnt head left), got {self.n_heads}")
+        for name in ("stop_gate", "stop_sure"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"model.{name}: a probability in [0, 1] (0 = off), got {getattr(self, name)}")
+        check_positive("model.stop_sure_m", self.stop_sure_m)
+        if (self.stop_gate or self.stop_sure) and not self.object_memory:
+            raise ValueError("model.stop_gate / stop_sure: need model.object_memory (the rule reads the entries it "
+                             "writes into each token)")
         if self.memory_aux and self.kind != "relic":
             raise ValueError(f"model.memory_aux: only for kind relic, got {self.kind!r}")
         if not 0.0 <= self.depth_dropout < 1.0:

@@ -18,6 +18,8 @@ modules (:class:`~icrl_ros.runtime.torch_engine.LiveEngine`); the memory is one 
 
 * position: ReLIC and HCAM put RoPE on the episode index; Memo on the running position after
   its kept summaries (``pos_base + seg_count``);
+* the stop rule (house models with ``model.stop_gate`` / ``stop_sure``): the stop logit is
+  masked or forced from what the frozen heads say of the image (:mod:`icrl_ros.models.stop_rule`);
 * mask: with in-episode attention only (``iea: false``) a token sees its own episode's slots and
   the sink token (episode -1); with IEA, and always for Memo, every valid slot.
 """
@@ -27,6 +29,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icrl_ros.models.stop_rule import StopRule
+
 
 class ControlStep:
     """One token per env through ``engine`` against ``memory`` (batch = ``memory.batch``).
@@ -34,8 +38,8 @@ class ControlStep:
     ``iea``: the model attends across episodes (its ``args.iea``). The position and mask are
     static buffers on the engine's device, as ORT / TensorRT bind them by address."""
 
-    def __init__(self, engine, memory, iea: bool) -> None:
-        self.engine, self.memory = engine, memory
+    def __init__(self, engine, memory, iea: bool, stop_rule: StopRule | None = None) -> None:
+        self.engine, self.memory, self.stop_rule = engine, memory, stop_rule
         self.own_mask = not iea and memory.episode_masked
         self.position = torch.zeros(memory.batch, dtype=torch.long, device=memory.valid.device)
         self.mask = torch.zeros_like(memory.valid) if self.own_mask else None
@@ -45,7 +49,7 @@ class ControlStep:
         """The step of a live torch policy (training, evaluation, export checks)."""
         from icrl_ros.runtime.torch_engine import LiveEngine
 
-        return cls(LiveEngine(policy), memory, policy.args.iea)
+        return cls(LiveEngine(policy), memory, policy.args.iea, StopRule.from_args(policy.args))
 
     @torch.no_grad()
     def __call__(self, inputs: dict[str, Tensor], episode: Tensor | None = None,
@@ -66,7 +70,10 @@ class ControlStep:
         h, k, v, *more = eng.core(x, self.position, mask, past_k, past_v, *mem.core_inputs())
         if commit:
             mem.commit_step(eng, k, v, episode, *more)  # HCAM: + the token's memory-layer inputs; Memo summarises
-        return eng.heads(h)
+        logits, value = eng.heads(h)
+        if self.stop_rule is not None:  # house models: stop on what the camera shows (models/stop_rule.py)
+            logits = self.stop_rule(logits, x)
+        return logits, value
 
 
 __all__ = ["ControlStep"]

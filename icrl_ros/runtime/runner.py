@@ -23,6 +23,7 @@ from torch import Tensor
 from icrl_ros.families import family_of
 from icrl_ros.memory import Memory, create_memory, model_dims
 from icrl_ros.runtime.bundle import Bundle, BundleError, load_bundle
+from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.engine import Engine, check_backend, make_engine
 from icrl_ros.runtime.graphs import TORCH_DTYPES, TRACKED_INPUTS
@@ -75,7 +76,7 @@ class PolicyRunner(RunnerBase):
         self._inputs = {n: torch.zeros([self.batch, *io["shape"][1:]], dtype=TORCH_DTYPES[io["dtype"]], device=dev)
                         for n, io in self.spec.items()}
         self._episode = torch.zeros(self.batch, dtype=torch.long, device=dev)
-        self.control = ControlStep(engine, memory, bundle.args.iea)
+        self.control = ControlStep(engine, memory, bundle.args.iea, StopRule.from_args(bundle.args))
         self.reset_trial()
 
     # -- construction ----------------------------------------------------------------------

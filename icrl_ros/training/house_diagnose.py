@@ -23,6 +23,8 @@ of the current image: P(goal category in view) and its expected distance; split 
 stops this tells a stop rule that fires blind from a navigation that never brings the goal into
 view. ``--stop-gate P`` (a what-if, not the deployed policy): the stop action is masked whenever
 the heads give P(goal in view) below P, so the wrong stops it removes show what they turn into.
+``--stop-auto P`` (a what-if too): the stop is taken whenever the heads give P(goal in view) >= P and
+an expected goal distance within ``--stop-auto-m``, so timeouts that pass a reachable goal show.
 """
 
 from __future__ import annotations
@@ -138,8 +140,8 @@ class StopViews:
     expected goal distance for the current image; as an observer, records them at every stop of an
     unfinished episode with its outcome. ``gate`` > 0 masks the stop logit where P < ``gate``."""
 
-    def __init__(self, stepper, episodes: int, gate: float = 0.0) -> None:
-        self.stepper, self.episodes, self.gate = stepper, episodes, gate
+    def __init__(self, stepper, episodes: int, gate: float = 0.0, auto: float = 0.0, auto_m: float = 0.6) -> None:
+        self.stepper, self.episodes, self.gate, self.auto, self.auto_m = stepper, episodes, gate, auto, auto_m
         self.args, self.wipe_each_episode = stepper.args, stepper.wipe_each_episode
         enc = stepper.policy.encoder
         if getattr(enc, "heads", None) is None:
@@ -167,6 +169,11 @@ class StopViews:
         if self.gate > 0:
             logits = logits.clone()
             logits[self.p < self.gate, STOP] = -1e4
+        if self.auto > 0:
+            sure = (self.p >= self.auto) & (self.dist <= self.auto_m)
+            logits = logits.clone()
+            logits[sure] = -1e4
+            logits[sure, STOP] = 0.0
         return logits
 
     def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:
@@ -175,7 +182,7 @@ class StopViews:
                 self.rows.append((float(self.p[i]), float(self.dist[i]), bool(info[i]["success"]), int(done_eps[i])))
 
     def summary(self) -> dict:
-        out = {"gate": self.gate}
+        out = {"gate": self.gate, "auto": self.auto, "auto_m": self.auto_m}
         if not self.rows:
             return out
         p, d, ok, _ = map(np.array, zip(*self.rows))
@@ -204,6 +211,8 @@ def print_summary(label: str, d: dict) -> None:
     v = d.get("stop_views")
     if v:
         gate = f" (stop masked while P < {v['gate']})" if v["gate"] else ""
+        if v.get("auto"):
+            gate += f" (stop taken when P >= {v['auto']} within {v['auto_m']} m)"
         print(f"  the frozen heads at each stop{gate}:")
         for name in ("right_stops", "wrong_stops"):
             r = v.get(name)
@@ -229,6 +238,10 @@ def main(argv=None) -> int:
                    help="a checkpoint: record the frozen heads' P(goal in view) and distance at every stop")
     p.add_argument("--stop-gate", type=float, default=0.0, metavar="P",
                    help="what-if (implies --stop-views): mask the stop action while P(goal in view) < P")
+    p.add_argument("--stop-auto", type=float, default=0.0, metavar="P",
+                   help="what-if (implies --stop-views): stop whenever P(goal in view) >= P within --stop-auto-m")
+    p.add_argument("--stop-auto-m", type=float, default=0.6, metavar="M",
+                   help="--stop-auto: the heads' expected goal distance must be at most M metres (default 0.6)")
     p.add_argument("--out", help="directory for diagnosis.json (teacher_forced.json)")
     args = p.parse_args(argv)
     if args.trials <= 0 or args.episodes <= 0:
@@ -243,11 +256,11 @@ def main(argv=None) -> int:
         fail(f"{args.policy}: {e}")
     tally = Tally(args.trials, args.episodes)
     observer, views = tally, None
-    if args.stop_views or args.stop_gate:
+    if args.stop_views or args.stop_gate or args.stop_auto:
         if not hasattr(stepper, "policy"):
             fail("--stop-views / --stop-gate read the frozen heads of a checkpoint (.pt), not a bundle")
         try:
-            views = stepper = StopViews(stepper, args.episodes, args.stop_gate)
+            views = stepper = StopViews(stepper, args.episodes, args.stop_gate, args.stop_auto, args.stop_auto_m)
         except ValueError as e:
             fail(f"{args.policy}: {e}")
 

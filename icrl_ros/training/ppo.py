@@ -147,6 +147,9 @@ class PPOTrainer:
         cache = make_memory(policy, B, T, dtype=torch.float16 if cfg.fp16_storage else torch.float32, device=dev,
                             schedule=self.schedule)
         step = ControlStep.live(policy, cache)
+        if step.stop_rule is not None:  # its masked / forced logits would not be the ones the update scores
+            raise ValueError("model.stop_gate / stop_sure: PPO does not train a policy with a stop rule; set both to 0 "
+                             "for PPO and back on the trained checkpoint (training/stop_rule.py)")
         ep_return = np.zeros(B)
         chunks = self._chunks()
         for c, (t0, t1) in enumerate(chunks):
