@@ -56,6 +56,7 @@ from icrl_ros.models import ICLPolicy, ModelArgs, load_checkpoint, make_memory
 from icrl_ros.families.radt.model import RADTPolicy
 from icrl_ros.runtime import bundle as B
 from icrl_ros.runtime import manifest as M
+from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.graphs import PRECISIONS, TRACKED_INPUTS, build_graphs, dtype_name, export_onnx, graph_specs
 from icrl_ros.training._cli import fail
@@ -192,8 +193,12 @@ def record_rollout(policy: ICLPolicy, steps: int, episode_len: int, seed: int = 
 
 @torch.no_grad()
 def reference_outputs(policy: ICLPolicy, inp: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
-    """Torch full-sequence forward (fp32): logits (1, T, A), values (1, T)."""
+    """Torch full-sequence forward (fp32): logits (1, T, A), values (1, T); the logits acted on, so
+    with the model's stop rule (:mod:`icrl_ros.models.stop_rule`) applied as the runner applies it."""
     logits, values = policy.forward_sequence(inp)[:2]
+    rule = StopRule.from_args(policy.args)
+    if rule is not None:
+        logits = rule(logits.flatten(0, 1), policy.encode(inp).flatten(0, 1)).view_as(logits)
     return logits.double().numpy(), values.double().numpy()
 
 

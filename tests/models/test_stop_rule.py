@@ -144,3 +144,23 @@ def test_cli_writes_a_copy_and_refuses_a_model_without_object_memory(tmp_path, c
     assert e.value.code != 0 and "object_memory" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([str(SHIPPED), "--out", str(tmp_path / "y.pt")])  # nothing to set
+
+
+def test_exported_bundle_verifies_with_the_rule_on(tmp_path):
+    """Export's reference (full-sequence forward) applies the rule as the runner does, so a gated
+    bundle verifies on both backends; the replay reaches masked stops."""
+    from icrl_ros.models.config import ModelArgs
+    from icrl_ros.models.stepping import build_policy
+    from icrl_ros.training.export import export_bundle, verify_bundle
+
+    torch.manual_seed(0)
+    args = ModelArgs(kind="relic", n_obs=1, n_actions=4, max_episode_steps=20, n_goals=3, use_reward=False,
+                     obs_type="image", visual_encoder="features", feature_dim=32, goal_readout=True,
+                     object_memory=True, d_model=32, n_layers=2, n_heads=4, d_mlp=64, sink="kv0",
+                     stop_gate=0.5, stop_sure=0.9)
+    policy = build_policy(args).eval()
+    env = {"goal_names": ["a", "b", "c"], "action_names": ["stop", "forward", "turn_left", "turn_right"]}
+    out = export_bundle(policy, tmp_path / "b", env=env)
+    res = verify_bundle(out, steps=60, episode_len=20)
+    for backend, r in res.items():
+        assert r["ok"], (backend, r)
