@@ -146,19 +146,39 @@ def test_cli_writes_a_copy_and_refuses_a_model_without_object_memory(tmp_path, c
         main([str(SHIPPED), "--out", str(tmp_path / "y.pt")])  # nothing to set
 
 
-def test_exported_bundle_verifies_with_the_rule_on(tmp_path):
-    """Export's reference (full-sequence forward) applies the rule as the runner does, so a gated
-    bundle verifies on both backends; the replay reaches masked stops."""
+def _small_gated_policy():
     from icrl_ros.models.config import ModelArgs
     from icrl_ros.models.stepping import build_policy
-    from icrl_ros.training.export import export_bundle, verify_bundle
 
     torch.manual_seed(0)
     args = ModelArgs(kind="relic", n_obs=1, n_actions=4, max_episode_steps=20, n_goals=3, use_reward=False,
                      obs_type="image", visual_encoder="features", feature_dim=32, goal_readout=True,
                      object_memory=True, d_model=32, n_layers=2, n_heads=4, d_mlp=64, sink="kv0",
                      stop_gate=0.5, stop_sure=0.9)
-    policy = build_policy(args).eval()
+    return build_policy(args).eval()
+
+
+def test_export_reference_is_what_the_step_acts_on():
+    """Export checks a bundle against the full-sequence forward: with a rule, the ruled logits,
+    equal to what the cached step acts on (a random model masks most stops)."""
+    from icrl_ros.training.export import record_rollout, reference_outputs
+
+    policy = _small_gated_policy()
+    inp = record_rollout(policy, 40, 20, seed=0)
+    ref, _ = reference_outputs(policy, inp)
+    step = ControlStep.live(policy, make_memory(policy, 1, 40))
+    with torch.no_grad():
+        got = torch.stack([step({k: v[:, i] for k, v in inp.items()})[0][0] for i in range(40)])
+    assert np.allclose(ref[0], got.numpy(), atol=1e-4)
+    assert (ref[0, :, STOP_ACTION] == MASKED).mean() > 0.5
+
+
+@pytest.mark.slow  # ONNX export of three graphs, ~15 s alone; `make test-all` runs it
+def test_exported_bundle_verifies_with_the_rule_on(tmp_path):
+    """The same through ONNX Runtime and the torch engine: a gated bundle verifies."""
+    from icrl_ros.training.export import export_bundle, verify_bundle
+
+    policy = _small_gated_policy()
     env = {"goal_names": ["a", "b", "c"], "action_names": ["stop", "forward", "turn_left", "turn_right"]}
     out = export_bundle(policy, tmp_path / "b", env=env)
     res = verify_bundle(out, steps=60, episode_len=20)
