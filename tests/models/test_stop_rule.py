@@ -17,6 +17,8 @@ from icrl_ros.models.stop_rule import MASKED, STOP_ACTION, StopRule
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.models.stepping import make_memory
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "checkpoints" / "house_relic.pt"
 BUNDLE = REPO / "bundles" / "house_relic"
