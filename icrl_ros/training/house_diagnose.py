@@ -7,7 +7,8 @@
 ``--teacher-forced`` (ReLIC): the teacher drives and the policy reads its trial twice, with memory
 and with memory wiped at every episode start; per episode, how well it predicts the teacher's
 actions (mean log-likelihood per step, argmax agreement), and the paired gain of memory over
-episodes 2 on (95% CIs over trials). Writes ``teacher_forced.json``.
+episodes 2 on (95% CIs over trials). A stop rule (``model.stop_gate`` / ``stop_sure``) is left off
+here: it is not learnt, and a masked stop the teacher makes would score -1e4. Writes ``teacher_forced.json``.
 
 The policy drives; the memory teacher (:mod:`icrl_ros.sim.house_teacher`, which sees only what the
 robot saw) watches every state and says what it would do and whether it knows where an instance of
@@ -294,7 +295,7 @@ def teacher_forced(args) -> int:
     got, desc = {}, None
     for wipe in (False, True):
         try:
-            stepper, options, d = stepper_for(args.policy, args.backend, wipe=wipe)
+            stepper, options, d = stepper_for(args.policy, args.backend, wipe=wipe, stop_rule=False)
         except (FileNotFoundError, ValueError, KeyError) as e:
             fail(f"{args.policy}: {e}")
         desc = desc or d

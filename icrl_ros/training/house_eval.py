@@ -176,8 +176,12 @@ def check_wipe_batch(stepper, batch: int) -> None:
                          f"which a batched memory cannot do per trial: use batch 1 (--batch 1), got {batch}")
 
 
-def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = None, wipe: bool = False):
+def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = None, wipe: bool = False,
+                stop_rule: bool = True):
     """(stepper, env options, description) for a checkpoint file or a bundle directory.
+
+    ``stop_rule`` False: the policy's learnt logits without its stop rule (``model.stop_gate`` /
+    ``stop_sure``), for scoring how well it predicts a teacher rather than for acting.
 
     ``wipe``: the no-memory ablation, the same weights without what they saw in earlier episodes of
     the trial. ReLIC attends only to the current episode (inter-episode attention off: as if memory
@@ -203,4 +207,7 @@ def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = No
         else:
             raise ValueError(f"the memory-wiped ablation: not for {args.kind} (its memory is a retrieval index)")
         desc["memory_wiped_each_episode"] = True
+    if not stop_rule and (getattr(args, "stop_gate", 0) or getattr(args, "stop_sure", 0)):
+        args.stop_gate = args.stop_sure = 0.0  # read when the stepper builds its control step
+        desc["stop_rule_off"] = True
     return st, opts, desc

@@ -146,6 +146,13 @@ def test_cli_writes_a_copy_and_refuses_a_model_without_object_memory(tmp_path, c
     assert e.value.code != 0 and "object_memory" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([str(SHIPPED), "--out", str(tmp_path / "y.pt")])  # nothing to set
+    # teacher forcing scores the learnt logits: stepper_for(stop_rule=False) steps without the rule
+    from icrl_ros.training.house_eval import stepper_for
+
+    for rule in (True, False):
+        st, _, desc = stepper_for(str(out), stop_rule=rule)
+        st.reset(1, 4)
+        assert (st.control.stop_rule is not None) == rule and desc.get("stop_rule_off", False) == (not rule)
 
 
 def _small_gated_policy():

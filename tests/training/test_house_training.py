@@ -253,7 +253,7 @@ def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, mi
 
     got = {}
     for wipe in (False, True):
-        st, opts, _ = stepper_for(f"bundles/{name}", wipe=wipe)
+        st, opts, _ = stepper_for(f"bundles/{name}", wipe=wipe, stop_rule=False)  # score the learnt logits
         tally = TeacherLikelihood(trials, 4)
         r = run_house_trials(st, trials, 4, seed=21, batch=batch, env_options=opts, teacher="memory",
                              observer=tally, drive="teacher")
