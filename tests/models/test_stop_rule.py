@@ -86,7 +86,7 @@ def test_gate_masks_only_unseen_stops_and_sure_forces_seen_ones():
 
 
 def test_rule_off_by_default_and_validated(shipped):
-    assert StopRule.from_args(shipped.args) is None
+    assert StopRule.from_args(replace(shipped.args, stop_gate=0.0, stop_sure=0.0)) is None
     assert StopRule.from_args(replace(shipped.args, stop_gate=0.5)).gate == 0.5
     with pytest.raises(ValueError, match="stop_gate"):
         model_args_from_dict({**shipped.args.__dict__, "stop_gate": 1.5})
@@ -97,6 +97,7 @@ def test_rule_off_by_default_and_validated(shipped):
 
 def test_live_control_step_applies_the_models_rule(shipped):
     """A gate of 1 (no sigmoid reaches it) masks every stop in training-side stepping."""
+    old = shipped.args.stop_gate
     shipped.args = replace(shipped.args, stop_gate=1.0)
     try:
         step = ControlStep.live(shipped, make_memory(shipped, 3, 8))
@@ -106,7 +107,7 @@ def test_live_control_step_applies_the_models_rule(shipped):
         logits, _ = step(inp)
         assert torch.all(logits[:, STOP_ACTION] == MASKED)
     finally:
-        shipped.args = replace(shipped.args, stop_gate=0.0)
+        shipped.args = replace(shipped.args, stop_gate=old)
 
 
 def test_deployed_runner_reads_the_rule_from_the_manifest(tmp_path):
