@@ -59,7 +59,11 @@ class StopRule:
 
     def __call__(self, logits: Tensor, x: Tensor) -> Tensor:
         """Logits (B, A) of the tokens ``x`` (B, D) -> the logits acted on (a new tensor)."""
-        p, dist = self.goal_view(x)
+        return self.apply(logits, *self.goal_view(x))
+
+    def apply(self, logits: Tensor, p: Tensor, dist: Tensor) -> Tensor:
+        """The rule on logits (B, A) given P(goal in view) (B,) and the expected distance (B,) from
+        wherever they come (``house_diagnose``'s what-if reads the heads directly); a new tensor."""
         out = logits.float().clone()
         if self.gate > 0:
             out[:, STOP_ACTION] = torch.where(p < self.gate, torch.full_like(p, MASKED), out[:, STOP_ACTION])

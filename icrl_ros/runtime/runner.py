@@ -22,8 +22,8 @@ from torch import Tensor
 
 from icrl_ros.families import family_of
 from icrl_ros.memory import Memory, create_memory, model_dims
-from icrl_ros.runtime.bundle import Bundle, BundleError, load_bundle
 from icrl_ros.models.stop_rule import StopRule
+from icrl_ros.runtime.bundle import Bundle, BundleError, load_bundle
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.engine import Engine, check_backend, make_engine
 from icrl_ros.runtime.graphs import TORCH_DTYPES, TRACKED_INPUTS

@@ -54,9 +54,9 @@ from icrl_ros.memory.base import DEFAULT_STEPS
 from icrl_ros.families import family_of
 from icrl_ros.models import ICLPolicy, ModelArgs, load_checkpoint, make_memory
 from icrl_ros.families.radt.model import RADTPolicy
+from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.runtime import bundle as B
 from icrl_ros.runtime import manifest as M
-from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.graphs import PRECISIONS, TRACKED_INPUTS, build_graphs, dtype_name, export_onnx, graph_specs
 from icrl_ros.training._cli import fail

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.sim.house import STOP
 from icrl_ros.training._cli import fail
 from icrl_ros.training.house_eval import run_house_trials, stepper_for
@@ -167,14 +168,9 @@ class StopViews:
         p, _, dist = self.enc.heads.object_estimates(f, inp["odom"].float())
         self.p = p.gather(-1, goal[:, None])[:, 0]
         self.dist = dist.gather(-1, goal[:, None])[:, 0]
-        if self.gate > 0:
-            logits = logits.clone()
-            logits[self.p < self.gate, STOP] = -1e4
-        if self.auto > 0:
-            sure = (self.p >= self.auto) & (self.dist <= self.auto_m)
-            logits = logits.clone()
-            logits[sure] = -1e4
-            logits[sure, STOP] = 0.0
+        if self.gate > 0 or self.auto > 0:  # the product's rule on the heads' exact P (models/stop_rule.py)
+            rule = StopRule(self.gate, self.auto, self.auto_m, n_goals=0)  # apply() reads no token: no categories
+            logits = rule.apply(logits, self.p, self.dist)
         return logits
 
     def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:

@@ -112,6 +112,9 @@ def test_stop_views_read_the_heads_at_each_stop_and_the_gate_masks_blind_stops()
     assert d["right_stops"]["n"] == 1 and abs(d["right_stops"]["p_goal_quartiles"][1] - 0.9) < 1e-6
     gated = StopViews(Stepper(), episodes=1, gate=0.5).logits(inp)
     assert gated[0, STOP] < -1e3 and gated[1, STOP] == 0  # the goal of env 0 is not in view: no stop
+    forced = StopViews(Stepper(), episodes=1, gate=0.5, auto=0.85, auto_m=1.0).logits(inp)
+    assert forced[1].argmax() == STOP and (forced[1, 1:] < -1e3).all()  # env 1 sees its goal 1 m off: stop
+    assert forced[0, STOP] < -1e3 and (forced[0, 1:] == 0).all()
 
 
 def test_label_noise_the_teacher_is_deterministic_and_pose_noise_flips_labels(tmp_path):
