@@ -34,8 +34,10 @@ def main(argv=None) -> int:
         save_checkpoint(args.dst, policy, blob.get("config", {}), share_encoder=args.share_encoder, **keep)
     except ValueError as e:
         fail(str(e))
-    print(f"wrote {args.dst} ({sum(p.numel() for p in policy.parameters()):,} parameters, "
-          f"{keep.get('env_steps', 0):,} env steps)")
+    record = f"{keep.get('env_steps', 0):,} env steps"
+    if keep.get("offline_updates"):  # an offline fine-tune steps no env: say what it trained on
+        record = f"{keep['offline_updates']:,} offline updates on {keep.get('offline_data', '?')}"
+    print(f"wrote {args.dst} ({sum(p.numel() for p in policy.parameters()):,} parameters, {record})")
     return 0
 
 
