@@ -151,12 +151,20 @@ def odom_features(odom: Tensor, n_fourier: int) -> Tensor:
     return torch.cat(parts, -1)
 
 
-def load_frozen(module: nn.Module, path: str, prefix: str = "") -> None:
-    """Load a local state dict (its ``prefix``ed entries) into ``module`` and freeze it."""
+def read_encoder_file(path: str) -> dict:
+    """The state dict of an encoder file (``training/house_encoder.py``: the encoder and its ``heads.*``)."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"model.pretrained_encoder: {p} does not exist")
-    state = torch.load(p, map_location="cpu", weights_only=True)
+    return torch.load(p, map_location="cpu", weights_only=True)
+
+
+def load_frozen(module: nn.Module, path: str, prefix: str = "", state: dict | None = None) -> None:
+    """Load a local state dict (its ``prefix``ed entries) into ``module`` and freeze it; ``state``: the
+    file's contents already read (several modules from one file read it once), ``path`` then names it."""
+    p = Path(path)
+    if state is None:
+        state = read_encoder_file(path)
     if prefix:
         state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     missing, unexpected = module.load_state_dict(state, strict=False)
@@ -244,9 +252,11 @@ class StepEncoder(nn.Module):
         """Load and freeze ``model.pretrained_encoder`` (training start only: checkpoints
         carry the weights, so deployment never needs the file)."""
         if self.args.obs_type == "image" and self.args.pretrained_encoder:
-            load_frozen(self.image, self.args.pretrained_encoder)
+            path = self.args.pretrained_encoder
+            state = read_encoder_file(path)  # one read for both modules
+            load_frozen(self.image, path, state=state)
             if self.readout:
-                load_frozen(self.heads, self.args.pretrained_encoder, prefix="heads.")
+                load_frozen(self.heads, path, prefix="heads.", state=state)
 
     @property
     def readout(self) -> bool:

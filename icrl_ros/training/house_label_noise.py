@@ -59,18 +59,18 @@ class Sightings:
     def __init__(self, encoder_path: str) -> None:
         import torch
 
-        from icrl_ros.models.encoders import FeatureEncoder, FeatureHeads, load_frozen
+        from icrl_ros.models.encoders import FeatureEncoder, FeatureHeads, load_frozen, read_encoder_file
         from icrl_ros.sim.house_layout import CATEGORIES
 
         self.torch = torch
-        state = torch.load(encoder_path, map_location="cpu", weights_only=True)
+        state = read_encoder_file(encoder_path)
         if "heads.present.weight" not in state:
             raise ValueError(f"--encoder {encoder_path}: no heads.present.weight; not an encoder file of "
                              "training/house_encoder.py")
         d_feat = int(state["heads.present.weight"].shape[1])  # the file's feature size
         self.enc, self.heads = FeatureEncoder(d_feat, 64), FeatureHeads(d_feat, len(CATEGORIES))
-        load_frozen(self.enc, encoder_path)
-        load_frozen(self.heads, encoder_path, prefix="heads.")
+        load_frozen(self.enc, encoder_path, state=state)
+        load_frozen(self.heads, encoder_path, prefix="heads.", state=state)
         self.rows: list[tuple[float, float]] = []
         self.first: list[float] = []
 
