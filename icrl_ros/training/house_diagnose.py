@@ -144,6 +144,9 @@ class StopViews:
 
     def __init__(self, stepper, episodes: int, gate: float = 0.0, auto: float = 0.0, auto_m: float = 0.6) -> None:
         self.stepper, self.episodes, self.gate, self.auto, self.auto_m = stepper, episodes, gate, auto, auto_m
+        # the product's rule (models/stop_rule.py), applied to the heads' exact P; apply() reads no token, so
+        # it needs no categories
+        self.rule = StopRule(gate, auto, auto_m, n_goals=0) if gate > 0 or auto > 0 else None
         self.args, self.wipe_each_episode = stepper.args, stepper.wipe_each_episode
         enc = stepper.policy.encoder
         if getattr(enc, "heads", None) is None:
@@ -168,9 +171,8 @@ class StopViews:
         p, _, dist = self.enc.heads.object_estimates(f, inp["odom"].float())
         self.p = p.gather(-1, goal[:, None])[:, 0]
         self.dist = dist.gather(-1, goal[:, None])[:, 0]
-        if self.gate > 0 or self.auto > 0:  # the product's rule on the heads' exact P (models/stop_rule.py)
-            rule = StopRule(self.gate, self.auto, self.auto_m, n_goals=0)  # apply() reads no token: no categories
-            logits = rule.apply(logits, self.p, self.dist)
+        if self.rule is not None:
+            logits = self.rule.apply(logits, self.p, self.dist)
         return logits
 
     def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:

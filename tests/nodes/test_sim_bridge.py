@@ -263,6 +263,7 @@ def test_bridge_publishes_the_house_frame_pose_beside_episode_odometry(ros_conte
         assert spin_until(ex, lambda: poses and probe.got["odom"], 10)
         assert poses[-1].header.frame_id == "map"
         assert last_pose() == pytest.approx((0.0, 0.0, 0.0), abs=1e-5)  # the trial's first start is the origin
+
         def stamps():
             return stamp_to_seconds(poses[-1].header.stamp), stamp_to_seconds(probe.got["odom"][-1].header.stamp)
 
