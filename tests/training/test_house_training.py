@@ -233,7 +233,7 @@ def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
     assert all(n <= i - ends[0] for i, (_, _, n) in enumerate(held) if i > ends[0])  # episode 2 starts afresh
 
 
-@pytest.mark.parametrize("name,trials,batch,min_gain", [("house_memo", 4, 1, 0.04), ("house_relic", 2, 2, 0.05)])
+@pytest.mark.parametrize("name,trials,batch,min_gain", [("house_memo", 4, 1, 0.02), ("house_relic", 2, 2, 0.05)])
 def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, min_gain):
     """A shipped bundle (ONNX Runtime, as the node runs it) reads the in-context teacher's trial
     (teacher forcing: the same states for both runs) with its memory and with memory wiped at
@@ -243,9 +243,10 @@ def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, mi
 
     * house_relic: +0.166 +- 0.039, per-trial sd ~0.09; threshold +0.05 on the mean of 2 trials
       (~1.8 sd of such a mean below it); its agreement with the teacher rises too;
-    * house_memo (the default): +0.092 +- 0.025, per-trial sd ~0.054; threshold +0.04 on the mean
-      of 4 trials (~1.9 sd below). Its agreement gain (+0.034 +- 0.014, smallest trial -0.036) is
-      too small to assert on 4 trials. Memo's ablation clears its memory, so batch 1.
+    * house_memo (the default, shipped 2026-11-26 late): +0.064 +- 0.025, per-trial sd ~0.057;
+      threshold +0.02 on the mean of 4 trials (~1.5 sd of such a mean below it; these 4 trials give
+      +0.080). Its agreement gain (+0.026 +- 0.015, smallest trial -0.048) is too small to assert on
+      4 trials. Memo's ablation clears its memory, so batch 1.
 
     A policy that ignores its memory gains ~0."""
     from icrl_ros.training.house_diagnose import TeacherLikelihood
