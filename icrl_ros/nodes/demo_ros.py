@@ -23,7 +23,7 @@ here drives it through ``icrl_ros/RemoteEnv-v0``, the agent is unchanged.
 
 The default bundle (``bundles/house_memo``) is a real Memo policy exported from a real
 checkpoint: a student of the in-context house teacher (offline cloning of its trials on this
-CPU, with the object memory). It finds the goal in a minority of episodes, more often in later
+CPU, with the object and place memories and a stop rule). It finds the goal in a minority of episodes, more often in later
 ones (BENCHMARKS.md, issue 12): one trial is one house, so a single run shows the ROS side end
 to end more than it shows the curve. ``--bundle bundles/house_relic`` runs the ReLIC student.
 """
@@ -51,14 +51,14 @@ NAMESPACE = "/icrl_demo"
 LOCAL_ONLY_UNSET = ("ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY", "ROS_DISCOVERY_SERVER", "ROS_SUPER_CLIENT",
                     "FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE", "CYCLONEDDS_URI")
 SHIPPED_NOTES = {
-    "house_memo": ("is an imitated Memo student (offline cloning of the house teacher, object memory) that finds the "
-                   "goal in a minority of episodes, more often in later ones (held-out success 0.30 in episode 1, "
-                   "0.33 over episodes 10-20, 0.25 with its memory cleared; BENCHMARKS.md)",
+    "house_memo": ("is an imitated Memo student (offline cloning of the house teacher, object and place memory, a "
+                   "stop rule) that finds the goal in a minority of episodes, more often in later ones (held-out "
+                   "success 0.17 in episode 1, 0.35 over episodes 10-20; BENCHMARKS.md)",
                    "imitated Memo student of the house teacher: finds the goal in a minority of episodes"),
-    "house_relic": ("is an imitated ReLIC student (cloning + DAgger) that finds the goal in a minority of episodes "
-                    "(held-out success 0.12 in episode 1, 0.24 over episodes 10-15; BENCHMARKS.md)",
-                    "imitated ReLIC student (cloning + DAgger of the house teacher): finds the goal in a minority of "
-                    "episodes"),
+    "house_relic": ("is an imitated ReLIC student (cloning, DAgger, place memory, a stop rule) that finds the goal in "
+                    "a minority of episodes (held-out success 0.22 in episode 1, 0.35 over episodes 10-20; "
+                    "BENCHMARKS.md)",
+                    "imitated ReLIC student of the house teacher: finds the goal in a minority of episodes"),
 }
 """What the demo says about a shipped bundle: (a line before the run, a line under the plots' title)."""
 

@@ -15,10 +15,11 @@ from pathlib import Path
 
 PACKAGE = "icrl_ros"
 DEFAULT_BUNDLE = "house_memo"
-"""The shipped default: a Memo policy for the MiniWorld house with the object memory, imitating
-the in-context house teacher (offline cloning of 164k teacher steps, from the ReLIC student). On
-the same held-out trials it finds the goal more often than ``house_relic`` (BENCHMARKS.md, issue
-12), and more often in later episodes, but still in a minority of them."""
+"""The shipped default: a Memo policy for the MiniWorld house with the object and place memories and
+a stop rule, imitating the in-context house teacher (offline cloning, from the ReLIC student, then a
+fine-tune on a teacher with a coarse memory). On the same held-out trials it finds the goal as often
+as ``house_relic`` over episodes 10-20 (BENCHMARKS.md, issue 12), more often in later episodes than
+in the first, but still in a minority of them."""
 
 
 def checkout_root() -> Path | None:
