@@ -57,6 +57,24 @@ def test_forward_shapes_and_causal_mask():
     assert torch.isfinite(policy(as_tensors(win), as_tensors(ret))).all()
 
 
+def test_no_rtg_model_reads_rewards_but_not_the_return_to_go():
+    from icrl_ros.families.radt.graphs import graph_specs
+
+    policy = RADTPolicy(RADTArgs(**ARGS, use_rtg=False)).eval()
+    assert policy.embed.rtg is None and policy.embed_retrieved.rtg is None
+    win, ret = random_inputs(2, 6, 1)
+    logits = policy(as_tensors(win), as_tensors(ret))
+    moved = {**win, "rtg": win["rtg"] + 40.0}
+    assert torch.equal(policy(as_tensors(moved), as_tensors({**ret, "rtg": ret["rtg"] * 0})), logits)
+    rewarded = {**ret, "reward": 1.0 - ret["reward"]}
+    assert not torch.allclose(policy(as_tensors(win), as_tensors(rewarded)), logits, atol=1e-4)
+    names = [io["name"] for io in graph_specs(policy)["policy"]["inputs"]]
+    assert "prev_reward" in names and "retrieved_reward" in names
+    assert not any(n.endswith("rtg") for n in names)
+    full = [io["name"] for io in graph_specs(RADTPolicy(RADTArgs(**ARGS)))["policy"]["inputs"]]
+    assert "rtg" in full and "retrieved_rtg" in full
+
+
 def test_episode_windows_are_left_padded_and_shift_action_and_reward():
     obs = np.arange(10)[None] + 10
     action = np.arange(10)[None] % 5

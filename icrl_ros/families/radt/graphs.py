@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from icrl_ros.families.radt.model import REWARD_KEYS, RETRIEVED_KEYS, WINDOW_KEYS, RADTArgs, RADTPolicy
+from icrl_ros.families.radt.model import RETRIEVED_KEYS, WINDOW_KEYS, RADTArgs, RADTPolicy
 from icrl_ros.families.radt.model import input_spec as radt_input_spec
 from icrl_ros.runtime.graphs import dtype_name, io_spec
 
@@ -23,7 +23,7 @@ def graph_specs(policy: RADTPolicy | RADTArgs, precision: str = "fp32") -> dict[
 
     Image models: ``obs`` inputs are step features (..., F) float32, and an ``encoder``
     graph (rgb, odom, goal, each (batch, ...)) -> x (batch, F) makes them; ``use_reward:
-    false`` drops the reward and return-to-go inputs."""
+    false`` drops the reward and return-to-go inputs, ``use_rtg: false`` the return-to-go."""
     a = getattr(policy, "args", policy)
     C, k, F = a.context, a.top_k, a.obs_features
 
@@ -32,7 +32,7 @@ def graph_specs(policy: RADTPolicy | RADTArgs, precision: str = "fp32") -> dict[
             return io_spec(name, "float32", lead + [F])
         return io_spec(name, RADT_DTYPES[name], lead)
 
-    keep = lambda names: [n for n in names if a.use_reward or n not in REWARD_KEYS]  # noqa: E731
+    keep = lambda names: [n for n in names if a.reads(n)]  # noqa: E731
     window = [io(n, ["batch", C]) for n in keep(WINDOW_KEYS)]
     retrieved = [io(n, ["batch", k, 2 * C]) for n in keep(RETRIEVED_KEYS)]
     for r in retrieved:

@@ -40,6 +40,7 @@ saved like the grid one: "where was I and what did it look like", with no pretra
 ``use_reward: false`` (robots get no reward) drops the reward and return-to-go embeddings;
 the re-ranking's utility then comes from the episode returns a runner is told
 (:meth:`~icrl_ros.families.radt.runner.RADTRunner.end_episode`), else relevance alone ranks.
+``use_rtg: false`` keeps the rewards and drops only the return-to-go (no target return).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ validity (False = left padding)."""
 RETRIEVED_KEYS = ("obs", "action", "reward", "rtg", "episode_step", "valid")
 """Retrieved inputs, each (B, k, 2C) (image ``obs``: (B, k, 2C, F))."""
 REWARD_KEYS = ("prev_reward", "reward", "rtg")
-"""Inputs a ``use_reward: false`` model does not read."""
+"""Inputs a ``use_reward: false`` model does not read (``use_rtg: false``: ``rtg`` only; :meth:`RADTArgs.reads`)."""
 OBS_TYPES = ("grid", "image")
 
 
@@ -87,6 +88,9 @@ class RADTArgs:
     """Image models: goal categories (an embedding added to every step's features)."""
     use_reward: bool = True
     """Embed rewards and returns-to-go (False: the robot gets no reward; RTG conditioning off)."""
+    use_rtg: bool = True
+    """With ``use_reward``: embed the return-to-go too (False: rewards only, no target return to
+    condition on, for data whose returns say where the goal was rather than how good the play was)."""
     key_pool: int = 4
     """Image models: the retrieval key reads the image average-pooled to key_pool x key_pool."""
     key_odom_scale: float = 5.0
@@ -137,6 +141,12 @@ class RADTArgs:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    def reads(self, name: str) -> bool:
+        """Whether the policy reads this window / retrieved input (``rtg``, ``prev_reward``, ...)."""
+        if name == "rtg":
+            return self.use_reward and self.use_rtg
+        return self.use_reward or name not in REWARD_KEYS
 
     @property
     def key_inputs(self) -> int:
@@ -257,7 +267,7 @@ class TokenEmbedding(nn.Module):
         self.coords = nn.Linear(2, a.d_model) if a.grid_size and not self.image else None
         self.action = nn.Embedding(action_slots, a.d_model)
         self.reward = nn.Linear(1, a.d_model) if a.use_reward else None
-        self.rtg = nn.Linear(1, a.d_model) if a.use_reward else None
+        self.rtg = nn.Linear(1, a.d_model) if a.reads("rtg") else None
         self.step = nn.Embedding(a.max_episode_steps, a.d_model)
 
     def forward(self, obs: Tensor, action: Tensor, reward: Tensor | None, rtg: Tensor | None, step: Tensor) -> Tensor:
@@ -269,6 +279,7 @@ class TokenEmbedding(nn.Module):
         x = x + self.action(action)
         if self.reward is not None:
             x = x + self.reward(reward.unsqueeze(-1).float())
+        if self.rtg is not None:
             x = x + self.rtg(rtg.unsqueeze(-1).float() / a.return_scale)
         return x + self.step(step.clamp(0, a.max_episode_steps - 1))
 
