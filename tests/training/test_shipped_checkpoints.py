@@ -56,11 +56,11 @@ HCAM = ROOT / "checkpoints" / "darkroom_hcam.pt"
 
 @pytest.mark.skipif(not HCAM.is_file(), reason="checkpoints/darkroom_hcam.pt not shipped")
 def test_darkroom_hcam_learns_in_context_on_held_out_goals():
-    """HCAM (hidden 128, trained by imitation of RoomExplorer), every chunk of the trial kept,
-    sampled at temperature 0.6 (chosen on training goals, BENCHMARKS.md)."""
+    """HCAM (hidden 128; imitation of RoomExplorer, then 0.98M steps of PPO), every chunk of the
+    trial kept, sampled at temperature 0.6 (chosen on training goals, BENCHMARKS.md)."""
     first, tenth, norm = held_out_curve(HCAM, "icrl_ros/Darkroom-v0", 20, 1000, temperature=0.6)  # each goal once
-    # These 20 trials measured 47.7 -> 70.3 by episode 10, 0.787 of the oracle (sampling seeds 1 and
-    # 2: 47.6 -> 71.7 and 52.4 -> 78.9; 0.766, 0.809; 100 held-out trials: 0.757, BENCHMARKS). Without
-    # its memory a policy stays near episode 1's return (the no-IEA ReLIC: 0.31 of the oracle).
-    assert tenth >= first + 12, (first, tenth)
-    assert norm >= 0.65, norm
+    # These 20 trials measured 38.1 -> 90.9 by episode 10, 0.925 of the oracle (100 held-out trials
+    # of 4,000 steps: 0.974, BENCHMARKS). Without its memory a policy stays near episode 1's return
+    # (the no-IEA ReLIC: 0.31 of the oracle); the imitation-only HCAM it replaces gave 0.787 here.
+    assert tenth >= first + 30, (first, tenth)
+    assert norm >= 0.85, norm
