@@ -32,6 +32,7 @@ from torch import Tensor
 from icrl_ros.families import family_of
 from icrl_ros.families.memo.model import segment_schedule
 from icrl_ros.models import ICLPolicy, make_memory, refresh
+from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import VecTrialEnv
 from icrl_ros.training.config import PPOConfig
@@ -109,6 +110,7 @@ class PPOTrainer:
         self.rollout = 0  # rollouts done (train.py sets it on resume)
         self.schedule: list[int] | None = None
         self.keys = [*policy.rollout_spec(), "episode_index"]  # policy inputs stored per step
+        self.stop_rule = StopRule.from_args(policy.args)  # house models: the update scores what was acted on
         self.teacher = None
         if cfg.teacher:
             from icrl_ros.training.teachers import make_teacher  # raises for an env without a teacher
@@ -146,10 +148,7 @@ class PPOTrainer:
         policy.eval()
         cache = make_memory(policy, B, T, dtype=torch.float16 if cfg.fp16_storage else torch.float32, device=dev,
                             schedule=self.schedule)
-        step = ControlStep.live(policy, cache)
-        if step.stop_rule is not None:  # its masked / forced logits would not be the ones the update scores
-            raise ValueError("model.stop_gate / stop_sure: PPO does not train a policy with a stop rule; set both to 0 "
-                             "for PPO and back on the trained checkpoint (training/stop_rule.py)")
+        step = ControlStep.live(policy, cache)  # with the model's stop rule, as self.stop_rule (see acted_logits)
         ep_return = np.zeros(B)
         chunks = self._chunks()
         for c, (t0, t1) in enumerate(chunks):
@@ -231,6 +230,20 @@ class PPOTrainer:
             adv[:, t] = last
         return adv, adv + v
 
+    def acted_logits(self, logits: Tensor, inp: dict[str, Tensor]) -> Tensor:
+        """Logits (B, T, A) -> the ones the rollout sampled from: with a stop rule (house models,
+        ``model.stop_gate`` / ``stop_sure``) the stop is masked or forced from each step's token,
+        exactly as :class:`~icrl_ros.runtime.control.ControlStep` did when acting, so the ratio and
+        the entropy are those of the acting policy (a forced stop has log-probability 0 and no
+        gradient; a masked stop, none). Without a rule, the logits as they are (float)."""
+        rule = self.stop_rule
+        if rule is None:
+            return logits.float()
+        with torch.no_grad():  # the rule reads the frozen heads' entries of the token
+            x = self.policy.encode(inp)
+        B, T, A = logits.shape
+        return rule(logits.reshape(B * T, A), x.reshape(B * T, -1)).reshape(B, T, A)
+
     def update(self, buf: dict[str, Tensor], t1: int, loss_mask: Tensor, boot: Tensor, stats: RolloutStats) -> None:
         cfg, policy = self.cfg, self.policy
         adv, ret = self.gae(buf, t1, boot)
@@ -258,7 +271,7 @@ class PPOTrainer:
                     inp = {k: buf[k][idx, :t1] for k in self.keys}
                     out = policy.forward_sequence(inp, self.schedule)
                     logits, values = out[:2]
-                    logp_all = F.log_softmax(logits.float(), dim=-1)
+                    logp_all = F.log_softmax(self.acted_logits(logits, inp), dim=-1)
                     logp = logp_all.gather(-1, buf["action"][idx, :t1, None]).squeeze(-1)
                     entropy = -(logp_all.exp() * logp_all).sum(-1)
                     mm = m[micro].float()
@@ -269,9 +282,10 @@ class PPOTrainer:
                     vl = 0.5 * (values - ret[idx]).pow(2)
                     pg_l, v_l, ent = ((x * mm).sum() / n for x in (pg, vl, entropy))
                     loss = cfg.vf_coef * v_l if warm else pg_l + cfg.vf_coef * v_l - cfg.ent_coef * ent
-                    if teach:
+                    if teach:  # on the learnt logits: a stop the rule masks would score -1e4
                         label = buf["teacher_action"][idx, :t1, None]
-                        t_l = (-logp_all.gather(-1, label).squeeze(-1) * mm).sum() / n
+                        t_l = (F.cross_entropy(logits.float().transpose(1, 2), label.squeeze(-1), reduction="none")
+                               * mm).sum() / n
                         loss = loss + cfg.teacher_coef * t_l
                         logs["teacher_loss"] += t_l.item()
                         agree = (logits.argmax(-1, keepdim=True) == label).squeeze(-1).float()

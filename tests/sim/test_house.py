@@ -515,3 +515,33 @@ def test_teacher_pixels_sets_the_size_at_which_the_teacher_recognises_an_instanc
             e.close()
     with pytest.raises(ValueError, match="teacher_pixels"):
         HouseEnv(teacher="memory", teacher_pixels=5)
+
+
+def test_ppo_scores_the_logits_the_stop_rule_acted_on():
+    """PPO on a policy with a stop rule (the shipped house Memo): the rollout samples from the
+    masked / forced logits, so the update must score those. Before any optimiser step the
+    recomputed log-probabilities equal the stored ones (approx KL ~ 0); scoring the raw logits
+    instead gives a KL orders of magnitude larger (the masked stop's probability is small, so
+    the KL is small in absolute terms; it is the only difference between the two runs)."""
+    import torch
+
+    from icrl_ros.models.checkpoint import load_checkpoint
+    from icrl_ros.sim.house_vec import HouseVecEnv
+    from icrl_ros.training.config import PPOConfig
+    from icrl_ros.training.ppo import PPOTrainer
+
+    torch.manual_seed(0)
+    policy, _ = load_checkpoint("checkpoints/house_memo.pt")
+    assert policy.args.stop_gate > 0 and policy.args.stop_sure > 0
+    with HouseVecEnv(2, "train", seed=3, num_workers=1, max_episode_steps=40, pose_frame="house") as v:
+        trainer = PPOTrainer(policy, v, PPOConfig(rollout_length=64, num_updates=1, num_minibatches=1,
+                                                  update_epochs=1, lr=0.0), total_rollouts=1)
+        stats = trainer.rollout_and_update()
+    kl = stats.losses["approx_kl"][0]  # measured 6e-10 (stepping vs the whole-trial pass)
+    assert kl < 1e-7, kl
+    trainer.stop_rule = None  # the raw logits scored against the rule's samples: the old mismatch
+    with HouseVecEnv(2, "train", seed=3, num_workers=1, max_episode_steps=40, pose_frame="house") as v:
+        trainer.env = v
+        torch.manual_seed(0)
+        raw = trainer.rollout_and_update()
+    assert raw.losses["approx_kl"][0] > max(100 * kl, 1e-7), (kl, raw.losses["approx_kl"])  # measured 1.4e-5
