@@ -12,8 +12,9 @@ writes into every token (``model.object_memory``): the goal, the most likely cat
 its P and the house-frame position the heads put it at, and the robot's position. It applies
 where actions are chosen (:class:`~icrl_ros.runtime.control.ControlStep`: training rollouts,
 evaluation, export checks and the robot alike), so a bundle carries it in its manifest's model
-arguments and needs no new graph. It is not part of the training loss: imitation still learns the
-teacher's stops, and the rule only masks or forces the stop logit when acting.
+arguments and needs no new graph. It is not part of the imitation loss: imitation still learns the
+teacher's stops, and the rule only masks or forces the stop logit when acting. PPO, which scores
+what was acted on, applies it to the logits of its update too (``PPOTrainer.acted_logits``).
 """
 
 from __future__ import annotations

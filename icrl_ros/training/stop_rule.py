@@ -3,9 +3,11 @@
     python training/stop_rule.py runs/x/checkpoints/final.pt --gate 0.5 --out runs/x/gated.pt
     python training/stop_rule.py checkpoints/house_relic.pt --gate 0 --sure 0 --out /tmp/plain.pt   # rule off
 
-The rule acts where actions are chosen, never in a training loss, so it is a deployment setting
+The rule acts where actions are chosen, never in an imitation loss, so it is a deployment setting
 like the sampling temperature: the weights are copied unchanged, and evaluation, export and the
-node read the rule from the copy's model arguments. PPO refuses a policy with a rule on.
+node read the rule from the copy's model arguments. PPO fine-tunes a policy with its rule on: its
+rollouts act through it and its update scores the same masked / forced logits
+(``PPOTrainer.acted_logits``).
 """
 
 from __future__ import annotations
