@@ -48,7 +48,7 @@ class StopRule:
         return cls(gate, sure, args.stop_sure_m, args.n_goals)
 
     def goal_view(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Tokens (B, D) -> P(goal in view) (B,) and the heads' expected distance to it (B,) in
+        """Tokens (..., D) -> P(goal in view) (...) and the heads' expected distance to it (...) in
         metres. P is the heads' confidence when the goal is the most likely category in view, else
         0 (the token keeps only the most likely one)."""
         s = x[..., -STRUCT_DIM:].float()
@@ -59,19 +59,20 @@ class StopRule:
         return p, dist
 
     def __call__(self, logits: Tensor, x: Tensor) -> Tensor:
-        """Logits (B, A) of the tokens ``x`` (B, D) -> the logits acted on (a new tensor)."""
+        """Logits (..., A) of the tokens ``x`` (..., D) -> the logits acted on (a new tensor): one
+        step of a batch (``ControlStep``) or whole trials (B, T, A) (PPO's update, the export check)."""
         return self.apply(logits, *self.goal_view(x))
 
     def apply(self, logits: Tensor, p: Tensor, dist: Tensor) -> Tensor:
-        """The rule on logits (B, A) given P(goal in view) (B,) and the expected distance (B,) from
+        """The rule on logits (..., A) given P(goal in view) (...) and the expected distance (...) from
         wherever they come (``house_diagnose``'s what-if reads the heads directly); a new tensor."""
         out = logits.float().clone()
         if self.gate > 0:
-            out[:, STOP_ACTION] = torch.where(p < self.gate, torch.full_like(p, MASKED), out[:, STOP_ACTION])
+            out[..., STOP_ACTION] = torch.where(p < self.gate, torch.full_like(p, MASKED), out[..., STOP_ACTION])
         if self.sure > 0:
-            sure = ((p >= self.sure) & (dist <= self.sure_m))[:, None]
+            sure = ((p >= self.sure) & (dist <= self.sure_m))[..., None]
             forced = torch.full_like(out, MASKED)
-            forced[:, STOP_ACTION] = 0.0
+            forced[..., STOP_ACTION] = 0.0
             out = torch.where(sure, forced, out)
         return out
 

@@ -198,7 +198,7 @@ def reference_outputs(policy: ICLPolicy, inp: dict[str, torch.Tensor]) -> tuple[
     logits, values = policy.forward_sequence(inp)[:2]
     rule = StopRule.from_args(policy.args)
     if rule is not None:
-        logits = rule(logits.flatten(0, 1), policy.encode(inp).flatten(0, 1)).view_as(logits)
+        logits = rule(logits, policy.encode(inp))
     return logits.double().numpy(), values.double().numpy()
 
 

@@ -241,8 +241,7 @@ class PPOTrainer:
             return logits.float()
         with torch.no_grad():  # the rule reads the frozen heads' entries of the token
             x = self.policy.encode(inp)
-        B, T, A = logits.shape
-        return rule(logits.reshape(B * T, A), x.reshape(B * T, -1)).reshape(B, T, A)
+        return rule(logits, x)
 
     def update(self, buf: dict[str, Tensor], t1: int, loss_mask: Tensor, boot: Tensor, stats: RolloutStats) -> None:
         cfg, policy = self.cfg, self.policy

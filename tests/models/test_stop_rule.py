@@ -83,6 +83,11 @@ def test_gate_masks_only_unseen_stops_and_sure_forces_seen_ones():
     assert torch.equal(out[3], torch.zeros(4)) and torch.equal(out[1], torch.zeros(4))  # far / unsure: as is
     other = _tokens([0.99], [0.3], goal=1, seen=2)  # a confident sighting of another category
     assert StopRule(0.5, 0.9, 0.6, 4)(torch.zeros(1, 4), other)[0, STOP_ACTION] == MASKED
+    # whole trials (B, T, A) / (B, T, D), as PPO's update and the export check pass them: the same
+    # as the steps one by one
+    lg = torch.randn(4, 4, generator=torch.Generator().manual_seed(1))
+    rule = StopRule(0.5, 0.9, 0.6, 4)
+    assert torch.equal(rule(lg.view(2, 2, 4), x.view(2, 2, -1)).view(4, 4), rule(lg, x))
 
 
 def test_rule_off_by_default_and_validated(shipped):
