@@ -15,7 +15,7 @@ exploring episodes while PPO improves on it.
 HCAM adds its input-reconstruction loss (``model.hcam_recon_weight`` x the unweighted
 ``losses/recon_loss``) on the same steps as the PPO loss: no gradient reaches the encoder
 through the gradient-stopped chunk memory, so this is what trains it to keep what memory
-needs (Lampinen et al., 2021).
+needs (Lampinen et al., 2021). With the weight at 0 the decoder is not run (nor logged).
 """
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ class PPOTrainer:
         cfg, policy = self.cfg, self.policy
         adv, ret = self.gae(buf, t1, boot)
         B = adv.shape[0]
-        recon = family_of(policy).chunk_store
+        recon = family_of(policy).chunk_store and policy.args.hcam_recon_weight > 0  # weight 0: skip the decoder
         warm = self.rollout < cfg.critic_warmup_rollouts  # the critic alone learns (see PPOConfig)
         recon, teach = recon and not warm, self.teacher is not None and not warm
         policy.train()

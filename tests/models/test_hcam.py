@@ -341,6 +341,12 @@ def test_ppo_rollout_and_update_adds_the_recon_loss():
     assert np.isfinite(rec).all() and min(rec) > 0
     assert not torch.equal(before, policy.decoder.body[0].weight)
 
+    policy.args.hcam_recon_weight = 0.0  # weight 0: the decoder is not run, its weights stay
+    before = policy.decoder.body[0].weight.detach().clone()
+    stats = tr.rollout_and_update()
+    assert "recon_loss" not in stats.losses and len(stats.losses["policy_loss"]) == 2 * 2
+    assert torch.equal(before, policy.decoder.body[0].weight)
+
 
 # -- deploy: bundle, runner, engines ---------------------------------------------------------
 STEPS, EPISODE, CHUNK = 520, 37, 8  # 65 chunks, 14 episode boundaries
