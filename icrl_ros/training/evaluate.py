@@ -447,6 +447,9 @@ def evaluate_house(args, labels: list[str]) -> int:
     if args.window is not None and any(Path(c).is_dir() for c in args.checkpoints):
         fail("--window: a bundle's memory sizes are its manifest's (memory.window.window); re-export it with "
              "training/export.py --memory window --window N")
+    if args.memory is not None and not all(Path(c).is_dir() for c in args.checkpoints):
+        fail("--memory: a house checkpoint keeps its whole trial (the training code has no window); export it "
+             "(training/export.py --memory window --window N) and evaluate the bundle to try another memory")
     acts = {}
     for path, lab in zip(args.checkpoints, labels):
         try:

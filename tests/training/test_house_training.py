@@ -218,6 +218,9 @@ def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
     r = run(["training/evaluate.py", "bundles/house_memo", "--wipe-memory", "--trials", "1", "--episodes", "1",
              "--out", str(tmp_path / "m")])
     assert r.returncode != 0 and "--batch 1" in r.stderr and "Traceback" not in r.stderr
+    r = run(["training/evaluate.py", ckpt, "--memory", "window", "--trials", "1", "--episodes", "1",
+             "--out", str(tmp_path / "w")])  # the training code keeps the whole trial: refused, not ignored
+    assert r.returncode != 0 and "export it" in r.stderr and "Traceback" not in r.stderr
     # Memo: its summaries mix episodes, so the ablation clears the memory at every episode start
     st, opts, desc = stepper_for("bundles/house_memo", wipe=True)
     assert desc["memory_wiped_each_episode"] and st.wipe_each_episode
