@@ -9,10 +9,10 @@ from icrl_ros.models import STEP_KEYS
 from icrl_ros.training.ppo import _EXTRA, PPOTrainer
 
 
-def _trainer(env_id="icrl_ros/Darkroom-v0", num_envs=4, **ppo):
+def _trainer(env_id="icrl_ros/Darkroom-v0", num_envs=4, depth_dropout=0.1, **ppo):
     env = make_vec(env_id, num_envs, seed=0)
     args = ModelArgs(n_obs=env.n_obs, n_actions=env.n_actions, max_episode_steps=env.max_episode_steps,
-                     d_model=32, n_layers=1, n_heads=4, d_mlp=64)
+                     d_model=32, n_layers=1, n_heads=4, d_mlp=64, depth_dropout=depth_dropout)
     cfg = PPOConfig(**{"rollout_length": 64, "num_updates": 4, **ppo})
     return PPOTrainer(ICLPolicy(args), env, cfg, total_rollouts=2)
 
@@ -90,7 +90,8 @@ def test_refresh_makes_cache_equal_to_a_fresh_forward():
     buf["episode_step"] = torch.arange(T).expand(B, T) % 10
     buf["episode_index"] = torch.arange(T).expand(B, T) // 10
     buf["prev_reward"] = torch.rand(B, T)
-    buf["value"] = torch.zeros(B, T)
+    buf["value"], buf["logprob"] = torch.zeros(B, T), torch.zeros(B, T)
+    buf["action"] = torch.randint(0, a.n_actions, (B, T))
     cache = KVCache(a.n_layers, B, a.n_heads, a.head_dim, 40)
     tr.refresh(buf, 25, cache)
     one = {k: buf[k][:, 25] for k in STEP_KEYS}
@@ -98,6 +99,19 @@ def test_refresh_makes_cache_equal_to_a_fresh_forward():
         step_logits = ControlStep.live(tr.policy, cache)(one)[0]
         full_logits = tr.policy.forward_sequence({k: buf[k][:, :26] for k in STEP_KEYS})[0][:, 25]
     assert (step_logits - full_logits).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_update_ratio_starts_at_one_after_the_episode_shuffle(shuffle):
+    """With the weights held still (lr ~0, no dropout), every partial update's approx KL is ~0:
+    after the completed episodes are shuffled the update scores each action in the new order
+    against a log-probability recomputed in that order, not the one stored in the old order."""
+    torch.manual_seed(0)
+    tr = _trainer("icrl_ros/DarkKeyToDoor-v0", rollout_length=200, num_updates=4, lr=1e-12, warmup_steps=1,
+                  shuffle_episodes=shuffle, depth_dropout=0.0)
+    stats = tr.rollout_and_update()
+    kl = stats.losses["approx_kl"]
+    assert len(kl) == 4 * tr.cfg.num_minibatches and max(abs(k) for k in kl) < 1e-7, kl  # 6e-6 before the fix
 
 
 @pytest.mark.parametrize(
