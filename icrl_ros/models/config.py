@@ -18,6 +18,8 @@ def check_choice(name: str, value: object, allowed: tuple) -> None:
 
 
 def check_positive(name: str, value: float, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}: must be a number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name}: must be {bound}, got {value!r}")

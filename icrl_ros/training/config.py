@@ -8,6 +8,7 @@ the field and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -15,6 +16,15 @@ import yaml
 
 from icrl_ros.models.config import ModelArgs, check_positive
 from icrl_ros.sim import GRID_ENVS, VEC_ENVS
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML follows YAML 1.1, whose floats need a dot: ``1e-3`` would load as the string
+    "1e-3". Configs and ``--set`` write exponents the way Python does, so they are floats here."""
+
+
+ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                                   list("-+0123456789."))
 
 
 @dataclass
@@ -172,7 +182,7 @@ def read_config(path: str | Path | None = None, overrides: list[str] | None = No
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"config file {path}: no such file")
-        d = yaml.safe_load(path.read_text()) or {}
+        d = yaml.load(path.read_text(), Loader=ConfigLoader) or {}
     for o in overrides or []:
         if "=" not in o:
             raise ValueError(f"override {o!r}: expected key=value, e.g. ppo.lr=1e-3")
@@ -181,7 +191,7 @@ def read_config(path: str | Path | None = None, overrides: list[str] | None = No
         parts = key.split(".")
         for p in parts[:-1]:
             node = node.setdefault(p, {})
-        node[parts[-1]] = yaml.safe_load(raw)
+        node[parts[-1]] = yaml.load(raw, Loader=ConfigLoader)
     return d
 
 

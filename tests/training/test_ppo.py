@@ -118,11 +118,18 @@ def test_update_ratio_starts_at_one_after_the_episode_shuffle(shuffle):
     "override,needle",
     [("env.id=icrl_ros/Nope-v0", "env.id"), ("model.sink=kvv", "model.sink"), ("ppo.rollout_length=-5", "ppo.rollout_length"),
      ("env.num_envs=0", "env.num_envs"), ("ppo.gamma=1.5", "ppo.gamma"), ("ppo.learning_rate=1", "learning_rate"),
-     ("model.d_model=-64", "model.d_model"), ("bogus=1", "bogus")],
+     ("model.d_model=-64", "model.d_model"), ("bogus=1", "bogus"), ("ppo.lr=fast", "ppo.lr: must be a number")],
 )
 def test_bad_config_names_the_field(override, needle):
     with pytest.raises(ValueError, match=needle):
         TrainConfig.load("config/train/darkroom.yaml", [override])
+
+
+def test_exponents_without_a_dot_are_numbers():
+    """YAML 1.1 reads ``1e-9`` as a string (its floats need a dot); configs and --set read it as Python does."""
+    cfg = TrainConfig.load("config/train/darkroom.yaml", ["ppo.lr=1e-9", "ppo.clip_coef=2E-1", "ppo.gamma=0.99"])
+    assert (cfg.ppo.lr, cfg.ppo.clip_coef, cfg.ppo.gamma) == (1e-9, 0.2, 0.99)
+    assert TrainConfig.load("config/train/darkroom.yaml", ["run_dir=runs/1e5"]).run_dir == "runs/1e5"
 
 
 def test_shipped_configs_load():
