@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -99,6 +100,10 @@ def main(argv=None) -> int:
     start = 0
     if args.init:
         load_init_weights(args.init, policy, map_location=device, partial=args.init_partial)
+        if model_args.depth_dropout > 0 and rank == 0:  # fine-tuning a trained policy: see README, PPO
+            print(f"note: model.depth_dropout={model_args.depth_dropout} drops whole layers in PPO's update but not "
+                  "when acting, so the ratio starts away from 1; fine-tune with --set model.depth_dropout=0",
+                  file=sys.stderr, flush=True)
     if args.resume:
         blob = torch.load(args.resume, map_location=device, weights_only=False)
         if blob.get("format") != FORMAT or "optimizer" not in blob:
