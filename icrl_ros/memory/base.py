@@ -133,14 +133,15 @@ class Memory:
         :meth:`core_inputs`); ``engine`` runs any graph the memory needs (Memo: summarize)."""
         self.commit(k, v, episode, *more)
 
-    def load_trial(self, policy, seq: dict[str, Tensor], schedule: list[int] | None = None) -> Tensor:
+    def load_trial(self, policy, seq: dict[str, Tensor], schedule: list[int] | None = None) -> tuple[Tensor, Tensor]:
         """Adopt what ``policy``'s whole-sequence forward over a trial prefix ``seq`` ends with
-        (the memory the same steps one at a time would hold); returns the values (B, T)."""
-        _, values, k, v = policy.forward_sequence(seq)
+        (the memory the same steps one at a time would hold); returns that forward's logits
+        (B, T, A) and values (B, T)."""
+        logits, values, k, v = policy.forward_sequence(seq)
         self.load_sequence(k, v, seq["episode_index"])
         if policy.n_prefix:
             self.set_prefix(*policy.initial_cache(k.shape[1], k.device))
-        return values
+        return logits, values
 
     # -- sizes ------------------------------------------------------------------------
     @property

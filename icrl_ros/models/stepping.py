@@ -47,8 +47,10 @@ def make_memory(policy: ICLPolicy, batch: int, steps: int, window: int | None = 
 
 
 @torch.no_grad()
-def refresh(policy: ICLPolicy, mem, seq: dict[str, Tensor], schedule: list[int] | None = None) -> Tensor:
-    """Recompute the memory and the values of a trial prefix with the current weights."""
+def refresh(policy: ICLPolicy, mem, seq: dict[str, Tensor], schedule: list[int] | None = None
+            ) -> tuple[Tensor, Tensor]:
+    """Recompute the memory of a trial prefix with the current weights; returns the same forward's
+    logits (B, T, A) and values (B, T)."""
     return mem.load_trial(policy, seq, schedule)
 
 

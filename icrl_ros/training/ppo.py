@@ -219,15 +219,9 @@ class PPOTrainer:
         without the shuffle) and clip steps no weight change moved."""
         self.policy.eval()
         seq = {k: buf[k][:, :t1] for k in self.keys}
-        buf["value"][:, :t1] = refresh(self.policy, cache, seq, self.schedule)
-        if not self.cfg.shuffle_episodes:
-            return
-        with torch.no_grad():
-            for mb in torch.arange(seq["episode_index"].shape[0]).chunk(self.cfg.num_minibatches):
-                inp = {k: v[mb] for k, v in seq.items()}
-                logits = self.policy.forward_sequence(inp, self.schedule)[0]
-                logp = F.log_softmax(self.acted_logits(logits, inp), dim=-1)
-                buf["logprob"][mb, :t1] = logp.gather(-1, buf["action"][mb, :t1, None]).squeeze(-1)
+        logits, buf["value"][:, :t1] = refresh(self.policy, cache, seq, self.schedule)
+        if self.cfg.shuffle_episodes:  # the same forward's logits: no second pass
+            buf["logprob"][:, :t1] = self.log_probs(logits, seq, buf["action"][:, :t1])[0]
 
     # -- PPO update -------------------------------------------------------------------
     def gae(self, buf: dict[str, Tensor], t1: int, boot: Tensor) -> tuple[Tensor, Tensor]:
@@ -258,6 +252,12 @@ class PPOTrainer:
             x = self.policy.encode(inp)
         return rule(logits, x)
 
+    def log_probs(self, logits: Tensor, inp: dict[str, Tensor], action: Tensor) -> tuple[Tensor, Tensor]:
+        """log pi(action) (B, T) and every action's log-probability (B, T, A) as acted on
+        (:meth:`acted_logits`): what the rollout stores, the refresh recomputes and the update scores."""
+        logp_all = F.log_softmax(self.acted_logits(logits, inp), dim=-1)
+        return logp_all.gather(-1, action[..., None]).squeeze(-1), logp_all
+
     def update(self, buf: dict[str, Tensor], t1: int, loss_mask: Tensor, boot: Tensor, stats: RolloutStats) -> None:
         cfg, policy = self.cfg, self.policy
         adv, ret = self.gae(buf, t1, boot)
@@ -285,8 +285,7 @@ class PPOTrainer:
                     inp = {k: buf[k][idx, :t1] for k in self.keys}
                     out = policy.forward_sequence(inp, self.schedule)
                     logits, values = out[:2]
-                    logp_all = F.log_softmax(self.acted_logits(logits, inp), dim=-1)
-                    logp = logp_all.gather(-1, buf["action"][idx, :t1, None]).squeeze(-1)
+                    logp, logp_all = self.log_probs(logits, inp, buf["action"][idx, :t1])
                     entropy = -(logp_all.exp() * logp_all).sum(-1)
                     mm = m[micro].float()
                     log_ratio = logp - buf["logprob"][idx, :t1]

@@ -33,10 +33,10 @@ def chunk_bytes(n_mem_layers: int, chunk: int, d_model: int, dtype) -> int:
 class HCAMMemory(KVCache):
     policy = "hcam"  # type: ignore[assignment]
 
-    def load_trial(self, policy, seq: dict[str, Tensor], schedule: list[int] | None = None) -> Tensor:
-        _, values, k, v, extras = policy.forward_sequence(seq, max_chunks=self.max_chunks)
+    def load_trial(self, policy, seq: dict[str, Tensor], schedule: list[int] | None = None) -> tuple[Tensor, Tensor]:
+        logits, values, k, v, extras = policy.forward_sequence(seq, max_chunks=self.max_chunks)
         self.load_sequence(k, v, extras["layer_inputs"], seq["episode_index"])
-        return values
+        return logits, values
 
     @classmethod
     def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> HCAMMemory:

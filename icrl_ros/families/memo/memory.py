@@ -34,10 +34,10 @@ class MemoMemory(Memory):
         if self.commit(k, v, episode):  # the segment is complete: summarise it
             self.add_summary(*engine.summarize(*self.summary_inputs()))
 
-    def load_trial(self, policy, seq: dict[str, Tensor], schedule: list[int] | None = None) -> Tensor:
-        _, values, state = policy.forward_sequence(seq, schedule)
+    def load_trial(self, policy, seq: dict[str, Tensor], schedule: list[int] | None = None) -> tuple[Tensor, Tensor]:
+        logits, values, state = policy.forward_sequence(seq, schedule)
         self.load_state(state)
-        return values
+        return logits, values
 
     @classmethod
     def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> MemoMemory:
