@@ -81,6 +81,12 @@ class PPOConfig:
     """Optimiser steps of linear warm-up."""
     shuffle_episodes: bool = True
     """Shuffle the completed episodes of each context after every update."""
+    target_kl: float = 0.0
+    """> 0: an update stops its remaining epochs and minibatches (that minibatch's step not
+    taken) once a minibatch's approx KL exceeds 1.5 x this, as Stable-Baselines3's
+    ``target_kl``; measured on the steps acted since the previous update, so it is how far this
+    update has moved the policy. The rollout's log reports the share of updates stopped
+    (``kl_stop``). 0 (default): every epoch runs."""
     fp16_storage: bool = False
     """Store the rollout key/value cache in float16."""
     teacher: str = ""
@@ -104,7 +110,7 @@ class PPOConfig:
         check_positive("ppo.reward_scale", self.reward_scale)
         check_positive("ppo.critic_warmup_lr", self.critic_warmup_lr)
         for name in ("ent_coef", "vf_coef", "max_grad_norm", "warmup_steps", "clip_coef", "teacher_coef",
-                     "critic_warmup_rollouts"):
+                     "critic_warmup_rollouts", "target_kl"):
             check_positive(f"ppo.{name}", getattr(self, name), allow_zero=True)
         for name in ("gamma", "gae_lambda", "min_lr_frac"):
             v = getattr(self, name)

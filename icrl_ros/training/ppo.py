@@ -182,7 +182,7 @@ class PPOTrainer:
             boot = step(cur, commit=False)[1]
             if last and cfg.trial_returns:  # the trial ends with the rollout: nothing follows
                 boot = torch.zeros_like(boot)
-            self.update(buf, t1, loss_mask, boot, stats)
+            self.update(buf, t1, loss_mask, boot, stats, fresh=buf["chunk"][:, :t1] == c)
             if not last:
                 if cfg.shuffle_episodes:
                     self.shuffle_episodes(buf, t1, cur["episode_index"])
@@ -258,15 +258,23 @@ class PPOTrainer:
         logp_all = F.log_softmax(self.acted_logits(logits, inp), dim=-1)
         return logp_all.gather(-1, action[..., None]).squeeze(-1), logp_all
 
-    def update(self, buf: dict[str, Tensor], t1: int, loss_mask: Tensor, boot: Tensor, stats: RolloutStats) -> None:
+    def update(self, buf: dict[str, Tensor], t1: int, loss_mask: Tensor, boot: Tensor, stats: RolloutStats,
+               fresh: Tensor | None = None) -> None:
+        """PPO epochs over the steps in ``loss_mask``. ``fresh`` (B, t1) marks the steps acted since the
+        last update (for ``ppo.target_kl``: their stored log-probabilities are the policy's as this
+        update starts, so their KL is how far this update has moved it; None: every step)."""
         cfg, policy = self.cfg, self.policy
+        fresh = torch.ones_like(loss_mask) if fresh is None else fresh
         adv, ret = self.gae(buf, t1, boot)
         B = adv.shape[0]
         recon = family_of(policy).chunk_store and policy.args.hcam_recon_weight > 0  # weight 0: skip the decoder
         warm = self.rollout < cfg.critic_warmup_rollouts  # the critic alone learns (see PPOConfig)
         recon, teach = recon and not warm, self.teacher is not None and not warm
         policy.train()
+        stopped = False
         for _ in range(cfg.update_epochs):
+            if stopped:
+                break
             for mb in torch.randperm(B, device=adv.device).chunk(cfg.num_minibatches):
                 m = loss_mask[mb]
                 n = m.sum().clamp(min=1)
@@ -276,6 +284,7 @@ class PPOTrainer:
                 a_mb = (a_mb - mean) / (std + 1e-8)
                 self.opt.zero_grad(set_to_none=True)
                 logs = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
+                moved = torch.zeros(2)  # KL summed over the minibatch's fresh steps, their count
                 if recon:
                     logs["recon_loss"] = 0.0
                 if teach:
@@ -314,6 +323,12 @@ class PPOTrainer:
                         logs["entropy"] += ent.item()
                         logs["approx_kl"] += (((ratio - 1) - log_ratio) * mm).sum().item() / n.item()
                         logs["clipfrac"] += (((ratio - 1).abs() > cfg.clip_coef).float() * mm).sum().item() / n.item()
+                        f = mm * fresh[idx].float()
+                        moved += torch.stack([(((ratio - 1) - log_ratio) * f).sum(), f.sum()]).cpu()
+                if not warm and self.kl_too_far(moved):  # before this minibatch's step
+                    stats.add_loss(**logs)
+                    stopped = True
+                    break
                 if self.world_size > 1:
                     for p in policy.parameters():
                         if p.grad is not None:
@@ -330,4 +345,19 @@ class PPOTrainer:
                 self.opt.step()
                 self.opt_step += 0 if warm else 1
                 stats.add_loss(**logs, grad_norm=float(grad_norm), lr=lr)
+        if cfg.target_kl > 0:
+            stats.add_loss(kl_stop=float(stopped))
         policy.eval()
+
+    def kl_too_far(self, moved: Tensor) -> bool:
+        """``moved`` = (approx KL summed over a minibatch's fresh steps, their count): is their mean
+        past 1.5 x ``ppo.target_kl``? Steps of earlier chunks are left out: their log-probabilities
+        are older than this update (partial updates), so their KL also counts earlier updates'
+        moves and would stop a final update before its first step. Every process agrees (sums
+        over them)."""
+        if self.cfg.target_kl <= 0:
+            return False
+        if self.world_size > 1:
+            moved = moved.to(self.device)
+            dist.all_reduce(moved)
+        return moved[0].item() / max(moved[1].item(), 1.0) > 1.5 * self.cfg.target_kl

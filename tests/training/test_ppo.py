@@ -114,6 +114,23 @@ def test_update_ratio_starts_at_one_after_the_episode_shuffle(shuffle):
     assert len(kl) == 4 * tr.cfg.num_minibatches and max(abs(k) for k in kl) < 1e-7, kl  # 6e-6 before the fix
 
 
+def test_target_kl_stops_an_update_before_the_step_that_would_exceed_it():
+    """With ppo.target_kl an update takes minibatch steps only while the approx KL on the steps acted
+    since the previous update stays under 1.5 x target. A large learning rate moves the policy past
+    it with one step, so each of the 4 updates takes exactly one step (the last, full update too:
+    the earlier chunks' older log-probabilities do not count); without target_kl all 24 run."""
+    def run(target_kl):
+        torch.manual_seed(0)
+        tr = _trainer("icrl_ros/DarkKeyToDoor-v0", rollout_length=200, num_updates=4, lr=0.05, warmup_steps=1,
+                      num_minibatches=2, update_epochs=3, depth_dropout=0.0, shuffle_episodes=False,
+                      target_kl=target_kl)
+        return tr.rollout_and_update().losses
+    free, capped = run(0.0), run(1e-6)
+    assert len(free["grad_norm"]) == 4 * 3 * 2 and "kl_stop" not in free
+    assert capped["kl_stop"] == [1.0] * 4 and len(capped["grad_norm"]) == 4
+    assert len(capped["approx_kl"]) == 8  # per update: the minibatch stepped, the one that stopped
+
+
 @pytest.mark.parametrize(
     "override,needle",
     [("env.id=icrl_ros/Nope-v0", "env.id"), ("model.sink=kvv", "model.sink"), ("ppo.rollout_length=-5", "ppo.rollout_length"),
