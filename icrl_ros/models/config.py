@@ -10,6 +10,7 @@ MEMO_VARIANTS = ("memo", "rmt")
 OBS_TYPES = ("discrete", "image")
 VISUAL_ENCODERS = ("cnn", "features")
 GRID_ENCODINGS = ("cell", "xy")
+HCAM_WEIGHTS = ("softmax", "continuous")
 
 
 def check_choice(name: str, value: object, allowed: tuple) -> None:
@@ -135,6 +136,12 @@ class ModelArgs:
     directly to the C previous steps, older ones only through the chunk memory)."""
     hcam_top_k: int = 4
     """HCAM: chunks read in detail per query (top-k of the summary relevance)."""
+    hcam_weights: str = "softmax"
+    """HCAM: the selected chunks' weights. ``softmax``: a softmax over the k selected relevances
+    (the paper's). ``continuous``: each selected chunk weighs exp(R_i) - exp(R_(k+1)), normalised,
+    where R_(k+1) is the best relevance left out; a chunk enters or leaves the top k at weight 0,
+    so the policy is continuous in the weights (with ``softmax`` a chunk swapping in at the k-th
+    place brings its whole weight at once). The same as ``softmax`` while at most k chunks exist."""
     hcam_layers: tuple[int, ...] = ()
     """HCAM: indices of the layers that get a chunk-memory block; empty = every layer."""
     hcam_recon_weight: float = 0.3
@@ -178,6 +185,8 @@ class ModelArgs:
         check_positive("model.hcam_chunk", self.hcam_chunk)
         check_positive("model.hcam_top_k", self.hcam_top_k)
         check_positive("model.hcam_recon_weight", self.hcam_recon_weight, allow_zero=True)
+        if self.hcam_weights not in HCAM_WEIGHTS:
+            raise ValueError(f"model.hcam_weights: {self.hcam_weights!r} is not one of {list(HCAM_WEIGHTS)}")
         if not isinstance(self.hcam_layers, tuple) or len(set(self.hcam_layers)) != len(self.hcam_layers) or any(
                 not isinstance(i, int) or not 0 <= i < self.n_layers for i in self.hcam_layers):
             raise ValueError(f"model.hcam_layers: {self.hcam_layers!r} must be distinct layer indices in "

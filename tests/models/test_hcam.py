@@ -33,11 +33,11 @@ def boost_memory(policy: HCAMPolicy) -> None:
                 blk.memory.relevance.weight.mul_(20)
 
 
-@pytest.mark.parametrize("sink", ["kv0", "none", "kv"])
+@pytest.mark.parametrize("sink,weights", [("kv0", "softmax"), ("none", "softmax"), ("kv", "softmax"), ("kv0", "continuous")])
 @pytest.mark.parametrize("layers,top_k,max_chunks", [((), 2, None), ((1,), 3, None), ((), 2, 3)])
-def test_cached_hcam_matches_full_sequence(sink, layers, top_k, max_chunks):
+def test_cached_hcam_matches_full_sequence(sink, weights, layers, top_k, max_chunks):
     torch.manual_seed(0)
-    args = hcam_args(sink=sink, hcam_layers=layers, hcam_top_k=top_k)
+    args = hcam_args(sink=sink, hcam_layers=layers, hcam_top_k=top_k, hcam_weights=weights)
     policy = HCAMPolicy(args).eval()
     boost_memory(policy)
     inp = random_trial(args, batch=2, steps=43, episode_len=9)  # 10 chunks, 5 episode boundaries
@@ -48,13 +48,14 @@ def test_cached_hcam_matches_full_sequence(sink, layers, top_k, max_chunks):
     assert (values - c_values).abs().max() <= 1e-5
 
 
-def test_dense_sequence_read_equals_the_gathered_one_with_its_gradients():
+@pytest.mark.parametrize("weights", ["softmax", "continuous"])
+def test_dense_sequence_read_equals_the_gathered_one_with_its_gradients(weights):
     """The training pass scores every chunk densely and zeroes the unselected ones; that is the same sum,
     and the same gradients, as gathering the top-k chunks (the cached step's way)."""
     from icrl_ros.families.hcam.model import gather_chunks
 
     torch.manual_seed(0)
-    args = hcam_args(hcam_top_k=3)
+    args = hcam_args(hcam_top_k=3, hcam_weights=weights)
     mem = ChunkMemoryAttention(args)
     with torch.no_grad():
         mem.relevance.weight.mul_(20)
@@ -73,6 +74,38 @@ def test_dense_sequence_read_equals_the_gathered_one_with_its_gradients():
     assert dense.abs().max() > 1e-2  # the memory read is not zero
     for a, b in zip(g_dense, g_gathered):
         assert (a - b).abs().max() <= 1e-4 * max(1.0, b.abs().max().item())
+
+
+def test_continuous_weights_let_a_chunk_in_and_out_of_the_top_k_at_zero():
+    """hcam_weights=continuous: the k-th chunk's weight goes to 0 as its relevance falls to the
+    (k+1)-th's, so swapping them changes nothing; the paper's softmax jumps there. With at most
+    k chunks stored both are the softmax over the selected relevances."""
+    torch.manual_seed(0)
+    args = hcam_args(hcam_top_k=2, d_model=8, n_heads=2)
+    soft, cont = ChunkMemoryAttention(args), ChunkMemoryAttention(hcam_args(hcam_top_k=2, d_model=8, n_heads=2,
+                                                                            hcam_weights="continuous"))
+    for m in (soft, cont):
+        with torch.no_grad():
+            m.relevance.weight.copy_(torch.eye(8))
+    h = torch.zeros(1, 1, 8)
+    h[..., 0] = 1.0
+    mask = torch.ones(1, 1, 3, dtype=torch.bool)
+
+    def weights(m, r3):  # relevances 3, 2 and r3 (the query reads the summaries' first entry)
+        key = torch.zeros(1, 3, 8)
+        key[0, :, 0] = torch.tensor([3.0, 2.0, r3]) * 8 ** 0.5
+        idx, w = m.select(h, key, mask)
+        return dict(zip(idx[0, 0].tolist(), w[0, 0].tolist()))
+
+    below, above = weights(cont, 2.0 - 1e-4), weights(cont, 2.0 + 1e-4)
+    assert below[1] < 1e-3 and above[2] < 1e-3 and abs(below[0] - above[0]) < 1e-3
+    assert weights(cont, -50.0)[1] > 0.2  # a clear second place keeps its weight
+    jump_below, jump_above = weights(soft, 2.0 - 1e-4), weights(soft, 2.0 + 1e-4)
+    assert jump_below[1] > 0.2 and jump_above[2] > 0.2  # the paper's: the whole weight moves at once
+    two = torch.tensor([[[True, True, False]]])
+    key = torch.randn(1, 3, 8)
+    for (i1, w1), (i2, w2) in [(soft.select(h, key, two), cont.select(h, key, two))]:
+        assert (i1 == i2).all() and (w1 - w2).abs().max() < 1e-6
 
 
 def test_memory_read_changes_the_output():
@@ -193,7 +226,7 @@ def test_recon_loss_is_finite_and_decreases(obs_type):
     ("hcam_chunk", 0, "model.hcam_chunk"), ("hcam_top_k", -1, "model.hcam_top_k"),
     ("hcam_layers", (0, 2), "model.hcam_layers"), ("hcam_layers", (1, 1), "model.hcam_layers"),
     ("hcam_recon_weight", -0.1, "model.hcam_recon_weight"), ("iea", False, "model.iea"),
-    ("sink", "token", "model.sink")])
+    ("sink", "token", "model.sink"), ("hcam_weights", "hard", "model.hcam_weights")])
 def test_bad_hcam_args_name_the_field(field, value, needle):
     with pytest.raises(ValueError, match=needle):
         hcam_args(**{field: value})
@@ -284,7 +317,8 @@ def test_fill_synthetic_matches_stepping_bookkeeping():
         assert a.counters() == b.counters()
 
 
-def test_cached_step_exports_to_onnx_with_topk_and_gather_in_the_graph(tmp_path):
+@pytest.mark.parametrize("weights", ["softmax", "continuous"])
+def test_cached_step_exports_to_onnx_with_topk_and_gather_in_the_graph(tmp_path, weights):
     """HCAM's deploy core (window + chunk store, top-k and gather inside) traces to one ONNX
     graph without loops or branches, and ONNX Runtime agrees with torch on a filled store."""
     onnx = pytest.importorskip("onnx")
@@ -292,7 +326,7 @@ def test_cached_step_exports_to_onnx_with_topk_and_gather_in_the_graph(tmp_path)
     from icrl_ros.runtime.graphs import graph_modules
 
     torch.manual_seed(0)
-    args = hcam_args()
+    args = hcam_args(hcam_weights=weights)
     policy = HCAMPolicy(args).eval()
     boost_memory(policy)
     inp = random_trial(args, batch=1, steps=30, episode_len=9)

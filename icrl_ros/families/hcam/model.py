@@ -88,6 +88,7 @@ class ChunkMemoryAttention(nn.Module):
         super().__init__()
         d = a.d_model
         self.n_heads, self.head_dim, self.chunk, self.top_k = a.n_heads, a.head_dim, a.hcam_chunk, a.hcam_top_k
+        self.continuous = a.hcam_weights == "continuous"
         self.norm_q = RMSNorm(d)  # "the input is normalized"
         self.norm_m = RMSNorm(d)  # stored layer inputs are raw residual-stream values
         self.relevance = nn.Linear(d, d, bias=False)  # Q in R = softmax(Q(normed input) . S)
@@ -107,10 +108,19 @@ class ChunkMemoryAttention(nn.Module):
         Returns the chosen chunk indices (B, T, k) and their weights (B, T, k)."""
         logits = torch.matmul(self.relevance(h), chunk_key.transpose(1, 2)) * h.shape[-1] ** -0.5  # (B, T, N)
         logits = logits + torch.where(chunk_mask, 0.0, MASK_NEG).to(logits.dtype)
-        top, idx = torch.topk(logits, self.top_k, dim=-1)
-        # softmax over the selected k; a selected invalid chunk (fewer valid than k) gets 0
-        w = torch.softmax(top, dim=-1) * torch.gather(chunk_mask, 2, idx).to(h.dtype)
-        return idx, w
+        if self.continuous:
+            # the (k+1)-th relevance is the threshold; a padded column below every chunk (even an
+            # invalid one) stands in for it when the store holds only k, and is never selected
+            pad = torch.full_like(logits[..., :1], 2 * MASK_NEG)
+            top, idx = torch.topk(torch.cat([logits, pad], -1), self.top_k + 1, dim=-1)
+            e = torch.exp(top - top[..., :1])
+            w = e[..., :-1] - e[..., -1:]
+            w, idx = w / w.sum(-1, keepdim=True).clamp(min=1e-12), idx[..., :-1]
+        else:
+            top, idx = torch.topk(logits, self.top_k, dim=-1)
+            w = torch.softmax(top, dim=-1)  # softmax over the selected k
+        # a selected invalid chunk (fewer valid than k) gets 0
+        return idx, w * torch.gather(chunk_mask, 2, idx).to(h.dtype)
 
     def read(self, h: Tensor, w: Tensor, keys: Tensor, vals: Tensor) -> Tensor:
         """h (B, T, D); w (B, T, k); keys/vals of the selected chunks (B, T, k, C, H, hd) -> (B, T, D)."""
