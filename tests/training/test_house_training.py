@@ -236,7 +236,7 @@ def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
     assert all(n <= i - ends[0] for i, (_, _, n) in enumerate(held) if i > ends[0])  # episode 2 starts afresh
 
 
-@pytest.mark.parametrize("name,trials,batch,min_gain", [("house_memo", 4, 1, 0.02), ("house_relic", 2, 2, 0.05)])
+@pytest.mark.parametrize("name,trials,batch,min_gain", [("house_memo", 4, 1, 0.02), ("house_relic", 4, 4, 0.015)])
 def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, min_gain):
     """A shipped bundle (ONNX Runtime, as the node runs it) reads the in-context teacher's trial
     (teacher forcing: the same states for both runs) with its memory and with memory wiped at
@@ -244,8 +244,11 @@ def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, mi
     policy predicts those actions better. Measured (BENCHMARKS, issue 12; `house_diagnose.py
     --teacher-forced`, 20 other trials, seed 300), mean log-likelihood gain per step, episodes 2-5:
 
-    * house_relic: +0.166 +- 0.039, per-trial sd ~0.09; threshold +0.05 on the mean of 2 trials
-      (~1.8 sd of such a mean below it); its agreement with the teacher rises too;
+    * house_relic (PPO-tuned as the Memo, shipped 2026-11-27): +0.038 +- 0.022, per-trial sd ~0.047;
+      threshold +0.015 on the mean of these 4 fixed trials, which give +0.047 (~1 sd of a 4-trial mean
+      below the 20-trial mean; the imitation ReLIC it replaced: +0.166 +- 0.039, threshold +0.05 on 2
+      trials). PPO moved both students away from the teacher's actions, so the gain is smaller; its
+      agreement gain (+0.009 +- 0.010) is too small to assert on 4 trials;
     * house_memo (the default; PPO-tuned, shipped 2026-11-27): +0.052 +- 0.030, per-trial sd ~0.068;
       threshold +0.02 on the mean of these 4 fixed trials, which give +0.098 (the Memo it replaced:
       +0.064 over 20, +0.080 here; the threshold is ~1 sd of a 4-trial mean below the 20-trial mean).
@@ -270,5 +273,3 @@ def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, mi
     agree = got[False]["agreement"][:, 1:].mean(1) - got[True]["agreement"][:, 1:].mean(1)
     assert np.array_equal(got[False]["logp"][:, 0], got[True]["logp"][:, 0])  # episode 1: nothing to remember
     assert gain.mean() >= min_gain, (gain, agree)
-    if name == "house_relic":
-        assert agree.mean() > 0, agree

@@ -14,6 +14,8 @@ def test_ship_keeps_weights_and_record_and_reports_an_offline_fine_tune(tmp_path
     src = tmp_path / "offline.pt"
     blob = torch.load("checkpoints/house_relic.pt", map_location="cpu", weights_only=False)
     blob["optimizer"] = {"state": {}, "param_groups": []}  # what a training checkpoint carries besides
+    # the record imitate.py --offline writes (the shipped ReLIC's own is now a PPO run's)
+    blob.update(trainer="imitate", env_steps=0, offline_updates=800, offline_data="runs/pool")
     torch.save(blob, src)
     shutil.copy("checkpoints/house_encoder.pt", tmp_path)  # a shared-encoder checkpoint reads it beside itself
     dst = tmp_path / "shipped.pt"
