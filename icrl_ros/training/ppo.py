@@ -323,8 +323,9 @@ class PPOTrainer:
                         logs["entropy"] += ent.item()
                         logs["approx_kl"] += (((ratio - 1) - log_ratio) * mm).sum().item() / n.item()
                         logs["clipfrac"] += (((ratio - 1).abs() > cfg.clip_coef).float() * mm).sum().item() / n.item()
-                        f = mm * fresh[idx].float()
-                        moved += torch.stack([(((ratio - 1) - log_ratio) * f).sum(), f.sum()]).cpu()
+                        if cfg.target_kl > 0:
+                            f = mm * fresh[idx].float()
+                            moved += torch.stack([(((ratio - 1) - log_ratio) * f).sum(), f.sum()]).cpu()
                 if not warm and self.kl_too_far(moved):  # before this minibatch's step
                     stats.add_loss(**logs)
                     stopped = True
@@ -351,10 +352,10 @@ class PPOTrainer:
 
     def kl_too_far(self, moved: Tensor) -> bool:
         """``moved`` = (approx KL summed over a minibatch's fresh steps, their count): is their mean
-        past 1.5 x ``ppo.target_kl``? Steps of earlier chunks are left out: their log-probabilities
-        are older than this update (partial updates), so their KL also counts earlier updates'
-        moves and would stop a final update before its first step. Every process agrees (sums
-        over them)."""
+        past 1.5 x ``ppo.target_kl``? Steps of earlier chunks are left out: without the episode
+        shuffle their log-probabilities are from acting, older than this update (partial updates),
+        so their KL also counts earlier updates' moves and would stop a final update before its
+        first step. Every process agrees (sums over them)."""
         if self.cfg.target_kl <= 0:
             return False
         if self.world_size > 1:
