@@ -58,7 +58,8 @@ from icrl_ros.training.radt_eval import run_radt_trials
 @torch.no_grad()
 def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | None = None,
                greedy: bool = False, seed: int = 0, max_sets: int | None = None,
-               max_chunks: int | None = None, temperature: float = 1.0, runner=None) -> dict[str, np.ndarray]:
+               max_chunks: int | None = None, temperature: float = 1.0, runner=None,
+               record: list | None = None) -> dict[str, np.ndarray]:
     """Run ``env.num_envs`` trials of ``steps`` steps from the env's current tasks.
 
     Returns per-env episode returns ``returns`` (N, E) with NaN for episodes that did not
@@ -69,6 +70,7 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     actions are drawn from softmax(logits / temperature). ``runner``: a deploy bundle's
     :class:`~icrl_ros.runtime.runner.PolicyRunner` (batched over the trials, with the memory it
     was built with) steps instead of ``policy``, which is then the bundle (for its ``args``).
+    ``record``: a list that gets every step's policy inputs (dicts of (B,) tensors), in order.
     """
     g = torch.Generator().manual_seed(seed)
     a, B = policy.args, env.num_envs
@@ -86,6 +88,8 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     ep_ret = np.zeros(B)
     trial_ret = np.zeros(B)
     for _ in range(steps):
+        if record is not None:
+            record.append(cur)
         logits, _ = step(cur)
         action = choose_actions(logits, greedy, temperature, g)
         obs, reward, done, info = env.step(action.numpy())

@@ -182,7 +182,7 @@ class PPOTrainer:
             boot = step(cur, commit=False)[1]
             if last and cfg.trial_returns:  # the trial ends with the rollout: nothing follows
                 boot = torch.zeros_like(boot)
-            self.update(buf, t1, loss_mask, boot, stats, fresh=buf["chunk"][:, :t1] == c)
+            self.update(buf, t1, loss_mask, buf["chunk"][:, :t1] == c, boot, stats)
             if not last:
                 if cfg.shuffle_episodes:
                     self.shuffle_episodes(buf, t1, cur["episode_index"])
@@ -258,13 +258,12 @@ class PPOTrainer:
         logp_all = F.log_softmax(self.acted_logits(logits, inp), dim=-1)
         return logp_all.gather(-1, action[..., None]).squeeze(-1), logp_all
 
-    def update(self, buf: dict[str, Tensor], t1: int, loss_mask: Tensor, boot: Tensor, stats: RolloutStats,
-               fresh: Tensor | None = None) -> None:
+    def update(self, buf: dict[str, Tensor], t1: int, loss_mask: Tensor, fresh: Tensor, boot: Tensor,
+               stats: RolloutStats) -> None:
         """PPO epochs over the steps in ``loss_mask``. ``fresh`` (B, t1) marks the steps acted since the
         last update (for ``ppo.target_kl``: their stored log-probabilities are the policy's as this
-        update starts, so their KL is how far this update has moved it; None: every step)."""
+        update starts, so their KL is how far this update has moved it)."""
         cfg, policy = self.cfg, self.policy
-        fresh = torch.ones_like(loss_mask) if fresh is None else fresh
         adv, ret = self.gae(buf, t1, boot)
         B = adv.shape[0]
         recon = family_of(policy).chunk_store and policy.args.hcam_recon_weight > 0  # weight 0: skip the decoder

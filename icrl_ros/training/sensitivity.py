@@ -21,29 +21,19 @@ import torch
 import torch.nn.functional as F
 
 from icrl_ros.families.hcam.model import ChunkMemoryAttention
-from icrl_ros.models import load_checkpoint, make_memory
-from icrl_ros.runtime.control import ControlStep
-from icrl_ros.runtime.runner_base import choose_actions
+from icrl_ros.models import load_checkpoint
 from icrl_ros.sim import make_vec
 from icrl_ros.training._cli import fail
-from icrl_ros.training.evaluate import held_out_tasks
-from icrl_ros.training.ppo import next_step_inputs, trial_start_inputs
+from icrl_ros.training.evaluate import held_out_tasks, run_trials
 
 
-@torch.no_grad()
 def record_trials(policy, env_id: str, trials: int, seed: int, split: str) -> dict[str, torch.Tensor]:
-    """The inputs (B, T) of ``trials`` whole trials the policy acts in (sampled, T = 1)."""
+    """The inputs (B, T) of ``trials`` whole trials the policy acts in (sampled, T = 1), as
+    ``evaluate.py`` runs them."""
     env = make_vec(env_id, trials, split=split, seed=seed)
     held_out_tasks(env, trials, seed)
-    step = ControlStep.live(policy, make_memory(policy, trials, env.trial_steps))
-    g = torch.Generator().manual_seed(seed)
-    cur = trial_start_inputs(env, env.observe(), policy.args.n_actions, "cpu")
-    rec = []
-    for _ in range(env.trial_steps):
-        rec.append(dict(cur))
-        action = choose_actions(step(cur)[0], False, 1.0, g)
-        obs, reward, done, info = env.step(action.numpy())
-        cur = next_step_inputs(env, obs, action, reward, done, cur, "cpu", info)
+    rec: list[dict[str, torch.Tensor]] = []
+    run_trials(policy, env, env.trial_steps, seed=seed, record=rec)
     return {k: torch.stack([r[k] for r in rec], 1) for k in rec[0]}
 
 
