@@ -238,7 +238,8 @@ def make_teacher(env, name: str | None = None):
     if env_name not in ENV_TEACHERS:
         raise ValueError(f"env {env_name!r} has no scripted teacher; teachers exist for {sorted(ENV_TEACHERS)}")
     names = ENV_TEACHERS[env_name]
-    name = name or names[0]
+    # the house's teacher runs inside the env: by default, the mode its options name
+    name = name or (env.task.get("teacher") if env_name == "house" else None) or names[0]
     if name not in names:
         raise ValueError(f"teacher {name!r} does not play {env_name}; choose one of {list(names)}")
     if env_name == "house":

@@ -134,3 +134,18 @@ def test_imitate_adds_hcams_reconstruction_loss_on_request(tmp_path):
     r = run(["training/imitate.py", "--config", "config/train/dark_key_to_door.yaml", "--run-dir", str(tmp_path / "r"),
              "--hcam-recon", *TINY])
     assert r.returncode != 0 and "needs an HCAM model" in r.stderr
+
+
+def test_house_teacher_defaults_to_the_mode_the_env_runs():
+    """The house teacher runs inside the env: without a name, make_teacher takes the env's mode
+    (a config that sets env.options.teacher=wiped needs no --teacher); a name that differs fails."""
+    from types import SimpleNamespace
+    from icrl_ros.training.teachers import HouseEnvTeacher
+    for mode in ("memory", "wiped"):
+        env = SimpleNamespace(name="house", task={"teacher": mode})
+        assert isinstance(make_teacher(env), HouseEnvTeacher)
+    env = SimpleNamespace(name="house", task={"teacher": "wiped"})
+    with pytest.raises(ValueError, match="set env.options.teacher=memory"):
+        make_teacher(env, "memory")
+    with pytest.raises(ValueError, match="runs teacher=None; set env.options.teacher=memory"):
+        make_teacher(SimpleNamespace(name="house", task={}))  # no teacher in the env: say what to set
