@@ -130,11 +130,37 @@ def make_batches(cfg: RADTTrainConfig, policy: RADTPolicy, data: dict) -> Offlin
                                    cfg.retrieve_from)
 
 
+def resume(path: str, cfg: RADTTrainConfig, policy: RADTPolicy, opt: torch.optim.Optimizer,
+           batches: OfflineRetrievalBatches) -> tuple[int, float]:
+    """Load a run's latest.pt into ``policy``, ``opt`` and the random streams (torch's, for
+    dropout, and the batch sampler's); returns (its step, its wall seconds). With the same config
+    the resumed run takes the steps the first run would have taken."""
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError) as e:
+        fail(f"--resume {path}: not readable ({e})")
+    if not isinstance(blob, dict) or not {"optimizer", "rng", "train_steps"} <= blob.keys():
+        fail(f"--resume {path}: not a train_radt.py checkpoint with an optimiser (checkpoints/latest.pt of a run)")
+    if blob["model_args"] != policy.args.to_dict():
+        fail(f"--resume {path}: its model differs from the config's; resume with the run's own config and --set")
+    step = int(blob["train_steps"])
+    if step >= cfg.steps:
+        fail(f"--resume {path}: already at step {step:,} of steps={cfg.steps:,}; raise steps to train on")
+    policy.load_state_dict(blob["state_dict"])
+    opt.load_state_dict(blob["optimizer"])
+    torch.set_rng_state(blob["rng"]["torch"])
+    batches.rng.bit_generator.state = blob["rng"]["batches"]
+    print(f"resumed {path} at step {step:,}", flush=True)
+    return step, float(blob.get("wall_s", 0.0))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="YAML file in config/train/")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.add_argument("--run-dir", help="output directory (overrides run_dir)")
+    p.add_argument("--resume", help="a checkpoint of this run (latest.pt) to continue from: weights, optimiser, "
+                                    "step and random streams (with the same config it ends where an unbroken run would)")
     args = p.parse_args(argv)
     try:
         cfg = RADTTrainConfig.load(args.config, args.set)
@@ -156,6 +182,9 @@ def main(argv=None) -> int:
           f"index {batches.entries:,} sub-trajectories after dedup "
           f"({time.perf_counter() - t0:.1f} s); model {sum(q.numel() for q in policy.parameters()):,} parameters")
     opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    start, wall_before = 0, 0.0
+    if args.resume:
+        start, wall_before = resume(args.resume, cfg, policy, opt, batches)
     run_dir = Path(cfg.run_dir)
     from torch.utils.tensorboard import SummaryWriter
 
@@ -164,7 +193,8 @@ def main(argv=None) -> int:
     policy.train()
     acc: dict[str, list[float]] = {}
     t_log = time.perf_counter()
-    for step in range(cfg.steps):
+    t_run = time.perf_counter()
+    for step in range(start, cfg.steps):
         win, ret, target, rows = batches.sample(cfg.batch_size)
         w, r = as_tensors(win), as_tensors(ret)
         logits = policy(w, r)
@@ -198,7 +228,9 @@ def main(argv=None) -> int:
             acc = {}
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             name = "final.pt" if step + 1 == cfg.steps else "latest.pt"
-            save_checkpoint(run_dir / "checkpoints" / name, policy.eval(), config, train_steps=step + 1)
+            save_checkpoint(run_dir / "checkpoints" / name, policy.eval(), config, train_steps=step + 1,
+                            optimizer=opt.state_dict(), wall_s=wall_before + time.perf_counter() - t_run,
+                            rng={"torch": torch.get_rng_state(), "batches": batches.rng.bit_generator.state})
             policy.train()
     writer.close()
     print(f"done in {time.perf_counter() - t0:.0f} s -> {run_dir / 'checkpoints' / 'final.pt'}")

@@ -189,6 +189,22 @@ def test_collect_train_evaluate_end_to_end(tmp_path):
     res = evaluate.evaluate(str(run / "checkpoints" / "final.pt"), "test", 2, 200, None, False, 0, "window")
     assert res["memory"] == "retrieval" and len(res["episodes"]) == 2 and res["episodes"][0]["n"] == 2
 
+    # --resume: a run resumed from its step-2 checkpoint (latest.pt) ends where the unbroken run does
+    common = ["--config", "config/train/darkroom_radt.yaml", "--set", f"data={path}", "--set", "batch_size=8",
+              "--set", "model.n_layers=1", "--set", "checkpoint_every=2", "--set", "steps=4"]
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert train_radt.main([*common, "--run-dir", str(whole)]) == 0
+    latest = torch.load(whole / "checkpoints" / "latest.pt", weights_only=False)
+    assert latest["train_steps"] == 2 and "optimizer" in latest
+    assert train_radt.main([*common, "--run-dir", str(part), "--resume", str(whole / "checkpoints" / "latest.pt")]) == 0
+    a, b = (torch.load(d / "checkpoints" / "final.pt", weights_only=False) for d in (whole, part))
+    assert b["train_steps"] == 4 and all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
+    with pytest.raises(SystemExit):  # nothing left to train
+        train_radt.main([*common, "--run-dir", str(part), "--resume", str(part / "checkpoints" / "final.pt")])
+    with pytest.raises(SystemExit):  # another model
+        train_radt.main([*common, "--run-dir", str(part), "--set", "steps=6", "--set", "model.d_model=32",
+                         "--resume", str(part / "checkpoints" / "final.pt")])
+
 
 def test_teacher_histories_exploit_the_found_goal_and_keep_their_labels(tmp_path):
     data = collect_teacher(episodes=3, learners=2, epsilon=[0.0, 0.5], seed=0)
