@@ -100,7 +100,7 @@ class RADTTrainConfig:
         top_k = self.model.get("top_k", 1)
         if not isinstance(top_k, int) or not 0 < top_k <= self.retrieve_l:
             raise ValueError(f"model.top_k: must be in [1, retrieve_l={self.retrieve_l}], got {top_k!r}")
-        self.model_args(n_obs=1, n_actions=1, max_episode_steps=1)  # validates the overrides
+        self.model_args(n_obs=1, n_actions=1, max_episode_steps=1, grid_size=1)  # validates the overrides (the env gives these)
 
     def model_args(self, **env_fields) -> RADTArgs:
         return RADTArgs.from_dict({**self.model, **env_fields})

@@ -162,6 +162,36 @@ def test_export_writes_a_radt_bundle_with_retrieval_manifest(bundle_path):
         assert r["ok"] and r["max_logit_diff"] <= 1e-4, (backend, r)
 
 
+def test_xy_embedding_knows_a_cell_by_its_row_and_column_and_exports(tmp_path):
+    """``obs_embed: xy``: no per-cell table; a cell's vector is its row's plus its column's, so
+    cells of one row differ only by their columns; the bundle's ONNX graph computes the same."""
+    from icrl_ros.runtime import load_bundle
+    from icrl_ros.runtime.selfcheck import check_sample
+    from icrl_ros.training.export import env_metadata, export_bundle
+
+    torch.manual_seed(1)
+    policy = RADTPolicy(RADTArgs(**ARGS, obs_embed="xy")).eval()
+    e = policy.embed
+    assert e.obs is None and e.row.num_embeddings == e.col.num_embeddings == 5
+    z = torch.zeros(3, dtype=torch.long)
+    cells = torch.tensor([1 * 5 + 2, 1 * 5 + 4, 3 * 5 + 2])  # (1, 2), (1, 4), (3, 2)
+    x = e(cells, z, torch.zeros(3), torch.zeros(3), z)
+    def cell(r, c):  # the row's and column's vectors plus the linear (x, y) features, scaled to [0, 1]
+        return e.row.weight[r] + e.col.weight[c] + e.coords(torch.tensor([r / 4, c / 4]))
+
+    assert torch.allclose(x[0] - x[1], cell(1, 2) - cell(1, 4), atol=1e-6)
+    assert torch.allclose(x[0] - x[2], cell(1, 2) - cell(3, 2), atol=1e-6)
+    with pytest.raises(ValueError, match="obs_embed"):
+        RADTArgs(**{**ARGS, "grid_size": 0}, obs_embed="xy")
+    cfg = {"retrieve_l": 6, "utility_weight": 1.0, "target_return": 4.0, "env": {"id": "icrl_ros/Darkroom-v0"}}
+    path = export_bundle(policy, tmp_path / "xy", config=cfg, env=env_metadata("icrl_ros/Darkroom-v0"))
+    b = load_bundle(path)
+    assert b.args.obs_embed == "xy"
+    for backend in ("onnxruntime", "torch"):
+        r = check_sample(b, backend)
+        assert r["ok"] and r["max_logit_diff"] <= 1e-4, (backend, r)
+
+
 def test_runners_match_the_evaluation_loop_step_for_step(bundle_path):
     """ORT and torch runners replay a rollout of the training-side evaluation loop (its index
     fills with the episodes; retrieval every step) with their own memory + faiss: <= 1e-4."""

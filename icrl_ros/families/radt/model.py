@@ -67,6 +67,7 @@ RETRIEVED_KEYS = ("obs", "action", "reward", "rtg", "episode_step", "valid")
 REWARD_KEYS = ("prev_reward", "reward", "rtg")
 """Inputs a ``use_reward: false`` model does not read (``use_rtg: false``: ``rtg`` only; :meth:`RADTArgs.reads`)."""
 OBS_TYPES = ("grid", "image")
+OBS_EMBEDS = ("table", "xy")
 
 
 @dataclass
@@ -80,6 +81,10 @@ class RADTArgs:
     """Size of the within-episode step table."""
     grid_size: int = 0
     """Side of the square grid: adds (x, y) features to the cell embedding (0 = none)."""
+    obs_embed: str = "table"
+    """Grid models: ``table`` (one learnt vector per cell) or ``xy`` (a vector per row plus one per
+    column: a cell is known only by its coordinates, so what is learnt of training goals' cells
+    carries over to the cells between them, and per-cell answers cannot be memorised)."""
     obs_type: str = "grid"
     """``grid`` (a cell index) or ``image`` (rgb + odometry + goal, the house task)."""
     image_size: int = 64
@@ -124,6 +129,11 @@ class RADTArgs:
             check_positive(f"model.{name}", getattr(self, name))
         check_positive("model.grid_size", self.grid_size, allow_zero=True)
         check_positive("model.n_goals", self.n_goals, allow_zero=True)
+        if self.obs_embed not in OBS_EMBEDS:
+            raise ValueError(f"model.obs_embed: {self.obs_embed!r} is not one of {list(OBS_EMBEDS)}")
+        if self.obs_embed == "xy" and (self.obs_type != "grid" or not self.grid_size):
+            raise ValueError("model.obs_embed: xy embeds a grid cell's row and column; it needs obs_type grid and a "
+                             "grid_size (the env gives it)")
         if self.obs_type not in OBS_TYPES:
             raise ValueError(f"model.obs_type: {self.obs_type!r} is not one of {list(OBS_TYPES)}")
         if self.obs_type == "image":
@@ -263,7 +273,9 @@ class TokenEmbedding(nn.Module):
         super().__init__()
         self.args = a
         self.image = a.obs_type == "image"  # obs = ObsFeatures vectors: their first D values
-        self.obs = None if self.image else nn.Embedding(a.n_obs, a.d_model)
+        self.obs = None if self.image or a.obs_embed == "xy" else nn.Embedding(a.n_obs, a.d_model)
+        self.row = nn.Embedding(a.grid_size, a.d_model) if a.obs_embed == "xy" else None
+        self.col = nn.Embedding(a.grid_size, a.d_model) if a.obs_embed == "xy" else None
         self.coords = nn.Linear(2, a.d_model) if a.grid_size and not self.image else None
         self.action = nn.Embedding(action_slots, a.d_model)
         self.reward = nn.Linear(1, a.d_model) if a.use_reward else None
@@ -272,7 +284,12 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, obs: Tensor, action: Tensor, reward: Tensor | None, rtg: Tensor | None, step: Tensor) -> Tensor:
         a = self.args
-        x = obs[..., :a.d_model].float() if self.image else self.obs(obs)
+        if self.image:
+            x = obs[..., :a.d_model].float()
+        elif self.obs is None:
+            x = self.row(obs // a.grid_size) + self.col(obs % a.grid_size)
+        else:
+            x = self.obs(obs)
         if self.coords is not None:
             g = a.grid_size
             x = x + self.coords(torch.stack([obs // g, obs % g], -1).float() / max(g - 1, 1))
