@@ -109,21 +109,27 @@ METRICS = ("bc_loss", "value_loss", "agreement", "aux_loss")
 
 
 @torch.no_grad()
-def remembered_goal(heads, data: dict) -> dict[str, torch.Tensor]:
+def remembered_goal(heads, data: dict, within_episode: bool = False) -> dict[str, torch.Tensor]:
     """Where the goal is, as far as the student's own inputs tell: per step, whether the frozen
     heads saw the goal category (P(in view) > ``SIGHTING_P``) at this or an earlier step of the trial, and
     the robot-frame (forward, left) offset, in ``OBJECT_SCALE_M`` units, of the position that
     sighting implies (the nearest sighting so far; the latest among equals). ``aux_earlier``:
-    that sighting was in an earlier episode (what only memory can give)."""
+    that sighting was in an earlier episode (what only memory can give). ``within_episode``
+    (a model without inter-episode attention, ``model.iea: false``): only this episode's
+    sightings count, as only they are in its context."""
     odom, goal, ep = data["odom"].float(), data["goal"].long(), data["episode_index"].long()
     p, xy, dist = heads.object_estimates(data["rgb_feat"].float(), odom)  # (B,T,C), (B,T,C,2), (B,T,C)
     B, T, C = p.shape
     step = torch.arange(T, dtype=torch.float32).view(1, T, 1)
     quality = torch.where(p > SIGHTING_P, -dist + 1e-4 * step, torch.tensor(-math.inf))
+    if within_episode:  # any sighting of a later episode outranks every earlier one (distances are < 1e4 m)
+        quality = quality + 1e4 * ep[..., None].float()
     best, idx = quality.cummax(1)
     g = goal[..., None]
-    have = best.gather(2, g).squeeze(-1) > -math.inf
     at = idx.gather(2, g).squeeze(-1)
+    have = best.gather(2, g).squeeze(-1) > -math.inf
+    if within_episode:
+        have = have & (ep.gather(1, at) == ep)
     est = xy.gather(1, idx[..., None].expand(B, T, C, 2)).gather(2, g[..., None].expand(B, T, 1, 2)).squeeze(2)
     d, yaw = est - odom[..., :2], odom[..., 2]
     vec = torch.stack([yaw.cos() * d[..., 0] + yaw.sin() * d[..., 1], -yaw.sin() * d[..., 0] + yaw.cos() * d[..., 1]], -1)
@@ -234,7 +240,7 @@ class Imitator:
         out = {**data, "return": discounted(data["reward"] * cfg.reward_scale, data["done"], cfg.gamma,
                                             cfg.trial_returns)}
         if self.heads is not None and "rgb_feat" in data:
-            out.update(remembered_goal(self.heads, data))
+            out.update(remembered_goal(self.heads, data, within_episode=not self.policy.args.iea))
         return out
 
     def data_keys(self, data: dict) -> tuple[str, ...]:

@@ -154,6 +154,13 @@ def test_remembered_goal_targets_follow_the_nearest_sighting_into_later_episodes
     vec = out["aux_vec"][0] * 5.0
     assert vec[1].tolist() == pytest.approx([3.0, 0.0]) and vec[3].tolist() == pytest.approx([0.0, 4.0])
     assert vec[4].tolist() == pytest.approx([4.0, 0.0], abs=1e-5)  # straight ahead once facing +y
+    # a model without inter-episode attention: only this episode's sightings (category 1 is not seen in
+    # episode 1 until step 5, and then far); episode 0 unchanged
+    p[0, 5, 1], xy[0, 5, 1], dist[0, 5, 1] = 0.95, torch.tensor([0.0, 6.0]), 5.0
+    out = remembered_goal(FakeHeads(p, xy, dist), data, within_episode=True)
+    assert out["aux_seen"][0].tolist() == [0, 1, 1, 0, 0, 1]
+    assert not out["aux_earlier"].any()
+    assert (out["aux_vec"][0, 5] * 5.0).tolist() == pytest.approx([0.0, 6.0], abs=1e-5)
 
 
 def test_object_estimates_of_the_shipped_encoder_land_on_the_objects():
