@@ -127,7 +127,7 @@ def test_memory_snapshot_is_one_file_and_refusals_change_nothing(tmp_path):
 
 
 # -- bundles and runners -----------------------------------------------------------------------
-RADT4 = Path("runs/radt4/checkpoints/final.pt")
+RADT4 = Path(__file__).resolve().parents[2] / "checkpoints" / "darkroom_radt.pt"  # the shipped RA-DT
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +269,7 @@ def test_from_bundle_act_info_bounded_bytes_and_snapshot_restore(bundle_path, tm
     r.close()
 
 
-@pytest.mark.skipif(not RADT4.is_file(), reason="runs/radt4 checkpoint not present")
+@pytest.mark.skipif(not RADT4.is_file(), reason="checkpoints/darkroom_radt.pt not shipped")
 def test_trained_checkpoint_exports_and_verifies(tmp_path):
     from icrl_ros.training import export
 
