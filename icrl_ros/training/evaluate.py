@@ -52,7 +52,7 @@ from icrl_ros.sim import VecTrialEnv, make_vec
 from icrl_ros.runtime.runner_base import choose_actions
 from icrl_ros.training._cli import fail
 from icrl_ros.training.ppo import episode_returns_matrix, next_step_inputs, trial_start_inputs
-from icrl_ros.training.radt_eval import run_radt_trials
+from icrl_ros.training.radt_eval import engine_graph, run_radt_trials
 
 
 @torch.no_grad()
@@ -155,18 +155,25 @@ def evaluate_bundle(path: str, split: str, trials: int, steps: int | None, seed:
     from icrl_ros.runtime.runner import PolicyRunner, build_memory
 
     bundle = load_bundle(path)
-    if not family_of(bundle).cached_step:
-        raise ValueError("an RA-DT bundle: evaluate its checkpoint (its retrieval runner steps one trial at a time)")
     env_id = (bundle.manifest.created or {}).get("env_id")
     env = make_vec(env_id, trials, split=split, seed=seed)
     steps = steps or env.trial_steps
     held_out_tasks(env, trials, seed)
-    mem = build_memory(bundle, memory, batch=trials)
-    runner = PolicyRunner(bundle, make_engine(bundle, backend, "cpu"), mem)
-    out = run_trials(bundle, env, steps, greedy=greedy, seed=seed, temperature=temperature, runner=runner)
+    engine = make_engine(bundle, backend, "cpu")
+    if not family_of(bundle).cached_step:  # RA-DT: the bundle's graph on the engine, one retrieval index per trial
+        r = bundle.manifest.retrieval
+        out = run_radt_trials(bundle.load_policy(), env, steps, greedy=greedy, seed=seed, temperature=temperature,
+                              target_return=r.target_return, target_return_std=0.0, retrieve_l=r.l,
+                              utility_weight=r.utility_weight, graph=engine_graph(bundle, engine, trials))
+        policy_name = "retrieval"
+    else:
+        mem = build_memory(bundle, memory, batch=trials)
+        out = run_trials(bundle, env, steps, greedy=greedy, seed=seed, temperature=temperature,
+                         runner=PolicyRunner(bundle, engine, mem))
+        policy_name = mem.policy
     return summarise(out, env, steps, {
         "checkpoint": str(path), "bundle": True, "backend": backend, "env": env_id, "split": split, "trials": trials,
-        "steps": steps, "memory": mem.policy, "window": None, "max_sets": None, "max_chunks": None, "greedy": greedy,
+        "steps": steps, "memory": policy_name, "window": None, "max_sets": None, "max_chunks": None, "greedy": greedy,
         "temperature": None if greedy else temperature, "model": bundle.args.to_dict(),
         "env_steps_trained": (bundle.manifest.created or {}).get("env_steps")})
 

@@ -34,13 +34,16 @@ from icrl_ros.training.ppo import episode_returns_matrix
 @torch.no_grad()
 def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bool = False, seed: int = 0,
                     target_return: float = 90.0, target_return_std: float = 5.0, retrieve_l: int = 50,
-                    utility_weight: float = 1.0, record: bool = False, temperature: float = 1.0) -> dict:
+                    utility_weight: float = 1.0, record: bool = False, temperature: float = 1.0,
+                    graph=None) -> dict:
     """Run ``env.num_envs`` trials of ``steps`` steps from the env's current tasks; returns
     ``returns`` (N, E) per finished episode (NaN-padded), ``trial_return`` (N,), the memory
     figures, and ``memories`` (one per trial, for inspection); ``record``: also every
     step's ``logits`` (N, T, A) and ``actions`` (N, T). Each trial steps its own memory through
     :func:`~icrl_ros.families.radt.runner.retrieval_step_inputs` and the policy graph a bundle
-    exports, as the deployed runner does."""
+    exports, as the deployed runner does. ``graph``: named step inputs -> logits (B, A), e.g. a
+    bundle's graph on an engine (:func:`engine_graph`); default the policy's own
+    :class:`~icrl_ros.families.radt.graphs.RADTGraph`."""
     policy.eval()
     a = policy.args
     B, H = env.num_envs, env.max_episode_steps
@@ -50,7 +53,9 @@ def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bo
     mems = [SubTrajectoryMemory(policy.trajectory_keys, a.key_dim, a.context, H, utility_weight=utility_weight,
                                 max_episodes=math.ceil(steps / shortest) + 1, n_obs=a.n_obs, n_actions=a.n_actions)
             for _ in range(B)]
-    graph = RADTGraph(policy)
+    if graph is None:
+        torch_graph = RADTGraph(policy)
+        graph = lambda arrays: torch_graph(*(torch.from_numpy(arrays[n]) for n in torch_graph.names))  # noqa: E731
     target = rng.normal(target_return, target_return_std, B)
     trial_ret = np.zeros(B)
     episodes: list[list[float]] = [[] for _ in range(B)]
@@ -59,7 +64,7 @@ def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bo
     for _ in range(steps):
         rtg = [target[i] - mem.episode_return for i, mem in enumerate(mems)]
         arrays = retrieval_step_inputs(mems, obs, rtg, retrieve_l, a.top_k)
-        logits = graph(*(torch.from_numpy(arrays[n]) for n in graph.names))
+        logits = graph(arrays)
         act = choose_actions(logits, greedy, temperature, g).numpy()
         if record:
             rec_logits.append(logits.double().numpy())
@@ -79,6 +84,23 @@ def run_radt_trials(policy: RADTPolicy, env: VecTrialEnv, steps: int, greedy: bo
     if record:
         out["logits"], out["actions"] = np.stack(rec_logits, 1), np.stack(rec_actions, 1)
     return out
+
+
+def engine_graph(bundle, engine, batch: int):
+    """A bundle's policy graph on ``engine`` (ONNX Runtime, torch, TensorRT) for ``batch`` trials at
+    once: named step inputs -> logits (B, A), through input buffers allocated once (as the
+    runner binds them)."""
+    from icrl_ros.runtime.graphs import TORCH_DTYPES
+
+    bufs = {io["name"]: torch.zeros([batch, *io["shape"][1:]], dtype=TORCH_DTYPES[io["dtype"]], device=engine.device)
+            for io in bundle.specs["policy"]["inputs"]}
+
+    def graph(arrays: dict[str, np.ndarray]) -> torch.Tensor:
+        for name, buf in bufs.items():
+            buf.copy_(torch.from_numpy(arrays[name]))
+        return engine.policy(*bufs.values()).float().cpu().clone()
+
+    return graph
 
 
 class ReplayEnv:

@@ -276,3 +276,12 @@ def test_trained_checkpoint_exports_and_verifies(tmp_path):
     assert export.main([str(RADT4), "--out", str(tmp_path / "b"), "--verify", "--verify-steps", "300"]) == 0
     res = export.verify_bundle(tmp_path / "b", 300)
     assert all(r["ok"] and r["max_logit_diff"] <= 1e-4 for r in res.values())
+    # the bundle through ONNX Runtime in the evaluation loop (one retrieval index per trial) plays the
+    # checkpoint's trials: the same tasks, sampling seeds and so the same returns
+    from icrl_ros.training.evaluate import evaluate, evaluate_bundle
+
+    a = evaluate(str(RADT4), "test", 3, 300, None, False, 5, "window")
+    b = evaluate_bundle(str(tmp_path / "b"), "test", 3, 300, 5, None, False, 1.0)
+    assert b["bundle"] and b["backend"] == "onnxruntime" and b["memory"] == "retrieval"
+    assert [e["mean"] for e in a["episodes"]] == [e["mean"] for e in b["episodes"]]
+    assert a["trial_return"] == b["trial_return"]
