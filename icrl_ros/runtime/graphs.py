@@ -168,6 +168,14 @@ def build_graphs(policy: nn.Module, precision: str = "fp32") -> dict[str, nn.Mod
     return {k: g.eval() for k, g in graphs.items()}
 
 
+def input_buffers(spec: dict, batch: int, device) -> dict[str, Tensor]:
+    """Zeroed per-step input buffers of a graph spec (batch axis first, the rest fixed), by name in
+    the spec's order: runners copy each step's inputs into them, as ORT / TensorRT bind them by
+    address and CUDA graphs read them."""
+    return {io["name"]: torch.zeros([batch, *io["shape"][1:]], dtype=TORCH_DTYPES[io["dtype"]], device=device)
+            for io in spec["inputs"]}
+
+
 def example_inputs(spec: dict, batch: int = 1, cache: int = 4) -> tuple[Tensor, ...]:
     """Small tensors matching a graph spec (for tracing): zeros, masks all True."""
     out = []

@@ -26,7 +26,7 @@ from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.runtime.bundle import Bundle, BundleError, load_bundle
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.engine import Engine, check_backend, make_engine
-from icrl_ros.runtime.graphs import TORCH_DTYPES, TRACKED_INPUTS
+from icrl_ros.runtime.graphs import TRACKED_INPUTS, input_buffers
 from icrl_ros.runtime.runner_base import RunnerBase
 
 SIZE_FIELDS = ("capacity", "window", "max_sets", "max_chunks", "max_episodes")
@@ -72,9 +72,7 @@ class PolicyRunner(RunnerBase):
         if memory.k.device.type != dev.type or (dev.type == "cuda" and memory.k.device.index != dev.index):
             raise ValueError(f"memory on {memory.k.device}, engine on {dev}: build both on one device")
         self.spec = {io["name"]: io for io in bundle.specs["encoder"]["inputs"]}
-        # Static per-step buffers: ORT / TensorRT bind them by address, CUDA graphs read them.
-        self._inputs = {n: torch.zeros([self.batch, *io["shape"][1:]], dtype=TORCH_DTYPES[io["dtype"]], device=dev)
-                        for n, io in self.spec.items()}
+        self._inputs = input_buffers(bundle.specs["encoder"], self.batch, dev)
         self._episode = torch.zeros(self.batch, dtype=torch.long, device=dev)
         self.control = ControlStep(engine, memory, bundle.args.iea, StopRule.from_args(bundle.args))
         self.reset_trial()

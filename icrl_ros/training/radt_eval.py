@@ -90,10 +90,9 @@ def engine_graph(bundle, engine, batch: int):
     """A bundle's policy graph on ``engine`` (ONNX Runtime, torch, TensorRT) for ``batch`` trials at
     once: named step inputs -> logits (B, A), through input buffers allocated once (as the
     runner binds them)."""
-    from icrl_ros.runtime.graphs import TORCH_DTYPES
+    from icrl_ros.runtime.graphs import input_buffers
 
-    bufs = {io["name"]: torch.zeros([batch, *io["shape"][1:]], dtype=TORCH_DTYPES[io["dtype"]], device=engine.device)
-            for io in bundle.specs["policy"]["inputs"]}
+    bufs = input_buffers(bundle.specs["policy"], batch, engine.device)
 
     def graph(arrays: dict[str, np.ndarray]) -> torch.Tensor:
         for name, buf in bufs.items():

@@ -286,13 +286,11 @@ class TokenEmbedding(nn.Module):
         a = self.args
         if self.image:
             x = obs[..., :a.d_model].float()
-        elif self.obs is None:
-            x = self.row(obs // a.grid_size) + self.col(obs % a.grid_size)
         else:
-            x = self.obs(obs)
-        if self.coords is not None:
-            g = a.grid_size
-            x = x + self.coords(torch.stack([obs // g, obs % g], -1).float() / max(g - 1, 1))
+            row, col = (obs // a.grid_size, obs % a.grid_size) if a.grid_size else (None, None)
+            x = self.obs(obs) if self.obs is not None else self.row(row) + self.col(col)
+            if self.coords is not None:
+                x = x + self.coords(torch.stack([row, col], -1).float() / max(a.grid_size - 1, 1))
         x = x + self.action(action)
         if self.reward is not None:
             x = x + self.reward(reward.unsqueeze(-1).float())

@@ -33,7 +33,7 @@ from icrl_ros.families.radt.memory import SubTrajectoryMemory
 from icrl_ros.runtime.bundle import Bundle
 from icrl_ros.runtime.engine import Engine, make_engine
 from icrl_ros.families.radt.graphs import RETRIEVED_PREFIX
-from icrl_ros.runtime.graphs import TORCH_DTYPES
+from icrl_ros.runtime.graphs import input_buffers
 from icrl_ros.runtime.runner_base import RunnerBase
 
 
@@ -59,13 +59,11 @@ class RADTRunner(RunnerBase):
         r = bundle.manifest.retrieval
         self.retrieve_l, self.target_return = int(r.l), float(r.target_return)
         self.batch = 1
-        # static graph inputs (ORT / TensorRT bind them by address), in radt_graph_specs order
-        buffers = lambda graph: {io["name"]: torch.zeros([1, *io["shape"][1:]], dtype=TORCH_DTYPES[io["dtype"]],  # noqa: E731
-                                                         device=engine.device) for io in bundle.specs[graph]["inputs"]}
-        self._inputs = buffers("policy")
+        # static graph inputs, in radt_graph_specs order
+        self._inputs = input_buffers(bundle.specs["policy"], 1, engine.device)
         self.spec = {io["name"]: io for io in bundle.specs["encoder"]["inputs"]} if "encoder" in bundle.specs else {}
         """Image models: the encoder's observation inputs (rgb, odom, goal)."""
-        self._obs_inputs = buffers("encoder") if self.spec else {}
+        self._obs_inputs = input_buffers(bundle.specs["encoder"], 1, engine.device) if self.spec else {}
         self.episode_end_pending = False
         """begin_episode was called after steps: the finished episode is stored at the next
         step, when its last reward arrives."""
