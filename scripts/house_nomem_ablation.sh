@@ -12,6 +12,8 @@ mkdir -p "$R"
 A="--set model.iea=false --set env.options.teacher=wiped"
 P=.venv/bin/python
 step() { [ -f "$1" ] && echo "skip $1" && return 1; return 0; }
+# a PPO step cut off part-way continues from its latest checkpoint instead of starting again
+start() { [ -f "$2/checkpoints/latest.pt" ] && echo "--resume $2/checkpoints/latest.pt" || echo "--init $1"; }
 if step $R/nm_collect/checkpoints/final.pt; then
   $P training/imitate.py --config config/train/house_relic_imitate.yaml $A --run-dir $R/nm_collect \
     --set total_steps=163840 --beta 1 --noise 0.2 --noise-actions 1,2,3 --save-trials $R/nm_pool > $R/nm_collect.log 2>&1
@@ -35,10 +37,10 @@ if step $R/nm_pm_rule.pt; then
   $P training/stop_rule.py $R/nm_pm/checkpoints/final.pt --gate 0.5 --sure 0.9 --out $R/nm_pm_rule.pt > $R/nm_rule.log 2>&1
 fi
 if step $R/nm_ppo/checkpoints/final.pt; then
-  $P training/train.py --config config/train/house_relic_ppo.yaml --set model.iea=false --init $R/nm_pm_rule.pt --run-dir $R/nm_ppo --no-progress > $R/nm_ppo.log 2>&1
+  $P training/train.py --config config/train/house_relic_ppo.yaml --set model.iea=false $(start $R/nm_pm_rule.pt $R/nm_ppo) --run-dir $R/nm_ppo --no-progress >> $R/nm_ppo.log 2>&1
 fi
 if step $R/nm_ppo2/checkpoints/final.pt; then
-  $P training/train.py --config config/train/house_relic_ppo.yaml --set model.iea=false --init $R/nm_ppo/checkpoints/final.pt \
-    --run-dir $R/nm_ppo2 --set ppo.rollout_length=2048 --set env.num_envs=16 --set total_steps=393216 --set ppo.critic_warmup_rollouts=0 --no-progress > $R/nm_ppo2.log 2>&1
+  $P training/train.py --config config/train/house_relic_ppo.yaml --set model.iea=false $(start $R/nm_ppo/checkpoints/final.pt $R/nm_ppo2) \
+    --run-dir $R/nm_ppo2 --set ppo.rollout_length=2048 --set env.num_envs=16 --set total_steps=393216 --set ppo.critic_warmup_rollouts=0 --no-progress >> $R/nm_ppo2.log 2>&1
 fi
 echo done
