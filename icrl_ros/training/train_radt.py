@@ -61,7 +61,9 @@ class RADTTrainConfig:
     min_retrieval_len: int = 10
     """Windows shorter than this get a random same-task sub-trajectory instead."""
     retrieval_dropout: float = 0.1
-    """Probability of an empty retrieved context (as at the start of an evaluation trial)."""
+    """Probability of an empty retrieved context (as at the start of an evaluation trial). With
+    ``retrieve_from: history`` set 0: episode-1 windows have nothing retrieved already, and a later
+    window stripped of its retrieved context teaches episode 1 that later episode's behaviour."""
     failure_retrieval: float = 0.0
     """Probability of retrieving a random zero-return episode of the same task instead."""
     use_labels: bool = True

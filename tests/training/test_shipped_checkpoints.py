@@ -71,15 +71,17 @@ RADT = ROOT / "checkpoints" / "darkroom_radt.pt"
 
 @pytest.mark.skipif(not RADT.is_file(), reason="checkpoints/darkroom_radt.pt not shipped")
 def test_darkroom_radt_learns_in_context_on_held_out_goals():
-    """RA-DT (a cell known by its row and column, no return-to-go; offline on short RoomExplorer
-    trials, retrieving from its own earlier episodes): its index starts empty in every trial."""
+    """RA-DT (a cell known by its row and column, no return-to-go, no retrieval dropout; offline on
+    short RoomExplorer trials, retrieving from its own earlier episodes): its index starts empty in
+    every trial."""
     pytest.importorskip("faiss")
     from icrl_ros.training.evaluate import evaluate
 
     r = evaluate(str(RADT), "test", 20, 1000, None, False, 0, "window")  # each held-out goal once, seed 0
     first, tenth = r["episodes"][0]["mean"], r["episodes"][9]["mean"]
-    # These 20 trials measured 42.8 -> 81.8 by episode 10, 0.856 of the oracle (100 held-out trials of 4,000
-    # steps: BENCHMARKS 2026-11-27 fourth session). The per-cell-table model of the same recipe stayed at
-    # ~27 after episode 1 (0.357 of the oracle); the Q-learner-data RA-DT rose to 40 by episode 10 (0.537).
-    assert tenth >= first + 25, (first, tenth)
-    assert r["trial_return"]["oracle_normalised"] >= 0.75, r["trial_return"]
+    # These 20 trials measured 48.0 -> 90.9 by episode 10, 0.951 of the oracle (100 held-out trials of 4,000
+    # steps: 0.988, BENCHMARKS 2026-11-27 fifth session). The same recipe with retrieval dropout 0.1 gave
+    # 42.8 -> 81.8, 0.856 here (some trials never searched again after a missed first episode); with a
+    # per-cell table it stayed at ~27 after episode 1 (0.357); the Q-learner-data RA-DT rose to 40 (0.537).
+    assert tenth >= first + 35, (first, tenth)
+    assert r["trial_return"]["oracle_normalised"] >= 0.9, r["trial_return"]
