@@ -26,6 +26,7 @@ from icrl_ros.families.radt.memory import SubTrajectoryMemory
 from icrl_ros.families.radt.model import RADTPolicy
 from icrl_ros.families.radt.graphs import RADTGraph
 from icrl_ros.families.radt.runner import retrieval_step_inputs
+from icrl_ros.runtime.graphs import input_buffers
 from icrl_ros.runtime.runner_base import choose_actions
 from icrl_ros.sim import VecTrialEnv
 from icrl_ros.training.ppo import episode_returns_matrix
@@ -90,8 +91,6 @@ def engine_graph(bundle, engine, batch: int):
     """A bundle's policy graph on ``engine`` (ONNX Runtime, torch, TensorRT) for ``batch`` trials at
     once: named step inputs -> logits (B, A), through input buffers allocated once (as the
     runner binds them)."""
-    from icrl_ros.runtime.graphs import input_buffers
-
     bufs = input_buffers(bundle.specs["policy"], batch, engine.device)
 
     def graph(arrays: dict[str, np.ndarray]) -> torch.Tensor:
