@@ -136,38 +136,72 @@ def paired_gap(a: dict[str, np.ndarray], b: dict[str, np.ndarray], lo: int = 10,
     return out
 
 
+def pool(runs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Several evaluations of one policy on disjoint trials (different evaluation seeds: other
+    houses, starts and goals) as one: their (trials, E) matrices stacked, cut to the shortest E."""
+    E = min(np.asarray(r["success"]).shape[1] for r in runs)
+    out = {k: np.concatenate([np.asarray(r[k], np.float64)[:, :E] for r in runs]) for k in METRICS}
+    seeds = [np.asarray(r["house_seed"]) for r in runs if "house_seed" in r]
+    if len(seeds) == len(runs):
+        out["house_seed"] = np.concatenate(seeds)
+    return out
+
+
 def main(argv=None) -> int:
     """``python training/house_curves.py gap A/curves.json[:label] B/curves.json[:label] [--window 10 20]``:
     the paired gap of two evaluations of the same trials (e.g. ``evaluate.py`` with and without
-    ``--wipe-memory``)."""
+    ``--wipe-memory``).
+
+    ``python training/house_curves.py pool A/curves.json[:label] B/curves.json[:label] ... --out DIR``:
+    one policy's evaluations on different seeds pooled into one curve (table, rises with their CIs
+    over all trials, ``DIR/curves.json`` and ``DIR/icl_curve.png``)."""
     import argparse
 
-    p = argparse.ArgumentParser(description=main.__doc__)
-    p.add_argument("command", choices=["gap"])
-    p.add_argument("a")
-    p.add_argument("b")
+    p = argparse.ArgumentParser(description=main.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=["gap", "pool"])
+    p.add_argument("runs", nargs="+", metavar="curves.json[:label]")
     p.add_argument("--window", type=int, nargs=2, default=[10, 20], metavar=("LO", "HI"))
+    p.add_argument("--out", help="pool: directory for the pooled curves.json and icl_curve.png")
+    p.add_argument("--label", help="pool: the pooled run's label (default: the first run's)")
     args = p.parse_args(argv)
 
-    def load(spec: str) -> tuple[str, dict]:
+    def load(spec: str) -> tuple[str, dict, dict]:
         path, _, label = spec.partition(":")
         try:
-            raw = json.loads(Path(path).read_text())["raw"]
+            doc = json.loads(Path(path).read_text())
+            raw = doc["raw"]
         except (OSError, ValueError, KeyError) as e:
             raise SystemExit(f"{path}: not a curves.json written by evaluate.py ({e})")
         label = label or next(iter(raw))
         if label not in raw:
             raise SystemExit(f"{path}: no run labelled {label!r}; it has {list(raw)}")
-        return label, raw[label]
+        return label, raw[label], doc.get("settings") or {}
 
-    (la, a), (lb, b) = load(args.a), load(args.b)
-    try:
-        g = paired_gap(a, b, *args.window)
-    except ValueError as e:
-        raise SystemExit(str(e))
-    for k, r in g.items():
-        print(f"{la} - {lb}: {k} over episodes {r['window'][0]}-{r['window'][1]} {r['gap']:+.3f} +- {r['ci']:.3f} "
-              f"(paired, n={r['n']})")
+    runs = [load(r) for r in args.runs]
+    if args.command == "gap":
+        if len(runs) != 2:
+            raise SystemExit(f"gap compares two runs of the same trials, got {len(runs)}")
+        (la, a, _), (lb, b, _) = runs
+        try:
+            g = paired_gap(a, b, *args.window)
+        except ValueError as e:
+            raise SystemExit(str(e))
+        for k, r in g.items():
+            print(f"{la} - {lb}: {k} over episodes {r['window'][0]}-{r['window'][1]} {r['gap']:+.3f} +- {r['ci']:.3f} "
+                  f"(paired, n={r['n']})")
+        return 0
+    seeds = [st.get("seed") for _, _, st in runs]
+    if len(runs) < 2 or len(set(seeds)) < len(seeds):
+        raise SystemExit(f"pool joins evaluations on different seeds (disjoint trials); got seeds {seeds}")
+    label = args.label or runs[0][0]
+    raw = pool([r for _, r, _ in runs])
+    curves = {label: summarise(raw)}
+    print(f"{label}: {len(raw['success'])} trials pooled from seeds {seeds} ({', '.join(spec for spec in args.runs)})")
+    print_table(curves)
+    if args.out:
+        settings = {**runs[0][2], "seed": seeds, "trials": int(len(raw["success"])), "pooled_from": args.runs}
+        write(curves, {label: raw}, settings, Path(args.out), f"{label}: {len(raw['success'])} trials, seeds {seeds}")
+        print(f"wrote {args.out}/curves.json and {args.out}/icl_curve.png")
     return 0
 
 

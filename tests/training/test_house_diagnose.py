@@ -161,3 +161,38 @@ def test_label_noise_sightings_compare_the_goals_size_with_the_encoders_view(tmp
     torch.save({"w": torch.zeros(1)}, tmp_path / "not_an_encoder.pt")  # a file that is no encoder: a message
     with pytest.raises(SystemExit):
         house_label_noise.main(["--encoder", str(tmp_path / "not_an_encoder.pt")])
+
+
+def test_pool_joins_evaluations_on_different_seeds(tmp_path, capsys):
+    """``house_curves.py pool``: one policy's curves from two evaluation seeds as one run of all
+    their trials; the same seed twice (the same trials) is refused."""
+    import json
+
+    import pytest
+
+    from icrl_ros.training.house_curves import main, window_rise
+
+    def run(seed: int, success: list[list[int]]) -> str:
+        s = np.array(success, dtype=float)
+        raw = {"success": s.tolist(), "spl": (s / 2).tolist(), "steps": (200 - 100 * s).tolist(),
+               "house_seed": [seed * 10 + i for i in range(len(s))]}
+        path = tmp_path / f"s{seed}.json"
+        path.write_text(json.dumps({"settings": {"seed": seed, "episodes": s.shape[1]}, "raw": {"p": raw}}))
+        return str(path)
+
+    a = run(61, [[0, 1, 1, 1], [0, 0, 1, 1]])
+    b = run(71, [[1, 1, 1, 1], [0, 1, 0, 1], [0, 0, 0, 0]])
+    assert main(["pool", a, b, "--out", str(tmp_path / "pooled"), "--label", "relic"]) == 0
+    doc = json.loads((tmp_path / "pooled" / "curves.json").read_text())
+    assert doc["settings"]["seed"] == [61, 71] and doc["settings"]["trials"] == 5
+    assert len(doc["raw"]["relic"]["success"]) == 5 and len(doc["raw"]["relic"]["house_seed"]) == 5
+    both = np.array([[0, 1, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1], [0, 1, 0, 1], [0, 0, 0, 0]], dtype=float)
+    want = window_rise(both, 1, 3, 4)  # a 4-episode trial: its second half, as summarise reads it
+    got = doc["curves"]["relic"]["success"]["rise"]
+    assert got["rise"] == pytest.approx(want["rise"]) and got["n"] == 5 and got["window"] == [3, 4]
+    assert "5 trials pooled from seeds [61, 71]" in capsys.readouterr().out
+    assert (tmp_path / "pooled" / "icl_curve.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="different seeds"):
+        main(["pool", a, a])
+    with pytest.raises(SystemExit, match="two runs"):
+        main(["gap", a, b, a])
