@@ -299,7 +299,8 @@ def plot(results: list[dict], labels: list[str], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     survivors = False
-    for lab, r in zip(labels, results):
+    markers = "osx^dv"  # open markers, offset per curve: identical curves (a bundle and its checkpoint) stay visible
+    for j, (lab, r) in enumerate(zip(labels, results)):
         rows = [row for row in r["episodes"] if row["n"] >= max(2, r["trials"] // 2)]
         k = episodes_all_trials(r["episodes"], r["trials"])
         x = np.array([row["episode"] for row in rows])
@@ -307,7 +308,8 @@ def plot(results: list[dict], labels: list[str], path: Path) -> None:
         ci = np.array([row["ci95"] for row in rows])
         # solid and shaded: every trial reached the episode; dotted: only the trials that got that
         # far (more than half of them), so a rise there may be the fast trials taking over
-        line, = ax.plot(x[:k], m[:k], label=f"{lab} (n={r['trials']})")
+        line, = ax.plot(x[:k], m[:k], marker=markers[j % len(markers)], ms=4, mfc="none",
+                        markevery=(j % 4, 4), label=f"{lab} (n={r['trials']})")
         ax.fill_between(x[:k], m[:k] - ci[:k], m[:k] + ci[:k], alpha=0.25, color=line.get_color())
         if len(x) > k:
             survivors = True
