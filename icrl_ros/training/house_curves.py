@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     label = args.label or runs[0][0]
     raw = pool([r for _, r, _ in runs])
     curves = {label: summarise(raw)}
-    print(f"{label}: {len(raw['success'])} trials pooled from seeds {seeds} ({', '.join(spec for spec in args.runs)})")
+    print(f"{label}: {len(raw['success'])} trials pooled from seeds {seeds} ({', '.join(args.runs)})")
     print_table(curves)
     if args.out:
         settings = {**runs[0][2], "seed": seeds, "trials": int(len(raw["success"])), "pooled_from": args.runs}
