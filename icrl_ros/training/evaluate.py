@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -255,12 +256,14 @@ def t975(df: float) -> float:
 def seed_groups(results: list[dict], labels: list[str]) -> dict:
     """Labels ``name/seed`` (e.g. ``relic/s0``) -> per group: each seed's oracle-normalised
     trial return, their mean, sample std and 95% CI (t over seeds); and for each group
-    after the first, the difference to the first with its Welch 95% CI. Empty when no
-    label names a seed."""
+    after the first, the difference to the first with its Welch 95% CI. Only a suffix that
+    names a seed (``s0``, ``seed0``, ``0``) groups: ``memo/checkpoint`` and ``memo/bundle``
+    are two evaluations of one model, not two seeds. Empty when no label names a seed."""
     groups: dict[str, list[float]] = {}
     for lab, r in zip(labels, results):
-        if "/" in lab:
-            groups.setdefault(lab.split("/", 1)[0], []).append(r["trial_return"]["oracle_normalised"])
+        name, _, suffix = lab.partition("/")
+        if re.fullmatch(r"(s|seed)?\d+", suffix):
+            groups.setdefault(name, []).append(r["trial_return"]["oracle_normalised"])
     out = {}
     for name, v in groups.items():
         x = np.array(v)

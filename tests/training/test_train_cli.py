@@ -130,10 +130,11 @@ def test_seed_groups_summarise_seeds_and_the_difference():
     def res(x):
         return {"trial_return": {"oracle_normalised": x}}
 
-    labels = ["relic/s0", "relic/s1", "relic/s2", "memo/s0", "memo/s1", "memo/s2", "single"]
-    vals = [0.5, 0.6, 0.7, 0.6, 0.7, 0.8, 0.1]
+    labels = ["relic/s0", "relic/s1", "relic/s2", "memo/s0", "memo/s1", "memo/s2", "single",
+              "radt/checkpoint", "radt/bundle"]
+    vals = [0.5, 0.6, 0.7, 0.6, 0.7, 0.8, 0.1, 0.3, 0.3]
     g = seed_groups([res(v) for v in vals], labels)
-    assert list(g) == ["relic", "memo"]  # "single" names no seed
+    assert list(g) == ["relic", "memo"]  # "single" and radt's two paths name no seed
     assert abs(g["relic"]["mean"] - 0.6) < 1e-9 and abs(g["relic"]["std"] - 0.1) < 1e-9
     assert abs(g["relic"]["ci95"] - 4.303 * 0.1 / 3 ** 0.5) < 1e-6  # t(2 df)
     v = g["memo"]["vs"]
