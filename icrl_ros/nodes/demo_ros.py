@@ -52,14 +52,14 @@ NAMESPACE = "/icrl_demo"
 LOCAL_ONLY_UNSET = ("ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY", "ROS_DISCOVERY_SERVER", "ROS_SUPER_CLIENT",
                     "FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROFILES_FILE", "CYCLONEDDS_URI")
 SHIPPED_NOTES = {
-    "house_memo": ("is an imitated Memo student (offline cloning of the house teacher, object and place memory, a "
-                   "stop rule) that finds the goal in a minority of episodes, more often in later ones (held-out "
-                   "success 0.17 in episode 1, 0.35 over episodes 10-20; BENCHMARKS.md)",
-                   "imitated Memo student of the house teacher: finds the goal in a minority of episodes"),
-    "house_relic": ("is an imitated ReLIC student (cloning, DAgger, place memory, a stop rule) that finds the goal in "
-                    "a minority of episodes (held-out success 0.22 in episode 1, 0.35 over episodes 10-20; "
-                    "BENCHMARKS.md)",
-                    "imitated ReLIC student of the house teacher: finds the goal in a minority of episodes"),
+    "house_memo": ("is a Memo student of the house teacher (imitation, object and place memory, a stop rule, then "
+                   "PPO) that finds the goal in a minority of episodes, more often in later ones (held-out success "
+                   "0.33 in episode 1, 0.43 over episodes 10-20; BENCHMARKS.md)",
+                   "Memo student of the house teacher (imitation + PPO): finds the goal in a minority of episodes"),
+    "house_relic": ("is a ReLIC student of the house teacher (imitation, DAgger, place memory, a stop rule, then PPO) "
+                    "that finds the goal in a minority of episodes (held-out success 0.25 in episode 1, 0.40 over "
+                    "episodes 10-20; BENCHMARKS.md)",
+                    "ReLIC student of the house teacher (imitation + PPO): finds the goal in a minority of episodes"),
 }
 """What the demo says about a shipped bundle: (a line before the run, a line under the plots' title)."""
 

@@ -243,7 +243,7 @@ def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
     assert all(n <= i - ends[0] for i, (_, _, n) in enumerate(held) if i > ends[0])  # episode 2 starts afresh
 
 
-@pytest.mark.parametrize("name,trials,batch,min_gain", [("house_memo", 4, 1, 0.02), ("house_relic", 4, 4, 0.015)])
+@pytest.mark.parametrize("name,trials,batch,min_gain", [("house_memo", 4, 1, 0.03), ("house_relic", 4, 4, 0.015)])
 def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, min_gain):
     """A shipped bundle (ONNX Runtime, as the node runs it) reads the in-context teacher's trial
     (teacher forcing: the same states for both runs) with its memory and with memory wiped at
@@ -256,10 +256,10 @@ def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, mi
       below the 20-trial mean; the imitation ReLIC it replaced: +0.166 +- 0.039, threshold +0.05 on 2
       trials). PPO moved both students away from the teacher's actions, so the gain is smaller; its
       agreement gain (+0.009 +- 0.010) is too small to assert on 4 trials;
-    * house_memo (the default; PPO-tuned, shipped 2026-11-27): +0.052 +- 0.030, per-trial sd ~0.068;
-      threshold +0.02 on the mean of these 4 fixed trials, which give +0.098 (the Memo it replaced:
-      +0.064 over 20, +0.080 here; the threshold is ~1 sd of a 4-trial mean below the 20-trial mean).
-      Its agreement gain (+0.011 +- 0.013, smallest trial -0.075) is too small to assert on 4
+    * house_memo (the default; a third PPO run, shipped 2026-11-27): +0.089 +- 0.049, per-trial sd ~0.11;
+      threshold +0.03 on the mean of these 4 fixed trials, which give +0.124 (the Memo it replaced:
+      +0.052 over 20, +0.098 here; the threshold is ~1 sd of a 4-trial mean below the 20-trial mean).
+      Its agreement gain (+0.006 +- 0.015, smallest trial -0.084) is too small to assert on 4
       trials. Memo's ablation clears its memory, so batch 1.
 
     A policy that ignores its memory gains ~0."""
