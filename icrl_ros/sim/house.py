@@ -381,6 +381,15 @@ class HouseEnv(gym.Env):
     def target_instances(self) -> list:
         return [o for o in self.layout.objects if o.category == self.goal]
 
+    def target_positions(self, frame: str = "house") -> np.ndarray:
+        """The current goal's instances, (n, 2) positions (x forward, y left) in ``frame``
+        (``POSE_FRAMES``): privileged, for diagnostics that score a policy's memory."""
+        if frame not in POSE_FRAMES:
+            raise ValueError(f"frame must be one of {POSE_FRAMES}, got {frame!r}")
+        origin = self.start_pose if frame == "episode" else self.house_origin
+        return np.array([episode_odometry(origin, (o.x, o.z, 0.0))[:2] for o in self.target_instances()],
+                        np.float64).reshape(-1, 2)
+
     def visible_targets(self) -> np.ndarray:
         """Which target instances show in the current camera image (geometric test)."""
         return visible(self.target_instances(), (self.x, CAMERA_HEIGHT, self.z), self.yaw, CAMERA_PITCH_DEG,

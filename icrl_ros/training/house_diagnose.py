@@ -26,6 +26,13 @@ view. ``--stop-gate P`` (a what-if, not the deployed policy): the stop action is
 the heads give P(goal in view) below P, so the wrong stops it removes show what they turn into.
 ``--stop-auto P`` (a what-if too): the stop is taken whenever the heads give P(goal in view) >= P and
 an expected goal distance within ``--stop-auto-m``, so timeouts that pass a reachable goal show.
+
+``--memory-readout`` (a checkpoint with ``model.object_memory``): at the first step of every episode,
+what the object memory head reads for the goal (whether it holds a confident sighting, and how far
+the remembered position lies from the nearest goal instance), and per episode whether the policy
+ever stood where the teacher would stop and how close (geodesic) it came; split by outcome and by
+whether the teacher knew the goal, so a failure with the goal known reads as memory that lacked the
+sighting, memory that held a wrong position, or a policy that held the right one and did not get there.
 """
 
 from __future__ import annotations
@@ -194,6 +201,109 @@ class StopViews:
         return out
 
 
+class MemoryReadout:
+    """Wraps a checkpoint's :class:`TorchStepper` whose model has an object memory head: records
+    what the head reads at every step (attention mass on sightings, the remembered house-frame
+    position); as an observer (after the :class:`Tally`) scores it at each episode's first step
+    against the goal's true instances (``HouseEnv.target_positions``), and per episode tracks whether
+    the teacher labelled a stop on the policy's path and the closest geodesic distance reached."""
+
+    HELD = 0.5  # the head's own gate (ObjectMemoryHead.readout): mass above it = a sighting is read
+    NEAR_M = 1.5  # a remembered position this close to an instance counts as right
+
+    def __init__(self, stepper, trials: int, episodes: int) -> None:
+        from icrl_ros.models.encoders import OBJECT_SCALE_M
+        from icrl_ros.models.object_memory import ObjectMemoryHead
+
+        heads = [m for m in stepper.policy.modules() if isinstance(m, ObjectMemoryHead)]
+        if not heads:
+            raise ValueError("--memory-readout: the policy has no object memory head (model.object_memory)")
+        self.stepper, self.episodes = stepper, episodes
+        self.args, self.wipe_each_episode = stepper.args, stepper.wipe_each_episode
+        head, read, scale = heads[0], heads[0].readout, OBJECT_SCALE_M
+
+        def readout(y0, x):  # the head's output at the newest step of each env
+            y = y0[:, -1].float()
+            mass = y[:, 2].clamp(0.0, 1.0)
+            self._mass = mass.numpy().copy()
+            self._est = (y[:, 0:2] / mass.clamp(min=1e-3)[:, None] * scale).numpy().copy()
+            self._robot = (head.struct(x)[:, -1, 5:7] * scale).numpy().copy()
+            return read(y0, x)
+
+        head.readout = readout
+        shape = (trials, episodes)
+        self.mass, self.err = np.full(shape, np.nan), np.full(shape, np.nan)
+        self.passed_stop, self.closest = np.zeros(shape, bool), np.full(shape, np.inf)
+        self.env, self._targets, self._fresh = None, None, None
+
+    def reset(self, batch: int, steps: int) -> None:
+        self.stepper.reset(batch, steps)
+
+    def forget(self) -> None:
+        self.stepper.forget()
+
+    def memory_stats(self) -> dict:
+        return self.stepper.memory_stats()
+
+    def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.stepper.logits(inp)
+
+    def bind_env(self, env) -> None:
+        self.env, self._targets = env, None  # asked for at the first step, once the trial has begun
+        self._fresh = np.ones(env.num_envs, bool)
+
+    def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:
+        if self._targets is None:
+            self._targets = self.env.call("target_positions", "house")
+        for i in range(len(done)):
+            t, e = first + i, int(done_eps[i])
+            if e >= self.episodes:
+                continue
+            self.passed_stop[t, e] |= bool(labels[0][i] == STOP)
+            self.closest[t, e] = min(self.closest[t, e], float(info[i]["geodesic_distance"]))
+            if self._fresh[i]:  # the readout of this episode's first state
+                self.mass[t, e] = self._mass[i]
+                if self._mass[i] > self.HELD:
+                    self.err[t, e] = np.linalg.norm(self._targets[i] - self._est[i], axis=1).min()
+                self._fresh[i] = False
+        if done.any():  # the envs that finished have reset: the next episode's goal
+            self._targets = self.env.call("target_positions", "house")
+            self._fresh |= done
+
+    def summary(self, tally: Tally, late_from: int) -> dict:
+        """Per (goal known at start, outcome), all episodes and episodes ``late_from`` + 1 on."""
+        ep = np.broadcast_to(np.arange(self.episodes), self.mass.shape)
+        out = {}
+        for span, m0 in (("all", ep >= 0), (f"episodes_{late_from + 1}_on", ep >= late_from)):
+            for kname, k in (("goal_known", 1), ("goal_unknown", 0)):
+                for j, o in enumerate(OUTCOMES):
+                    m = m0 & (tally.known_at_start == k) & (tally.outcome == j)
+                    n = int(m.sum())
+                    if not n:
+                        continue
+                    held = m & (self.mass > self.HELD)
+                    out[f"{span}/{kname}/{o}"] = {
+                        "episodes": n, "memory_held_goal": float(held.sum() / n),
+                        "held_and_right": float((held & (self.err <= self.NEAR_M)).sum() / n),
+                        "position_error_m_median": float(np.median(self.err[held])) if held.any() else None,
+                        "passed_a_stop_state": float(self.passed_stop[m].mean()),
+                        "came_within_1m": float((self.closest[m] <= 1.0).mean()),
+                        "closest_m_median": float(np.median(self.closest[m]))}
+        return out
+
+
+def print_readout(r: dict) -> None:
+    print(f"  the object memory at each episode start (held: a sighting read; right: within "
+          f"{MemoryReadout.NEAR_M} m of a goal instance) and the path:")
+    print(f"    {'episodes':<42} {'n':>4} {'held':>5} {'right':>5} {'err m':>6} {'stop st':>7} {'<=1 m':>6} "
+          f"{'closest':>7}")
+    for name, v in r.items():
+        err = v["position_error_m_median"]
+        print(f"    {name:<42} {v['episodes']:>4} {v['memory_held_goal']:>5.2f} {v['held_and_right']:>5.2f} "
+              f"{err if err is not None else float('nan'):>6.2f} {v['passed_a_stop_state']:>7.2f} "
+              f"{v['came_within_1m']:>6.2f} {v['closest_m_median']:>7.1f}")
+
+
 def print_summary(label: str, d: dict) -> None:
     print(f"{label}: outcomes per episode (fractions)")
     print(f"  {'episodes':<24} {'n':>5} " + " ".join(f"{o:>11}" for o in OUTCOMES))
@@ -241,6 +351,11 @@ def main(argv=None) -> int:
                    help="what-if (implies --stop-views): stop whenever P(goal in view) >= P within --stop-auto-m")
     p.add_argument("--stop-auto-m", type=float, default=0.6, metavar="M",
                    help="--stop-auto: the heads' expected goal distance must be at most M metres (default 0.6)")
+    p.add_argument("--memory-readout", action="store_true",
+                   help="a checkpoint with an object memory: what it reads at each episode start, and how close "
+                        "the policy came, by outcome")
+    p.add_argument("--late-from", type=int, default=6, metavar="K",
+                   help="--memory-readout: also split out episodes K and later (default 6)")
     p.add_argument("--out", help="directory for diagnosis.json (teacher_forced.json)")
     args = p.parse_args(argv)
     if args.trials <= 0 or args.episodes <= 0:
@@ -266,14 +381,33 @@ def main(argv=None) -> int:
         def observer(*a):
             tally(*a)
             views(*a)
+    readout = None
+    if args.memory_readout:
+        if views is not None or not hasattr(stepper, "policy"):
+            fail("--memory-readout reads the object memory of a checkpoint (.pt), not a bundle, and goes alone "
+                 "(without --stop-views / --stop-gate / --stop-auto)")
+        if not 1 <= args.late_from <= args.episodes:
+            fail(f"--late-from must be within 1..{args.episodes}, got {args.late_from}")
+        try:
+            readout = stepper = MemoryReadout(stepper, args.trials, args.episodes)
+        except ValueError as e:
+            fail(f"{args.policy}: {e}")
+
+        def observer(*a):
+            tally(*a)
+            readout(*a)
+        observer.bind_env = readout.bind_env  # run_house_trials hands it each batch's envs
     res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split, greedy=args.greedy,
                            temperature=args.temperature, batch=args.batch, env_options=options, teacher="memory",
                            observer=observer)
-    d = {**tally.summary(), **({"stop_views": views.summary()} if views else {}), "policy": desc,
+    d = {**tally.summary(), **({"stop_views": views.summary()} if views else {}),
+         **({"memory_readout": readout.summary(tally, args.late_from - 1)} if readout else {}), "policy": desc,
          "trials": args.trials, "episodes": args.episodes, "seed": args.seed,
          "greedy": args.greedy, "temperature": None if args.greedy else args.temperature,
          "success_rate": float(res["success"].mean()), "spl": float(res["spl"].mean())}
     print_summary(Path(args.policy).name, d)
+    if readout:
+        print_readout(d["memory_readout"])
     print(f"  success {d['success_rate']:.3f}, SPL {d['spl']:.3f} over {args.trials} x {args.episodes} episodes")
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -107,7 +107,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     ``teacher`` ("memory" | "wiped"): run the in-context teacher beside the policy (it only
     watches). ``observer(labels, first_trial, action, logits, done, info, done_eps)`` is called
     after every step: ``labels`` = the teacher's (action, goal known) arrays for the states the
-    actions were taken in, ``done_eps`` = each env's finished episodes before the step.
+    actions were taken in, ``done_eps`` = each env's finished episodes before the step. An
+    observer with a ``bind_env(env)`` method is handed each batch's ``HouseVecEnv`` first.
 
     ``drive="teacher"``: the teacher's actions are executed and the policy only reads the states
     (teacher forcing: its memory holds the teacher's trial, the same for every policy); the matrices
@@ -133,6 +134,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
         # one action sampler per batch: a batch's draws do not depend on how long the batches before it
         # ran, so two policies (a policy and its memory-wiped ablation) share episode 1 trial for trial
         g = torch.Generator().manual_seed(seed * 100_003 + start)
+        if hasattr(observer, "bind_env"):  # an observer that asks the envs for privileged facts
+            observer.bind_env(env)
         try:
             obs = env.reset_trial()
             houses += [i["house_seed"] for i in env.call("_info")]

@@ -545,3 +545,19 @@ def test_ppo_scores_the_logits_the_stop_rule_acted_on():
         torch.manual_seed(0)
         raw = trainer.rollout_and_update()
     assert raw.losses["approx_kl"][0] > max(100 * kl, 1e-7), (kl, raw.losses["approx_kl"])  # measured 1.4e-5
+
+
+def test_target_positions_are_the_goal_instances_in_either_odometry_frame(env):
+    env.reset(seed=3)
+    for _ in range(5):
+        env.step(1)  # walk a little: the robot's pose now differs from the frames' origins
+    world = np.array([(o.x, o.z) for o in env.target_instances()])
+    assert len(world) >= 1
+    for frame in ("house", "episode"):
+        xy = env.target_positions(frame)
+        assert xy.shape == (len(world), 2)
+        robot = env.pose_in(frame)[:2]
+        # a rigid change of frame keeps the robot-to-instance distances
+        assert np.allclose(np.linalg.norm(xy - robot, axis=1), np.hypot(*(world - [env.x, env.z]).T), atol=1e-4)
+    with pytest.raises(ValueError, match="frame"):
+        env.target_positions("map")

@@ -196,3 +196,61 @@ def test_pool_joins_evaluations_on_different_seeds(tmp_path, capsys):
         main(["pool", a, a])
     with pytest.raises(SystemExit, match="two runs"):
         main(["gap", a, b, a])
+
+
+def test_memory_readout_scores_the_remembered_goal_at_each_episode_start():
+    import pytest
+
+    from icrl_ros.models.encoders import OBJECT_SCALE_M
+    from icrl_ros.models.object_memory import STRUCT_DIM, ObjectMemoryHead
+    from icrl_ros.training.house_diagnose import MemoryReadout
+
+    head = ObjectMemoryHead(n_cat=3, head_dim=8, d_model=16)
+
+    class Stepper:  # what MemoryReadout needs of a TorchStepper
+        policy, args, wipe_each_episode = torch.nn.ModuleList([head]), None, False
+
+    class Envs:  # goal instances per env, in the house frame; the second env's goal moves at its reset
+        num_envs, calls = 2, 0
+
+        def call(self, name, frame):
+            assert (name, frame) == ("target_positions", "house")
+            Envs.calls += 1
+            return [np.array([[2.0, 0.0]]), np.array([[0.0, 5.0]] if Envs.calls == 1 else [[9.0, 9.0]])]
+
+    r = MemoryReadout(Stepper(), trials=2, episodes=2)
+    r.bind_env(Envs())
+    tally = Tally(trials=2, episodes=2)
+
+    def read(mass, est_m):  # the head's output for one step of each env: mass, and est * mass in its units
+        y0 = torch.zeros(2, 1, 8)
+        y0[:, 0, 2] = torch.tensor(mass)
+        y0[:, 0, 0:2] = torch.tensor(est_m) / OBJECT_SCALE_M * torch.tensor(mass)[:, None]
+        head.readout(y0, torch.zeros(2, 1, 16 + STRUCT_DIM)[..., -16:])
+
+    def observe(teach, act, done, success, done_eps, geo):
+        info = [{"success": s, "geodesic_distance": g} for s, g in zip(success, geo)]
+        args = ((np.array(teach), np.array([True, True])), 0, torch.tensor(act), None, np.array(done), info,
+                np.array(done_eps))
+        tally(*args)
+        r(*args)
+
+    # episode 0: env 0 remembers its goal 0.5 m off, env 1 holds no sighting
+    read([0.9, 0.1], [[2.0, 0.5], [0.0, 0.0]])
+    observe([FWD, FWD], [FWD, FWD], [False, False], [False, False], [0, 0], [4.0, 6.0])
+    read([0.9, 0.1], [[2.0, 0.5], [0.0, 0.0]])
+    observe([STOP, FWD], [STOP, STOP], [True, True], [True, False], [0, 0], [0.0, 3.0])  # env 0 succeeds; env 1 wrong stop
+    # episode 1: env 1 now remembers (0, 5), but its new goal is at (9, 9): a wrong position
+    read([0.2, 0.95], [[0.0, 0.0], [0.0, 5.0]])
+    observe([FWD, FWD], [FWD, FWD], [True, True], [False, False], [1, 1], [5.0, 7.0])  # both time out
+    assert r.mass[0].tolist() == pytest.approx([0.9, 0.2]) and r.mass[1].tolist() == pytest.approx([0.1, 0.95])
+    assert r.err[0, 0] == pytest.approx(0.5) and np.isnan(r.err[0, 1]) and np.isnan(r.err[1, 0])
+    assert r.err[1, 1] == pytest.approx(np.hypot(9, 4), abs=1e-4)
+    assert r.passed_stop.tolist() == [[True, False], [False, False]]
+    assert r.closest.tolist() == [[0.0, 5.0], [3.0, 7.0]]
+    s = r.summary(tally, late_from=1)
+    ok = s["all/goal_known/success"]
+    assert ok["episodes"] == 1 and ok["memory_held_goal"] == 1.0 and ok["held_and_right"] == 1.0
+    late = s["episodes_2_on/goal_known/timeout"]
+    assert late["episodes"] == 2 and late["memory_held_goal"] == 0.5 and late["held_and_right"] == 0.0
+    assert late["came_within_1m"] == 0.0 and late["closest_m_median"] == 6.0
