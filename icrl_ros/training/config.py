@@ -95,6 +95,10 @@ class PPOConfig:
     ``teacher_coef`` x the cross-entropy to those labels on the PPO loss's steps
     (kickstarting, Schmitt et al. 2018, with DAgger labels)."""
     teacher_coef: float = 0.0
+    teacher_when: str = "always"
+    """Where the teacher term counts: ``always``, or ``goal_known`` (the house teacher only): on the
+    steps where the teacher knows where an instance of the goal is, so the term teaches the way to a
+    remembered goal and leaves the search, whose labels rest on what the policy cannot know, to PPO."""
     critic_warmup_rollouts: int = 0
     """Rollouts at the start of a run (counted from rollout 0, so a resumed run keeps the count)
     in which only the critic head learns, from the value loss alone; the actor and the trunk are
@@ -116,6 +120,8 @@ class PPOConfig:
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"ppo.{name}: must be in [0, 1], got {v}")
+        if self.teacher_when not in ("always", "goal_known"):
+            raise ValueError(f"ppo.teacher_when: 'always' or 'goal_known', got {self.teacher_when!r}")
         if self.teacher_coef > 0 and not self.teacher:
             raise ValueError("ppo.teacher_coef: > 0 needs ppo.teacher (a scripted teacher's name, e.g. cycle)")
         if self.rollout_length < self.num_updates:

@@ -116,6 +116,9 @@ class PPOTrainer:
             from icrl_ros.training.teachers import make_teacher  # raises for an env without a teacher
 
             self.teacher = make_teacher(env, cfg.teacher)
+            if cfg.teacher_when == "goal_known" and not hasattr(self.teacher, "goal_known"):
+                raise ValueError(f"ppo.teacher_when=goal_known: teacher {cfg.teacher!r} does not say when it knows "
+                                 "the goal (the house teacher does)")
 
     # -- schedule -----------------------------------------------------------------
     def lr_at(self, step: int) -> float:
@@ -141,6 +144,7 @@ class PPOTrainer:
         obs = env.reset_trial()
         if self.teacher is not None:
             buf["teacher_action"] = torch.zeros(B, T, dtype=torch.long, device=dev)
+            buf["teacher_counts"] = torch.ones(B, T, device=dev)  # where the teacher term applies (teacher_when)
             self.teacher.reset()
         cur = policy.rollout_inputs(trial_start_inputs(env, obs, a.n_actions, dev))
         # Memo: one random segment schedule per rollout, shared by stepping and updates.
@@ -162,6 +166,8 @@ class PPOTrainer:
                 buf["value"][:, t], buf["chunk"][:, t] = value, c
                 if self.teacher is not None:
                     buf["teacher_action"][:, t] = torch.as_tensor(self.teacher.act(np.asarray(obs)), device=dev)
+                    if cfg.teacher_when == "goal_known":
+                        buf["teacher_counts"][:, t] = torch.as_tensor(self.teacher.goal_known(), device=dev)
                 action_np = action.cpu().numpy()
                 obs, reward, done, info = env.step(action_np)
                 if self.teacher is not None:
@@ -287,7 +293,8 @@ class PPOTrainer:
                 if recon:
                     logs["recon_loss"] = 0.0
                 if teach:
-                    logs["teacher_loss"] = logs["teacher_agreement"] = 0.0
+                    # agreement and share: per PPO step, so agreement / share is the agreement where the term counts
+                    logs["teacher_loss"] = logs["teacher_agreement"] = logs["teacher_share"] = 0.0
                 for micro in torch.arange(len(mb), device=adv.device).chunk(cfg.grad_accum):
                     idx = mb[micro]
                     inp = {k: buf[k][idx, :t1] for k in self.keys}
@@ -305,12 +312,14 @@ class PPOTrainer:
                     loss = cfg.vf_coef * v_l if warm else pg_l + cfg.vf_coef * v_l - cfg.ent_coef * ent
                     if teach:  # on the learnt logits: a stop the rule masks would score -1e4
                         label = buf["teacher_action"][idx, :t1, None]
+                        mt = mm * buf["teacher_counts"][idx, :t1]
                         t_l = (F.cross_entropy(logits.float().transpose(1, 2), label.squeeze(-1), reduction="none")
-                               * mm).sum() / n
+                               * mt).sum() / n
                         loss = loss + cfg.teacher_coef * t_l
                         logs["teacher_loss"] += t_l.item()
                         agree = (logits.argmax(-1, keepdim=True) == label).squeeze(-1).float()
-                        logs["teacher_agreement"] += (agree * mm).sum().item() / n.item()
+                        logs["teacher_agreement"] += (agree * mt).sum().item() / n.item()
+                        logs["teacher_share"] += mt.sum().item() / n.item()
                     if recon:  # masked mean over this micro-batch, weighted like pg_l to a minibatch mean
                         rec = policy.recon_loss(inp, out[4]["hidden"], m[micro]) * (mm.sum() / n)
                         loss = loss + policy.args.hcam_recon_weight * rec

@@ -223,6 +223,10 @@ class HouseEnvTeacher:
     def act(self, obs) -> np.ndarray:
         return self.env.teacher_action.copy()
 
+    def goal_known(self) -> np.ndarray:
+        """Per env: whether the teacher knows where an instance of the goal is (its label's state)."""
+        return self.env.teacher_goal_known.copy()
+
     def observe(self, final_cells, reward, done, actions=None) -> None:
         """Nothing to do: the env's teacher observes every step itself."""
 

@@ -182,6 +182,30 @@ def test_teacher_term_pulls_the_policy_to_the_teachers_labels():
     assert agreement[5.0] > 0.6 and agreement[5.0] > agreement[0.0] + 0.2, agreement
 
 
+def test_teacher_term_counts_only_where_the_teacher_knows_the_goal_with_teacher_when_goal_known():
+    """``ppo.teacher_when=goal_known`` (the house teacher's ``goal_known``): the teacher term is
+    zero on the steps where the teacher does not know the goal, and the same as always where it does."""
+    got = {}
+    for when, known in (("always", None), ("goal_known", True), ("goal_known", False)):
+        torch.manual_seed(0)
+        tr = _trainer("icrl_ros/DarkKeyToDoor-v0", num_envs=4, rollout_length=50, num_updates=1, num_minibatches=1,
+                      update_epochs=1, teacher="cycle", teacher_coef=1.0)
+        if known is not None:  # a grid teacher stands in for the house's, which says when it knows the goal
+            tr.cfg.teacher_when = when
+            tr.teacher.goal_known = lambda k=known: np.full(4, k)
+        stats = tr.rollout_and_update()
+        got[(when, known)] = (stats.losses["teacher_loss"][0], stats.losses["teacher_share"][0])
+    assert got[("goal_known", True)] == got[("always", None)] and got[("always", None)][1] == 1.0
+    assert got[("goal_known", False)] == (0.0, 0.0) and got[("always", None)][0] > 0
+
+
+def test_teacher_when_goal_known_needs_a_teacher_that_says_so():
+    with pytest.raises(ValueError, match="does not say when it knows"):
+        _trainer("icrl_ros/DarkKeyToDoor-v0", teacher="cycle", teacher_coef=0.1, teacher_when="goal_known")
+    with pytest.raises(ValueError, match="teacher_when"):
+        PPOConfig(teacher_when="sometimes").validate()
+
+
 def test_teacher_needs_a_grid_world_it_plays():
     with pytest.raises(ValueError, match="does not play darkroom"):
         _trainer("icrl_ros/Darkroom-v0", teacher="cycle", teacher_coef=0.1)
