@@ -144,23 +144,12 @@ class TeacherLikelihood:
         return {"logp": self.logp / n, "agreement": self.agree / n}
 
 
-class StopViews:
-    """Wraps a checkpoint's :class:`TorchStepper`: per step, the frozen heads' P(goal in view) and
-    expected goal distance for the current image; as an observer, records them at every stop of an
-    unfinished episode with its outcome. ``gate`` > 0 masks the stop logit where P < ``gate``."""
+class WrappedStepper:
+    """A stepper that passes every call to the checkpoint's :class:`TorchStepper` it wraps; the
+    diagnostics below override ``logits`` or watch the model from inside."""
 
-    def __init__(self, stepper, episodes: int, gate: float = 0.0, auto: float = 0.0, auto_m: float = 0.6) -> None:
-        self.stepper, self.episodes, self.gate, self.auto, self.auto_m = stepper, episodes, gate, auto, auto_m
-        # the product's rule (models/stop_rule.py), applied to the heads' exact P; apply() reads no token, so
-        # it needs no categories
-        self.rule = StopRule(gate, auto, auto_m, n_goals=0) if gate > 0 or auto > 0 else None
-        self.args, self.wipe_each_episode = stepper.args, stepper.wipe_each_episode
-        enc = stepper.policy.encoder
-        if getattr(enc, "heads", None) is None:
-            raise ValueError("--stop-views / --stop-gate: the policy has no frozen label heads (a house model with "
-                             "visual_encoder: features)")
-        self.enc = enc
-        self.rows: list[tuple[float, float, bool, int]] = []  # (P, distance, success, episode)
+    def __init__(self, stepper) -> None:
+        self.stepper, self.args, self.wipe_each_episode = stepper, stepper.args, stepper.wipe_each_episode
 
     def reset(self, batch: int, steps: int) -> None:
         self.stepper.reset(batch, steps)
@@ -170,6 +159,28 @@ class StopViews:
 
     def memory_stats(self) -> dict:
         return self.stepper.memory_stats()
+
+    def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.stepper.logits(inp)
+
+
+class StopViews(WrappedStepper):
+    """Wraps a checkpoint's :class:`TorchStepper`: per step, the frozen heads' P(goal in view) and
+    expected goal distance for the current image; as an observer, records them at every stop of an
+    unfinished episode with its outcome. ``gate`` > 0 masks the stop logit where P < ``gate``."""
+
+    def __init__(self, stepper, episodes: int, gate: float = 0.0, auto: float = 0.0, auto_m: float = 0.6) -> None:
+        super().__init__(stepper)
+        self.episodes, self.gate, self.auto, self.auto_m = episodes, gate, auto, auto_m
+        # the product's rule (models/stop_rule.py), applied to the heads' exact P; apply() reads no token, so
+        # it needs no categories
+        self.rule = StopRule(gate, auto, auto_m, n_goals=0) if gate > 0 or auto > 0 else None
+        enc = stepper.policy.encoder
+        if getattr(enc, "heads", None) is None:
+            raise ValueError("--stop-views / --stop-gate: the policy has no frozen label heads (a house model with "
+                             "visual_encoder: features)")
+        self.enc = enc
+        self.rows: list[tuple[float, float, bool, int]] = []  # (P, distance, success, episode)
 
     def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = self.stepper.logits(inp)
@@ -201,7 +212,7 @@ class StopViews:
         return out
 
 
-class MemoryReadout:
+class MemoryReadout(WrappedStepper):
     """Wraps a checkpoint's :class:`TorchStepper` whose model has an object memory head: records
     what the head reads at every step (attention mass on sightings, the remembered house-frame
     position); as an observer (after the :class:`Tally`) scores it at each episode's first step
@@ -218,8 +229,8 @@ class MemoryReadout:
         heads = [m for m in stepper.policy.modules() if isinstance(m, ObjectMemoryHead)]
         if not heads:
             raise ValueError("--memory-readout: the policy has no object memory head (model.object_memory)")
-        self.stepper, self.episodes = stepper, episodes
-        self.args, self.wipe_each_episode = stepper.args, stepper.wipe_each_episode
+        super().__init__(stepper)
+        self.episodes = episodes
         head, read, scale = heads[0], heads[0].readout, OBJECT_SCALE_M
 
         def readout(y0, x):  # the head's output at the newest step of each env
@@ -235,18 +246,6 @@ class MemoryReadout:
         self.mass, self.err = np.full(shape, np.nan), np.full(shape, np.nan)
         self.passed_stop, self.closest = np.zeros(shape, bool), np.full(shape, np.inf)
         self.env, self._targets, self._fresh = None, None, None
-
-    def reset(self, batch: int, steps: int) -> None:
-        self.stepper.reset(batch, steps)
-
-    def forget(self) -> None:
-        self.stepper.forget()
-
-    def memory_stats(self) -> dict:
-        return self.stepper.memory_stats()
-
-    def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.stepper.logits(inp)
 
     def bind_env(self, env) -> None:
         self.env, self._targets = env, None  # asked for at the first step, once the trial has begun
