@@ -22,8 +22,8 @@ by ``icrl_ros.sim.env_server`` from the Habitat chroot of ``../shared/habitat`` 
 here drives it through ``icrl_ros/RemoteEnv-v0``, the agent is unchanged.
 
 The default bundle (``bundles/house_memo``) is a real Memo policy exported from a real
-checkpoint: a student of the in-context house teacher (offline cloning of its trials on this
-CPU, with the object and place memories and a stop rule). It finds the goal in a minority of
+checkpoint: a student of the in-context house teacher (imitation of its trials, then two PPO
+rounds, on this CPU, with the object and place memories and a stop rule). It finds the goal in a minority of
 episodes, more often in later ones (BENCHMARKS.md, issue 12): one trial is one house, so a single
 run shows the ROS side end to end more than it shows the curve. ``--bundle bundles/house_relic``
 runs the ReLIC student.
