@@ -11,6 +11,7 @@ PPO training to show the trainer end to end.
 from __future__ import annotations
 
 
+import argparse
 import sys
 
 from icrl_ros.training import evaluate, train
@@ -19,7 +20,8 @@ from icrl_ros.training._cli import REPO_ROOT, fail
 CHECKPOINT = REPO_ROOT / "checkpoints" / "darkroom_relic.pt"
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     if not CHECKPOINT.is_file():
         fail(f"{CHECKPOINT} is missing (it ships with the repository: restore it with `git checkout -- "
              "checkpoints/`), or train one with `make train-darkroom` and ship it with "
