@@ -333,10 +333,13 @@ class HouseEnv(gym.Env):
     def pose_in(self, frame: str) -> np.ndarray:
         """The robot's (x, y, yaw) in ``frame`` (one of ``POSE_FRAMES``), whatever ``pose_frame``
         the observation uses: the bridge publishes the house frame as the map pose."""
+        return episode_odometry(self._frame_origin(frame), (self.x, self.z, self.yaw))
+
+    def _frame_origin(self, frame: str) -> tuple[float, float, float]:
+        """The world pose at which ``frame``'s odometry is zero."""
         if frame not in POSE_FRAMES:
             raise ValueError(f"frame must be one of {POSE_FRAMES}, got {frame!r}")
-        origin = self.start_pose if frame == "episode" else self.house_origin
-        return episode_odometry(origin, (self.x, self.z, self.yaw))
+        return self.start_pose if frame == "episode" else self.house_origin
 
     def observe(self) -> dict[str, np.ndarray]:
         """Observation of the current state, without stepping."""
@@ -384,9 +387,7 @@ class HouseEnv(gym.Env):
     def target_positions(self, frame: str = "house") -> np.ndarray:
         """The current goal's instances, (n, 2) positions (x forward, y left) in ``frame``
         (``POSE_FRAMES``): privileged, for diagnostics that score a policy's memory."""
-        if frame not in POSE_FRAMES:
-            raise ValueError(f"frame must be one of {POSE_FRAMES}, got {frame!r}")
-        origin = self.start_pose if frame == "episode" else self.house_origin
+        origin = self._frame_origin(frame)
         return np.array([episode_odometry(origin, (o.x, o.z, 0.0))[:2] for o in self.target_instances()],
                         np.float64).reshape(-1, 2)
 

@@ -231,17 +231,16 @@ class MemoryReadout(WrappedStepper):
             raise ValueError("--memory-readout: the policy has no object memory head (model.object_memory)")
         super().__init__(stepper)
         self.episodes = episodes
-        head, read, scale = heads[0], heads[0].readout, OBJECT_SCALE_M
+        read, scale = heads[0].readout, OBJECT_SCALE_M
 
         def readout(y0, x):  # the head's output at the newest step of each env
             y = y0[:, -1].float()
             mass = y[:, 2].clamp(0.0, 1.0)
             self._mass = mass.numpy().copy()
             self._est = (y[:, 0:2] / mass.clamp(min=1e-3)[:, None] * scale).numpy().copy()
-            self._robot = (head.struct(x)[:, -1, 5:7] * scale).numpy().copy()
             return read(y0, x)
 
-        head.readout = readout
+        heads[0].readout = readout
         shape = (trials, episodes)
         self.mass, self.err = np.full(shape, np.nan), np.full(shape, np.nan)
         self.passed_stop, self.closest = np.zeros(shape, bool), np.full(shape, np.inf)
