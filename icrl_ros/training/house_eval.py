@@ -127,16 +127,23 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))
     out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps")}
     houses, total, t0 = [], 0, time.perf_counter()
-    for start in range(0, trials, batch):
-        B = min(batch, trials - start)
-        env = HouseVecEnv(B, split=split, seed=seed * 100_003 + start, image_size=a.image_size,
-                          num_workers=min(workers, B), max_episode_steps=max_steps, **options)
-        # one action sampler per batch: a batch's draws do not depend on how long the batches before it
-        # ran, so two policies (a policy and its memory-wiped ablation) share episode 1 trial for trial
-        g = torch.Generator().manual_seed(seed * 100_003 + start)
-        if hasattr(observer, "bind_env"):  # an observer that asks the envs for privileged facts
-            observer.bind_env(env)
-        try:
+    env = None
+    try:
+        for start in range(0, trials, batch):
+            B = min(batch, trials - start)
+            # batches of one size share their worker processes; reseed gives what new ones would draw
+            if env is None or env.num_envs != B:
+                if env is not None:
+                    env.close()
+                env = HouseVecEnv(B, split=split, seed=seed * 100_003 + start, image_size=a.image_size,
+                                  num_workers=min(workers, B), max_episode_steps=max_steps, **options)
+            else:
+                env.reseed(seed * 100_003 + start)
+            # one action sampler per batch: a batch's draws do not depend on how long the batches before it
+            # ran, so two policies (a policy and its memory-wiped ablation) share episode 1 trial for trial
+            g = torch.Generator().manual_seed(seed * 100_003 + start)
+            if hasattr(observer, "bind_env"):  # an observer that asks the envs for privileged facts
+                observer.bind_env(env)
             obs = env.reset_trial()
             houses += [i["house_seed"] for i in env.call("_info")]
             stepper.reset(B, episodes * max_steps + 1)
@@ -164,7 +171,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                     done_eps[i] += 1
                 cur = next_step_inputs(env, obs, action, reward, done, cur, "cpu", info)
             stats = stepper.memory_stats()
-        finally:
+    finally:
+        if env is not None:
             env.close()
     wall = time.perf_counter() - t0
     return {**out, "house_seed": np.array(houses), "agent_steps": total, "wall_s": wall,

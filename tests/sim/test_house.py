@@ -257,7 +257,7 @@ def test_vec_env_shapes_and_auto_reset():
     with HouseVecEnv(3, "train", seed=0, image_size=32, num_workers=2, max_episode_steps=6,
                      pose_frame="episode") as v:
         assert v.num_workers == 2
-        obs = v.reset_trial()
+        obs = obs0 = v.reset_trial()
         assert obs["rgb"].shape == (3, 32, 32, 3) and obs["rgb"].dtype == np.uint8
         assert obs["goal"].shape == (3,) and obs["odom"].shape == (3, 3) and obs["prev_action"].shape == (3,)
         assert (obs["prev_action"] == NO_ACTION).all()
@@ -273,6 +273,12 @@ def test_vec_env_shapes_and_auto_reset():
         v.reset_trial()
         assert [i["house_seed"] for i in v.call("_info")] != houses
         assert all(house_split(h) == "train" for h in houses)
+        # reseed: the next trial is the one new workers with that seed would start (evaluation batches)
+        v.step(np.full(3, TURN_LEFT))
+        v.reseed(0)
+        again = v.reset_trial()
+        assert [i["house_seed"] for i in v.call("_info")] == houses
+        assert np.array_equal(again["rgb"], obs0["rgb"]) and np.array_equal(again["goal"], obs0["goal"])
 
 
 def test_splits_are_disjoint_and_respected():
