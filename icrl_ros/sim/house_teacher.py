@@ -69,13 +69,19 @@ def _box5(mask: np.ndarray) -> np.ndarray:
 
 class HouseTeacher:
     def __init__(self, env: HouseEnv, memory: bool = True, min_pixels: float = MIN_PIXELS, noise: float = 0.0,
-                 rng: np.random.Generator | None = None) -> None:
+                 rng: np.random.Generator | None = None, floor: str = "seen", whole_map: bool = True) -> None:
         """``min_pixels``: the size, in pixels of a 64x64 image, at which it recognises an instance.
         Above the recognition rule's ``MIN_PIXELS`` it knows only what a student's frozen encoder
         sees reliably (its P(in view) > 0.5 in 13% of frames at 10-20 pixels, 66% at 80-160:
         BENCHMARKS.md), so imitation does not teach a student to act on sightings it missed.
         ``noise``: the error (metres per axis) of positions remembered from earlier episodes
-        (module docstring); ``rng`` draws it (required when ``noise`` > 0)."""
+        (module docstring); ``rng`` draws it (required when ``noise`` > 0).
+
+        ``floor``: the floor it plans and explores over, ``"seen"`` (what its camera swept and where it
+        stood) or ``"stood"`` (only within ``FOOTPRINT_M`` of where it stood: the map a memory of its
+        own poses holds). ``whole_map``: when no known floor leads to a remembered goal, plan over the
+        whole (privileged) map; :attr:`whole_map_plans` counts those plans. Diagnostics only
+        (``training/house_route_probe.py``); the env's teacher keeps the defaults."""
         if min_pixels < MIN_PIXELS:
             raise ValueError(f"min_pixels must be >= the recognition rule's {MIN_PIXELS}, got {min_pixels!r}")
         if not noise >= 0:
@@ -84,6 +90,10 @@ class HouseTeacher:
             raise ValueError("noise > 0 needs an rng to draw the remembered positions' errors")
         self.env, self.memory, self.min_pixels = env, memory, float(min_pixels)
         self.noise, self.rng = float(noise), rng
+        if floor not in ("seen", "stood"):
+            raise ValueError(f"floor must be 'seen' or 'stood', got {floor!r}")
+        self.floor, self.whole_map = floor, bool(whole_map)
+        self.whole_map_plans = 0
         nav = env.nav
         self.free = nav.free[::STRIDE, ::STRIDE]
         self.xs, self.zs = nav.xs[::STRIDE], nav.zs[::STRIDE]
@@ -135,7 +145,7 @@ class HouseTeacher:
         self.known |= resolved
         for k in np.flatnonzero(resolved & ~self.fresh):
             self.guess[k], self.fresh[k] = env.layout.objects[k], True
-        if len(view.floor_xz):
+        if len(view.floor_xz) and self.floor == "seen":
             i, j = self._index(view.floor_xz[:, 0], view.floor_xz[:, 1])
             self.seen[i, j] = True
         d2 = (self.X - env.x) ** 2 + (self.Z - env.z) ** 2
@@ -250,9 +260,10 @@ class HouseTeacher:
         if plan is None or plan[0] != key or plan[2] >= REPLAN:
             D = self._distances(target, False)
             start = self._start_cell(D)
-            if start is None and key[0] == "goal":  # no known way there: trust the whole map
+            if start is None and key[0] == "goal" and self.whole_map:  # no known way there: trust the whole map
                 D = self._distances(target, True)
                 start = self._start_cell(D)
+                self.whole_map_plans += 1
             self._plan = plan = [key, D, 0]
         else:
             start = self._start_cell(plan[1])

@@ -567,3 +567,33 @@ def test_target_positions_are_the_goal_instances_in_either_odometry_frame(env):
         assert np.allclose(np.linalg.norm(xy - robot, axis=1), np.hypot(*(world - [env.x, env.z]).T), atol=1e-4)
     with pytest.raises(ValueError, match="frame"):
         env.target_positions("map")
+
+
+def test_a_teacher_that_maps_only_the_floor_it_stood_on_and_never_the_whole_map():
+    """``HouseTeacher(floor="stood", whole_map=False)`` (a diagnostic of house_route_probe.py): watching the
+    env teacher's trial, its known floor is only what lies within FOOTPRINT_M of a cell it stood on (the
+    env's teacher also knows what its camera swept), and it never plans over the whole map."""
+    from icrl_ros.sim.house_teacher import FOOTPRINT_M, HouseTeacher
+
+    e = HouseEnv(split="test", teacher="memory")
+    try:
+        _, info = e.reset(seed=3)
+        trail = HouseTeacher(e, floor="stood", whole_map=False)
+        trail.episode_start()
+        stood = [(e.x, e.z)]
+        with pytest.raises(ValueError, match="floor"):
+            HouseTeacher(e, floor="map")
+        for _ in range(40):
+            _, _, term, trunc, info = e.step(info["teacher_action"])
+            if term or trunc:
+                break
+            trail.observe()
+            stood.append((e.x, e.z))
+            trail.act()
+        pts = np.array(stood)
+        d = np.hypot(trail.X[..., None] - pts[:, 0], trail.Z[..., None] - pts[:, 1]).min(-1)
+        assert trail.seen.any() and (d[trail.seen] <= FOOTPRINT_M + 1e-6).all()
+        assert e.teacher.seen.sum() > 2 * trail.seen.sum()  # the camera's floor is most of what the env teacher knows
+        assert trail.whole_map_plans == 0
+    finally:
+        e.close()

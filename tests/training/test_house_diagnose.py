@@ -254,3 +254,23 @@ def test_memory_readout_scores_the_remembered_goal_at_each_episode_start():
     late = s["episodes_2_on/goal_known/timeout"]
     assert late["episodes"] == 2 and late["memory_held_goal"] == 0.5 and late["held_and_right"] == 0.0
     assert late["came_within_1m"] == 0.0 and late["closest_m_median"] == 6.0
+
+
+def test_route_probe_navigators_run_the_same_episodes_and_the_teacher_starts_blind(tmp_path, capsys):
+    """house_route_probe: every navigator meets the same goals and starts (drawn from the seed, whatever
+    the actions); the oracle succeeds; the teacher knows no goal at a trial's first step; the table and
+    its JSON come out."""
+    import json
+
+    from icrl_ros.training.house_route_probe import main
+
+    main(["--trials", "2", "--episodes", "2", "--late-from", "1", "--noise", "0", "--navigators", "oracle", "greedy",
+          "--out", str(tmp_path)])
+    doc = json.loads((tmp_path / "route_probe.json").read_text())
+    raw = doc["raw"]
+    assert set(raw) == {"teacher", "oracle", "greedy"}
+    assert np.all(np.array(raw["oracle"]["success"]) == 1)
+    assert np.all(np.array(raw["teacher"]["known"])[:, 0] == 0)  # nothing seen before a trial's first step
+    # same episodes: the oracle's and the teacher's shortest paths agree wherever both succeeded with SPL
+    assert doc["table"]["oracle"]["success_all"][2] == 4
+    assert "| greedy |" in capsys.readouterr().out
