@@ -56,6 +56,7 @@ def test_bad_config_fails_at_start_with_the_field(args, needle):
     assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow  # ~21 s, two training processes; `make test-all` runs it (make test sat at the 8-minute line)
 def test_torchrun_two_processes_gloo(tmp_path):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
