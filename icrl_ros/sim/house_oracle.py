@@ -71,16 +71,21 @@ def pursue(env: HouseEnv, points: list[tuple[float, float]]) -> int:
     return _steer(env, *target)
 
 
-def oracle_action(env: HouseEnv) -> int:
+def end_game(env: HouseEnv) -> int | None:
+    """Stop with a target instance in reach and view, or :func:`approach` the nearest one (by its
+    surface) when it is in reach; None when neither (the caller navigates)."""
     if env.target_visible_in_reach():
         return STOP
-    nav, D = env.nav, env._field(env.goal)
     inst = env.target_instances()
     surf = [math.hypot(o.x - env.x, o.z - env.z) - o.cat.radius for o in inst]
-    o = inst[int(np.argmin(surf))]
-    near = approach(env, o)
+    return approach(env, inst[int(np.argmin(surf))])
+
+
+def oracle_action(env: HouseEnv) -> int:
+    near = end_game(env)
     if near is not None:
         return near
+    nav, D = env.nav, env._field(env.goal)
     geo, cell = nav.nearest_on_path(D, env.x, env.z)
     if cell is None:
         return TURN_LEFT

@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from icrl_ros.sim.house import HouseEnv
-from icrl_ros.sim.house_oracle import FORWARD, STOP, TURN_LEFT, TURN_RIGHT, _steer, approach
+from icrl_ros.sim.house_oracle import FORWARD, STOP, TURN_LEFT, TURN_RIGHT, _steer, end_game
 from icrl_ros.sim.house_teacher import HouseTeacher
 from icrl_ros.training._cli import fail
 
@@ -81,17 +81,14 @@ class Greedy:
 
     def act(self) -> int:
         env = self.env
-        if env.target_visible_in_reach():
-            return STOP
-        inst = env.target_instances()
-        o = inst[int(np.argmin([math.hypot(o.x - env.x, o.z - env.z) - o.cat.radius for o in inst]))]
-        near = approach(env, o)
+        near = end_game(env)
         if near is not None:
             return near
         seen = env.visible_targets()
         if seen.any():
             self.via = None
-            target = (inst[int(np.flatnonzero(seen)[0])].x, inst[int(np.flatnonzero(seen)[0])].z)
+            o = env.target_instances()[int(np.flatnonzero(seen)[0])]
+            target = (o.x, o.z)
         else:
             if self.via is not None and math.hypot(self.via[0] - env.x, self.via[1] - env.z) < AT_M:
                 self.via = None
@@ -157,10 +154,10 @@ def run(nav: str, trials: int, episodes: int, seed: int, noise: float, split: st
         opts.update(teacher="memory", teacher_noise=noise)
     env = HouseEnv(**opts)
     env.observe = lambda: {}  # geometry only: no navigator here reads the camera image
-    out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps", "known", "whole_map_plans")}
+    out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps", "known", "whole_map_plans",
+                                                       "shortest_m")}
     for t in range(trials):
-        info = None
-        stood: dict[int, list] = {}  # hybrids: object index -> where the robot stood when it was resolved
+        stood: dict[int, list] = {}  # teacher_sighting: object index -> where the robot stood when it was resolved
         for e in range(episodes):
             if e == 0:
                 _, info = env.reset(seed=seed * 100_003 + t, options={"new_trial": True})
@@ -172,6 +169,7 @@ def run(nav: str, trials: int, episodes: int, seed: int, noise: float, split: st
                 second.episode_start()
             plans0 = env.teacher.whole_map_plans if env.teacher is not None else 0
             out["known"][t, e] = float(info.get("teacher_goal_known", False))
+            out["shortest_m"][t, e] = env.shortest_path  # the episode's start and goal, whoever drives
             rng = np.random.default_rng([seed, t, e])
             agent = None
             if nav.startswith("greedy"):
@@ -184,7 +182,7 @@ def run(nav: str, trials: int, episodes: int, seed: int, noise: float, split: st
             elif nav in HYBRID and info["teacher_goal_known"]:
                 agent = hybrid_agent(env, stood, nav == "teacher_sighting", rng)
             while True:
-                if nav in HYBRID:
+                if nav == "teacher_sighting":
                     for k in np.flatnonzero(env.teacher.view.resolved(env.teacher.min_pixels)):
                         stood.setdefault(int(k), []).append((env.x, env.z))
                 if nav == "oracle":

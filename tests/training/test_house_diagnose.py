@@ -271,6 +271,7 @@ def test_route_probe_navigators_run_the_same_episodes_and_the_teacher_starts_bli
     assert set(raw) == {"teacher", "oracle", "greedy"}
     assert np.all(np.array(raw["oracle"]["success"]) == 1)
     assert np.all(np.array(raw["teacher"]["known"])[:, 0] == 0)  # nothing seen before a trial's first step
-    # same episodes: the oracle's and the teacher's shortest paths agree wherever both succeeded with SPL
-    assert doc["table"]["oracle"]["success_all"][2] == 4
+    # same episodes whoever drives: every navigator's episodes have the same start-to-goal shortest paths
+    assert raw["oracle"]["shortest_m"] == raw["teacher"]["shortest_m"] == raw["greedy"]["shortest_m"]
+    assert np.all(np.array(raw["oracle"]["shortest_m"]) > 0) and doc["table"]["oracle"]["success_all"][2] == 4
     assert "| greedy |" in capsys.readouterr().out
