@@ -186,26 +186,34 @@ class Memory:
     def tensors(self) -> dict[str, Tensor]:
         return {"k": self.k, "v": self.v, "valid": self.valid, "episode": self.episode}
 
-    def snapshot(self, path: str | Path, **meta) -> None:
-        """Write the memory (and ``meta``: model hash, trial id, step counts ...) atomically."""
+    def snapshot(self, path: str | Path, extra: dict[str, Tensor] | None = None, **meta) -> None:
+        """Write the memory (and ``meta``: model hash, trial id, step counts ...; ``extra``: more
+        tensors kept beside it, e.g. the route memory's grids) atomically."""
         from icrl_ros.memory.snapshot import write_snapshot
 
-        write_snapshot(path, self.tensors(), {"memory": self.config(), "counters": self.counters(), **meta})
+        write_snapshot(path, {**self.tensors(), **(extra or {})},
+                       {"memory": self.config(), "counters": self.counters(), **meta})
 
-    def restore(self, path: str | Path, expect: dict | None = None, check_meta=None) -> dict:
+    def restore(self, path: str | Path, expect: dict | None = None, check_meta=None,
+                extra: dict[str, Tensor] | None = None) -> dict:
         """Load a snapshot after validating all of it; returns its metadata.
 
         ``expect`` maps metadata fields to required values (e.g. ``{"model_hash": ...}``);
-        ``check_meta(meta)`` may raise to refuse it on the caller's own fields. Raises :class:`~icrl_ros.memory.snapshot.SnapshotError` naming the file and field;
+        ``check_meta(meta)`` may raise to refuse it on the caller's own fields; ``extra``: tensors
+        written beside the memory (:meth:`snapshot`), checked like its own and loaded in place.
+        Raises :class:`~icrl_ros.memory.snapshot.SnapshotError` naming the file and field;
         on any error the memory is left untouched.
         """
         from icrl_ros.memory.snapshot import read_snapshot, validate_snapshot
 
+        extra = extra or {}
         arrays, meta = read_snapshot(path)
-        tensors = validate_snapshot(path, arrays, meta, self, expect or {})
+        tensors = validate_snapshot(path, arrays, meta, self, expect or {}, extra)
         if check_meta is not None:
             check_meta(meta)
-        self._adopt(tensors, meta["counters"])
+        self._adopt({k: v for k, v in tensors.items() if k not in extra}, meta["counters"])
+        for name, t in extra.items():
+            t.copy_(tensors[name])
         return meta
 
     def _adopt(self, tensors: dict[str, Tensor], counters: dict) -> None:

@@ -98,8 +98,10 @@ def read_snapshot(path: str | Path) -> tuple[dict[str, np.ndarray], dict]:
     return arrays, meta
 
 
-def validate_snapshot(path: str | Path, arrays: dict[str, np.ndarray], meta: dict, memory, expect: dict) -> dict[str, Tensor]:
-    """Check a read snapshot against ``memory`` and ``expect``; returns the tensors to load.
+def validate_snapshot(path: str | Path, arrays: dict[str, np.ndarray], meta: dict, memory, expect: dict,
+                      extra: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
+    """Check a read snapshot against ``memory`` (and the ``extra`` tensors kept beside it) and
+    ``expect``; returns the tensors to load.
 
     Nothing is written to ``memory`` here, so a refusal leaves it untouched.
     """
@@ -125,7 +127,7 @@ def validate_snapshot(path: str | Path, arrays: dict[str, np.ndarray], meta: dic
         raise refuse(f"counters.{bad}", f"is {counters.get(bad)!r}, expected a valid count")
     specs = meta.get("tensors", {})
     out = {}
-    for name, t in memory.tensors().items():
+    for name, t in {**memory.tensors(), **(extra or {})}.items():
         if name not in arrays or name not in specs:
             raise refuse(f"tensors.{name}", "is missing")
         a, spec = arrays[name], specs[name]

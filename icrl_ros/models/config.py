@@ -94,6 +94,10 @@ class ModelArgs:
     """With ``object_memory``: heads 1 and 2 of layer 0 become fixed lookups of how much floor
     around the robot and 2 m ahead of it the camera already looked at, and where that floor
     lies (:mod:`icrl_ros.models.place_memory`); the block adds them in the robot frame."""
+    route_memory: bool = False
+    """With ``object_memory``: the runtime keeps a bounded map of the floor the robot stood on and
+    hands the policy, as the ``route`` input, the way back over it to where the goal was seen
+    (:mod:`icrl_ros.memory.route`); needs ``pose_frame: house`` odometry to mean anything."""
     stop_gate: float = 0.0
     """House models with ``object_memory``: when acting, the stop may not be chosen while the frozen
     heads give P(goal in view) below this (0: no gate; :mod:`icrl_ros.models.stop_rule`)."""
@@ -200,6 +204,8 @@ class ModelArgs:
                              f"got kind {self.kind!r}, sink {self.sink!r}")
         if self.place_memory and not self.object_memory:
             raise ValueError("model.place_memory: needs model.object_memory (it reads the pose entries that writes)")
+        if self.route_memory and not self.object_memory:
+            raise ValueError("model.route_memory: needs model.object_memory (it reads the sightings that writes)")
         if self.place_memory and self.n_heads < 4:
             raise ValueError(f"model.place_memory: heads 0-2 of layer 0 become fixed; n_heads must be at least 4 "
                              f"(one learnt head left), got {self.n_heads}")

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from icrl_ros.models.config import ModelArgs
-from icrl_ros.models.object_memory import STRUCT_DIM, object_struct
+from icrl_ros.models.object_memory import ROUTE_DIM, STRUCT_DIM, object_struct
 
 
 def strided_convs(channels: tuple[int, ...]) -> nn.Sequential:
@@ -247,6 +247,8 @@ class StepEncoder(nn.Module):
         self.prev_reward = nn.Linear(1, a.d_model) if a.use_reward else None
         self.step = nn.Embedding(a.max_episode_steps, a.d_model)
         self.goal = nn.Embedding(a.n_goals, a.d_model) if a.n_goals else None
+        # the route memory's way back to the goal (icrl_ros/memory/route.py); zeroed by ICLPolicy
+        self.route = nn.Linear(ROUTE_DIM, a.d_model) if a.route_memory else None
 
     def load_pretrained(self) -> None:
         """Load and freeze ``model.pretrained_encoder`` (training start only: checkpoints
@@ -296,6 +298,8 @@ class StepEncoder(nn.Module):
         x = x + self.step(inp["episode_step"].clamp(max=a.max_episode_steps - 1))
         if self.goal is not None:
             x = x + self.goal(inp["goal"])
+        if self.route is not None:
+            x = x + self.route(inp["route"].float())
         if a.object_memory:  # the last entries carry what the object memory head reads
             p, xy, _ = self.heads.object_estimates(feat.float(), inp["odom"].float())
             s = object_struct(p, xy, inp["odom"].float(), inp["goal"], OBJECT_SCALE_M).to(x.dtype)

@@ -20,6 +20,7 @@ from icrl_ros.models.attention import RMSNorm
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.core import TransformerCore, sequence_mask
 from icrl_ros.models.encoders import StepEncoder
+from icrl_ros.models.object_memory import ROUTE_DIM
 
 STEP_KEYS = ("obs", "prev_action", "prev_reward", "episode_step", "episode_index")  # grid-world inputs
 
@@ -39,6 +40,8 @@ class ICLPolicy(nn.Module):
         self.apply(self._init)
         nn.init.normal_(self.actor.weight, std=0.01)
         nn.init.zeros_(self.actor.bias)
+        if self.encoder.route is not None:  # starts as no input: a trained model gains it by --init-partial unchanged
+            nn.init.zeros_(self.encoder.route.weight)
 
     @staticmethod
     def _init(m: nn.Module) -> None:
@@ -70,6 +73,8 @@ class ICLPolicy(nn.Module):
         spec["episode_step"] = ((), torch.long)
         if self.args.n_goals:
             spec["goal"] = ((), torch.long)
+        if self.args.route_memory:  # written by the control step's route memory, not observed
+            spec["route"] = ((ROUTE_DIM,), torch.float32)
         return spec
 
     def rollout_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

@@ -20,6 +20,9 @@ modules (:class:`~icrl_ros.runtime.torch_engine.LiveEngine`); the memory is one 
   its kept summaries (``pos_base + seg_count``);
 * the stop rule (house models with ``model.stop_gate`` / ``stop_sure``): the stop logit is
   masked or forced from what the frozen heads say of the image (:mod:`icrl_ros.models.stop_rule`);
+* the route memory (house models with ``model.route_memory``): before the encoder, the pose marks
+  the map and the way back to the goal is written into the ``route`` input; after it, the token's
+  sightings enter the map (:mod:`icrl_ros.memory.route`);
 * mask: with in-episode attention only (``iea: false``) a token sees its own episode's slots and
   the sink token (episode -1); with IEA, and always for Memo, every valid slot.
 """
@@ -29,6 +32,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icrl_ros.memory.route import RouteMemory
+from icrl_ros.models.encoders import OBJECT_SCALE_M
 from icrl_ros.models.stop_rule import StopRule
 
 
@@ -36,10 +41,12 @@ class ControlStep:
     """One token per env through ``engine`` against ``memory`` (batch = ``memory.batch``).
 
     ``iea``: the model attends across episodes (its ``args.iea``). The position and mask are
-    static buffers on the engine's device, as ORT / TensorRT bind them by address."""
+    static buffers on the engine's device, as ORT / TensorRT bind them by address. ``route``:
+    the model's ``route_memory`` (:meth:`route_for`), kept here beside ``memory``."""
 
-    def __init__(self, engine, memory, iea: bool, stop_rule: StopRule | None = None) -> None:
-        self.engine, self.memory, self.stop_rule = engine, memory, stop_rule
+    def __init__(self, engine, memory, iea: bool, stop_rule: StopRule | None = None,
+                 route: RouteMemory | None = None) -> None:
+        self.engine, self.memory, self.stop_rule, self.route = engine, memory, stop_rule, route
         self.own_mask = not iea and memory.episode_masked
         self.position = torch.zeros(memory.batch, dtype=torch.long, device=memory.valid.device)
         self.mask = torch.zeros_like(memory.valid) if self.own_mask else None
@@ -49,7 +56,15 @@ class ControlStep:
         """The step of a live torch policy (training, evaluation, export checks)."""
         from icrl_ros.runtime.torch_engine import LiveEngine
 
-        return cls(LiveEngine(policy), memory, policy.args.iea, StopRule.from_args(policy.args))
+        return cls(LiveEngine(policy), memory, policy.args.iea, StopRule.from_args(policy.args),
+                   cls.route_for(policy.args, memory.batch))
+
+    @staticmethod
+    def route_for(args, batch: int) -> RouteMemory | None:
+        """The route memory a model with ``args`` reads (None without ``route_memory``)."""
+        if not getattr(args, "route_memory", False):
+            return None
+        return RouteMemory(batch, args.n_goals, OBJECT_SCALE_M, per_episode=not args.iea)
 
     @torch.no_grad()
     def __call__(self, inputs: dict[str, Tensor], episode: Tensor | None = None,
@@ -61,7 +76,11 @@ class ControlStep:
         eng, mem = self.engine, self.memory
         if episode is None:
             episode = inputs["episode_index"]
+        if self.route is not None:
+            self.route.fill(inputs, episode)
         x = eng.encode(inputs)
+        if commit and self.route is not None:
+            self.route.observe(x)
         mem.write_position(episode, self.position)  # RoPE index: the episode (Memo: its slot rule)
         past_k, past_v, valid, slot_episode = mem.view()
         mask = valid

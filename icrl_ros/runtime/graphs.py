@@ -37,7 +37,7 @@ PRECISIONS = ("fp32", "fp16")
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "bool": torch.bool,
                 "uint8": torch.uint8, "int32": torch.int32}
 # Runner-tracked encoder inputs; every other encoder input comes from the observation.
-TRACKED_INPUTS = ("prev_action", "prev_reward", "episode_step")
+TRACKED_INPUTS = ("prev_action", "prev_reward", "episode_step", "route")
 
 
 def dtype_name(dtype: torch.dtype) -> str:

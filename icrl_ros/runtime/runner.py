@@ -74,8 +74,22 @@ class PolicyRunner(RunnerBase):
         self.spec = {io["name"]: io for io in bundle.specs["encoder"]["inputs"]}
         self._inputs = input_buffers(bundle.specs["encoder"], self.batch, dev)
         self._episode = torch.zeros(self.batch, dtype=torch.long, device=dev)
-        self.control = ControlStep(engine, memory, bundle.args.iea, StopRule.from_args(bundle.args))
+        self.control = ControlStep(engine, memory, bundle.args.iea, StopRule.from_args(bundle.args),
+                                   ControlStep.route_for(bundle.args, self.batch))
         self.reset_trial()
+
+    def reset_trial(self) -> None:
+        with self._lock:
+            super().reset_trial()
+            if self.control.route is not None:  # the map goes with the memory
+                self.control.route.reset()
+
+    def _extra_tensors(self) -> dict:
+        return self.control.route.tensors() if self.control.route is not None else {}
+
+    def _load_runner_state(self, r: dict) -> None:
+        if self.control.route is not None:
+            self.control.route.restored()
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -115,6 +129,8 @@ class PolicyRunner(RunnerBase):
             return self.prev_reward
         if name == "episode_step":
             return self.step_in_episode
+        if name == "route":  # the control step writes it (its route memory)
+            return self._inputs[name]
         reads = [n for n in self.spec if n not in TRACKED_INPUTS]
         return torch.from_numpy(self._observed(name, self.spec[name], obs, reads))
 

@@ -177,11 +177,15 @@ class RunnerBase:
     def _load_runner_state(self, r: dict) -> None:
         """Take over the runner fields a subclass adds (already checked)."""
 
+    def _extra_tensors(self) -> dict:
+        """State a subclass keeps beside the memory, snapshotted with it (loaded in place)."""
+        return {}
+
     def snapshot(self, path: str | Path) -> None:
         """Write memory + runner state atomically (temp file + rename)."""
         with self._lock:
-            self.memory.snapshot(path, model_hash=self.bundle.model_hash, precision=self.bundle.precision,
-                                 trial_id=self.trial_id, runner=self._runner_state())
+            self.memory.snapshot(path, extra=self._extra_tensors(), model_hash=self.bundle.model_hash,
+                                 precision=self.bundle.precision, trial_id=self.trial_id, runner=self._runner_state())
 
     def restore(self, path: str | Path) -> None:
         """Load a snapshot; refuses (SnapshotError naming file and field) a snapshot of
@@ -217,7 +221,8 @@ class RunnerBase:
                 state.update(r)
 
             self.memory.restore(path, expect={"model_hash": self.bundle.model_hash,
-                                              "precision": self.bundle.precision}, check_meta=check)
+                                              "precision": self.bundle.precision}, check_meta=check,
+                                extra=self._extra_tensors())
             self.trial, self.trial_id, self.episode = state["trial"], state["trial_id"], state["episode"]
             self.step_in_episode, self.total_steps = state["step"], state["total_steps"]
             self.prev_action, self.prev_reward, self.goal = state["prev_action"], float(state["prev_reward"]), state["goal"]

@@ -58,6 +58,7 @@ from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.runtime import bundle as B
 from icrl_ros.runtime import manifest as M
 from icrl_ros.runtime.control import ControlStep
+from icrl_ros.memory.route import ROUTE_DIM
 from icrl_ros.runtime.graphs import PRECISIONS, TRACKED_INPUTS, build_graphs, dtype_name, export_onnx, graph_specs
 from icrl_ros.training._cli import fail
 
@@ -184,8 +185,11 @@ def record_rollout(policy: ICLPolicy, steps: int, episode_len: int, seed: int = 
     inp["prev_reward"] = torch.randint(0, 2, (1, steps), generator=g).float()
     inp["prev_action"] = torch.full((1, steps), a.n_actions, dtype=torch.long)
     step = ControlStep.live(policy, make_memory(policy, 1, steps))
+    if step.route is not None:  # written by the step's route memory; recorded as the runner will write it
+        inp["route"] = torch.zeros(1, steps, ROUTE_DIM)
     for i in range(steps):
-        logits, _ = step({k: v[:, i] for k, v in inp.items()})
+        now = {k: v[:, i] for k, v in inp.items()}
+        logits, _ = step(now)
         if i + 1 < steps:
             inp["prev_action"][:, i + 1] = logits.argmax(-1)
     return inp

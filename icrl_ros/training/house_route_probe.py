@@ -36,6 +36,12 @@ heading for the teacher's remembered position (off by ``--noise`` as the teacher
 * ``teacher_trail``: the same with the floor it stood on only (within 0.5 m of its past poses: the
   map a memory of its own poses holds).
 
+* ``teacher_route``: the route memory the students read (:mod:`icrl_ros.memory.route`), fed as a student's
+  is (the frozen encoder's heads on the rendered image, the house-frame odometry), takes over for an episode
+  whose goal it holds at the start (sighting mass above one half): toward its waypoint while it has a
+  route, else straight for its remembered position (local steering). Its goal-known split is its own.
+  The only navigator that renders images.
+
 Both second teachers, standing off any known floor that leads to the goal (a new episode starts
 where the robot may never have been), first steer (locally) for the nearest cell of it that does.
 
@@ -63,9 +69,9 @@ from icrl_ros.sim.house_teacher import HouseTeacher
 from icrl_ros.training._cli import fail
 
 NAVIGATORS = ("oracle", "teacher", "greedy", "greedy_escape", "teacher_greedy", "teacher_sighting", "teacher_nofallback",
-              "teacher_trail")
+              "teacher_trail", "teacher_route")
 SECOND = {"teacher_nofallback": "seen", "teacher_trail": "stood"}  # hybrids whose takeover is a second teacher
-HYBRID = ("teacher_greedy", "teacher_sighting", *SECOND)
+HYBRID = ("teacher_greedy", "teacher_sighting", *SECOND, "teacher_route")
 AT_M = 0.4  # this close to the remembered position counts as there
 STUCK_STEPS, STUCK_GAIN_M, ESCAPE_STEPS = 12, 0.25, 8
 
@@ -134,6 +140,76 @@ class JoinKnownFloor:
         return te.act()
 
 
+class StudentSight:
+    """What a student's frozen encoder makes of an image: the token entries its object memory (and the
+    route memory) read, and a route memory fed with them as the control step feeds it."""
+
+    def __init__(self, encoder_path: str) -> None:
+        import torch
+
+        from icrl_ros.memory.route import RouteMemory
+        from icrl_ros.models.encoders import FeatureEncoder, FeatureHeads, OBJECT_SCALE_M, load_frozen, read_encoder_file
+
+        state = read_encoder_file(encoder_path)
+        n_cat = state["heads.present.weight"].shape[0]
+        d_feat = state["heads.present.weight"].shape[1]
+        self.encoder, self.heads = FeatureEncoder(d_feat, 64).eval(), FeatureHeads(d_feat, n_cat).eval()
+        load_frozen(self.encoder, encoder_path, state=state)
+        load_frozen(self.heads, encoder_path, prefix="heads.", state=state)
+        self.torch, self.scale = torch, OBJECT_SCALE_M
+        self.memory = RouteMemory(1, n_cat, OBJECT_SCALE_M)
+        self.route = np.zeros(6, np.float32)
+
+    def step(self, obs: dict, episode: int) -> None:
+        """One control step's worth: the route from what came before, then this image's sightings."""
+        from icrl_ros.models.object_memory import object_struct
+
+        torch = self.torch
+        odom = torch.as_tensor(np.asarray(obs["odom"], np.float32))[None]
+        goal = torch.as_tensor([int(obs["goal"])])
+        self.route = self.memory.fill({"odom": odom, "goal": goal}, torch.tensor([episode]))[0].numpy().copy()
+        with torch.no_grad():
+            f = self.encoder(torch.as_tensor(np.asarray(obs["rgb"]))[None])
+            p, xy, _ = self.heads.object_estimates(f, odom)
+            self.memory.observe(object_struct(p, xy, odom, goal, self.scale))
+        self.odom = odom[0].numpy().astype(np.float64)
+
+    def holds_goal(self, goal: int) -> bool:
+        return self.memory.remembered(0, goal)[1] > 0.5
+
+
+def robot_frame_to_world(env: HouseEnv, fwd: float, left: float) -> tuple[float, float]:
+    """A point (forward, left) metres from the robot -> world (x, z); left turns add to the yaw."""
+    d, b = math.hypot(fwd, left), env.yaw + math.atan2(left, fwd)
+    return env.x + d * math.cos(b), env.z - d * math.sin(b)
+
+
+class RouteFollower:
+    """Takes over an episode: the route memory's waypoint while it has a route, else its remembered position."""
+
+    def __init__(self, env: HouseEnv, sight: StudentSight) -> None:
+        self.env, self.sight = env, sight
+        self.routed_steps = self.steps = 0
+
+    def act(self) -> int:
+        env, sight = self.env, self.sight
+        near = end_game(env)
+        if near is not None:
+            return near
+        self.steps += 1
+        r = sight.route
+        if r[0] > 0:
+            self.routed_steps += 1
+            return _steer(env, *robot_frame_to_world(env, r[1] * sight.scale, r[2] * sight.scale))
+        g, _ = sight.memory.remembered(0, int(env.goal))
+        x, y, th = sight.odom
+        dx, dy = g[0] - x, g[1] - y
+        fwd, left = math.cos(th) * dx + math.sin(th) * dy, -math.sin(th) * dx + math.cos(th) * dy
+        if math.hypot(fwd, left) < AT_M:
+            return TURN_LEFT
+        return _steer(env, *robot_frame_to_world(env, fwd, left))
+
+
 def hybrid_agent(env: HouseEnv, stood: dict, via_sighting: bool, rng: np.random.Generator) -> Greedy:
     """The scripted navigator that takes over from the teacher for an episode whose goal it knows:
     for the nearest (by the teacher's belief) known goal instance, its remembered position and, with
@@ -148,23 +224,25 @@ def hybrid_agent(env: HouseEnv, stood: dict, via_sighting: bool, rng: np.random.
     return Greedy(env, (te.guess[k].x, te.guess[k].z), False, rng, via=via)
 
 
-def run(nav: str, trials: int, episodes: int, seed: int, noise: float, split: str) -> dict:
+def run(nav: str, trials: int, episodes: int, seed: int, noise: float, split: str, encoder: str) -> dict:
     opts = {"split": split}
     if nav == "teacher" or nav in HYBRID:
         opts.update(teacher="memory", teacher_noise=noise)
     env = HouseEnv(**opts)
-    env.observe = lambda: {}  # geometry only: no navigator here reads the camera image
+    if nav != "teacher_route":
+        env.observe = lambda: {}  # geometry only: no other navigator reads the camera image
     out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps", "known", "whole_map_plans",
-                                                       "shortest_m")}
+                                                       "shortest_m", "routed")}
     for t in range(trials):
         stood: dict[int, list] = {}  # teacher_sighting: object index -> where the robot stood when it was resolved
         for e in range(episodes):
             if e == 0:
-                _, info = env.reset(seed=seed * 100_003 + t, options={"new_trial": True})
+                obs, info = env.reset(seed=seed * 100_003 + t, options={"new_trial": True})
                 second = (HouseTeacher(env, noise=noise, rng=np.random.default_rng([seed, t, 0x2D]), floor=SECOND[nav],
                                        whole_map=False) if nav in SECOND else None)
+                sight = StudentSight(encoder) if nav == "teacher_route" else None
             else:
-                _, info = env.reset()
+                obs, info = env.reset()
             if second is not None:
                 second.episode_start()
             plans0 = env.teacher.whole_map_plans if env.teacher is not None else 0
@@ -177,6 +255,11 @@ def run(nav: str, trials: int, episodes: int, seed: int, noise: float, split: st
                 o = inst[int(np.argmin([math.hypot(o.x - env.x, o.z - env.z) for o in inst]))]
                 err = rng.normal(0.0, noise, 2) if noise > 0 else np.zeros(2)
                 agent = Greedy(env, (o.x + err[0], o.z + err[1]), nav == "greedy_escape", rng)
+            elif sight is not None:
+                sight.step(obs, e)
+                if sight.holds_goal(int(env.goal)):
+                    agent = RouteFollower(env, sight)
+                out["known"][t, e] = float(agent is not None)  # its own split: the route memory held the goal
             elif second is not None and info["teacher_goal_known"]:
                 agent = JoinKnownFloor(second)
             elif nav in HYBRID and info["teacher_goal_known"]:
@@ -191,12 +274,16 @@ def run(nav: str, trials: int, episodes: int, seed: int, noise: float, split: st
                     a = info["teacher_action"]
                 else:
                     a = agent.act()
-                _, _, term, trunc, info = env.step(int(a))
+                obs, _, term, trunc, info = env.step(int(a))
+                if sight is not None and not (term or trunc):
+                    sight.step(obs, e)
                 if term or trunc:
                     out["success"][t, e], out["spl"][t, e] = float(info["success"]), float(info["spl"])
                     out["steps"][t, e] = float(info["episode_step"])
                     if env.teacher is not None:
                         out["whole_map_plans"][t, e] = env.teacher.whole_map_plans - plans0
+                    if isinstance(agent, RouteFollower):
+                        out["routed"][t, e] = agent.routed_steps / max(agent.steps, 1)
                     break
                 if second is not None:
                     second.observe()
@@ -223,6 +310,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--noise", type=float, default=0.8, help="metres per axis: the remembered position's error")
     p.add_argument("--late-from", type=int, default=6, help="first episode (1-based) of the late window")
     p.add_argument("--navigators", nargs="+", default=list(NAVIGATORS), choices=NAVIGATORS)
+    p.add_argument("--encoder", default="checkpoints/house_encoder.pt",
+                   help="teacher_route: the frozen encoder (and heads) whose sightings feed the route memory")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     if args.trials < 2 or args.episodes < 1:
@@ -234,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     res, walls = {}, {}
     for nav in args.navigators:
         t0 = time.perf_counter()
-        res[nav] = run(nav, args.trials, args.episodes, args.seed, args.noise, args.split)
+        res[nav] = run(nav, args.trials, args.episodes, args.seed, args.noise, args.split, args.encoder)
         walls[nav] = time.perf_counter() - t0
         print(f"{nav}: {walls[nav]:.0f} s", flush=True)
     late = np.zeros((args.trials, args.episodes), bool)
@@ -254,6 +343,11 @@ def main(argv: list[str] | None = None) -> None:
         f = lambda v: f"{v[0]:.3f} +- {v[1]:.3f}"  # noqa: E731
         print(f"| {nav} | {f(row['success_all'])} | {f(row['spl_all'])} | {row['steps_all'][0]:.0f} | "
               f"{f(row['success_known'])} (n = {row['success_known'][2]}) | {f(row['spl_known'])} |")
+    if "teacher_route" in res:
+        r = res["teacher_route"]
+        took = late & (r["known"] > 0)
+        print(f"teacher_route: took over {took.sum() / late.sum():.3f} of late episodes; of their steps "
+              f"{r['routed'][took].mean():.3f} had a route")
     for nav in ("teacher", *[n for n in res if n in HYBRID]):
         used = res[nav]["whole_map_plans"][late] > 0
         print(f"{nav}: the env's teacher planned over the whole map in {used.mean():.3f} of late episodes")

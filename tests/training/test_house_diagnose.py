@@ -275,3 +275,28 @@ def test_route_probe_navigators_run_the_same_episodes_and_the_teacher_starts_bli
     assert raw["oracle"]["shortest_m"] == raw["teacher"]["shortest_m"] == raw["greedy"]["shortest_m"]
     assert np.all(np.array(raw["oracle"]["shortest_m"]) > 0) and doc["table"]["oracle"]["success_all"][2] == 4
     assert "| greedy |" in capsys.readouterr().out
+
+
+def test_route_probe_reads_robot_frame_points_back_into_the_world():
+    """teacher_route steers for the route memory's waypoint, given in the robot frame of the house-frame
+    odometry: converting a goal instance's odometry-frame position that way lands on the instance."""
+    import math
+
+    from icrl_ros.sim.house import HouseEnv
+    from icrl_ros.sim.house_oracle import FORWARD, TURN_LEFT
+    from icrl_ros.training.house_route_probe import robot_frame_to_world
+
+    env = HouseEnv(split="test")
+    try:
+        obs, _ = env.reset(seed=7, options={"new_trial": True})
+        for a in (TURN_LEFT, TURN_LEFT, FORWARD, TURN_LEFT):  # turn and move, so the pose differs from the frame's origin
+            obs, *_ = env.step(a)
+        x, y, th = (float(v) for v in obs["odom"])
+        o = env.target_instances()[0]
+        gx, gy = env.target_positions("house")[0]
+        dx, dy = gx - x, gy - y
+        fwd, left = math.cos(th) * dx + math.sin(th) * dy, -math.sin(th) * dx + math.cos(th) * dy
+        wx, wz = robot_frame_to_world(env, fwd, left)
+        assert math.hypot(wx - o.x, wz - o.z) < 1e-6
+    finally:
+        env.close()

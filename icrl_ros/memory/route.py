@@ -1,0 +1,239 @@
+"""Route memory: a bounded map of the floor the robot stood on, and the way back to a remembered goal.
+
+The house students remember *where* their goal was (the object memory head reads the goal's
+position out of the KV cache) but not *how to get there*: scripted navigators given the goal's
+position and local free-space sensing reach it in a third of late episodes, one that plans
+over the floor it stood on in 0.81 (``training/house_route_probe.py``, BENCHMARKS.md). A
+shortest path over a grid is not something one attention read computes, so the runtime keeps
+the grid itself, beside the KV cache, and hands the policy the result as an input:
+
+* **stood**: a ``CELLS`` x ``CELLS`` grid of ``CELL_M`` cells in the odometry frame (the house
+  frame: ``pose_frame: house``), centred on its origin; every step marks the cells within
+  ``FOOTPRINT_M`` of the pose (the floor a robot that stood there knows is free);
+* **sightings**: per goal category, the same weighted sum of sighted positions the object
+  memory head's attention forms (weights ``exp(BETA (P - 1))`` of the frozen heads' confidence,
+  the sink's ``exp(BETA (SIGHTING_P - 1))``), read from the token entries the step encoder writes
+  (:func:`~icrl_ros.models.object_memory.object_struct`), and where the robot stood when it made
+  a confident sighting (``SEEN_FROM_P``): places with a line of sight to an instance;
+* **route**: when the goal's sighting mass exceeds one half (the head's gate), a distance field
+  over the stood cells from those places (each seeded with its straight distance to the
+  remembered position) gives the route length from the robot and, ``LOOKAHEAD_CELLS`` cells
+  down the field (or the goal itself once the robot stands where it saw it from), a waypoint.
+
+The policy reads :data:`ROUTE_DIM` numbers per step (``route`` encoder input, robot frame,
+positions in units of ``scale_m``): found, the waypoint's (forward, left), its unit direction,
+the route length. What to do with them is learnt. Sightings enter after the step that made
+them (their token is encoded in the step that reads the route), the pose before it.
+
+Bounded: ``CELLS^2 (1 + n_cat)`` bytes of grids and ``3 n_cat`` floats per env, whatever the
+trial length. ``per_episode`` (models without inter-episode attention) clears an env's map when
+its episode index changes, as their KV mask does."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from icrl_ros.models.object_memory import BETA, ROUTE_DIM, SIGHTING_P, STRUCT_DIM
+from icrl_ros.sim.house_nav import grid_distances
+
+CELL_M = 0.25
+CELLS = 128
+"""Grid side in cells: 32 m at ``CELL_M``, centred on the odometry frame's origin; poses
+outside mark nothing."""
+FOOTPRINT_M = 0.35
+"""Floor within this of a pose counts as free: the 3 x 3 cells round it, so a route keeps to
+within a cell of where the robot's centre went (a wider band lets shortest paths hug its edge,
+closer to the walls than the robot ever drove)."""
+SEEN_FROM_P = 0.7
+"""Heads' confidence at which the robot's cell is kept as a place the category was seen from."""
+LOOKAHEAD_CELLS = 4
+"""The waypoint lies this many cells (1 m) down the distance field."""
+MAX_LENGTH_M = 15.0
+"""Route lengths are clipped here (they enter the network in units of ``scale_m``)."""
+
+_NEIGHBOURS = [(di, dj) for di in (-1, 0, 1) for dj in (-1, 0, 1) if di or dj]
+
+
+class RouteMemory:
+    """Per-env route memory for a batch of ``batch`` envs and ``n_cat`` goal categories."""
+
+    def __init__(self, batch: int, n_cat: int, scale_m: float, per_episode: bool = False) -> None:
+        self.batch, self.n_cat, self.scale_m, self.per_episode = batch, n_cat, float(scale_m), per_episode
+        r = int(math.floor(FOOTPRINT_M / CELL_M))
+        di, dj = np.mgrid[-r:r + 1, -r:r + 1]
+        keep = np.hypot(di, dj) * CELL_M <= FOOTPRINT_M
+        self._disc = np.stack([di[keep], dj[keep]], 1)
+        self.stood = np.zeros((batch, CELLS, CELLS), dtype=bool)
+        self.seen_from = np.zeros((batch, n_cat, CELLS, CELLS), dtype=bool)
+        self.sums = np.zeros((batch, n_cat, 3), dtype=np.float64)
+        self.episode = np.full(batch, -1, dtype=np.int64)
+        self._version = np.zeros(batch, dtype=np.int64)  # bumps when an env's grids change
+        self._fields: list[tuple | None] = [None] * batch  # cached (key, field, origin) per env
+        self._sink = math.exp(BETA * (SIGHTING_P - 1.0))
+
+    # -- state ------------------------------------------------------------------------------
+    def reset(self, envs=None) -> None:
+        """Forget everything (a new trial), or only ``envs`` (indices / bool mask)."""
+        idx = slice(None) if envs is None else envs
+        self.stood[idx] = False
+        self.seen_from[idx] = False
+        self.sums[idx] = 0.0
+        self._version[idx] += 1
+        for b in np.arange(self.batch)[idx]:
+            self._fields[b] = None
+
+    def tensors(self) -> dict[str, Tensor]:
+        """The state as tensors sharing its arrays (snapshots write them and load into them in
+        place; call :meth:`restored` after loading)."""
+        return {"route_stood": torch.from_numpy(self.stood), "route_seen_from": torch.from_numpy(self.seen_from),
+                "route_sums": torch.from_numpy(self.sums), "route_episode": torch.from_numpy(self.episode)}
+
+    def restored(self) -> None:
+        """The arrays were loaded from a snapshot: drop cached routes."""
+        self._version += 1
+        self._fields = [None] * self.batch
+
+    @property
+    def nbytes(self) -> int:
+        return self.stood.nbytes + self.seen_from.nbytes + self.sums.nbytes + self.episode.nbytes
+
+    def _cells(self, xy: np.ndarray) -> np.ndarray:
+        """Odometry-frame positions (..., 2) in metres -> grid (row, col) (..., 2), may fall outside."""
+        return np.floor(xy / CELL_M).astype(np.int64) + CELLS // 2
+
+    @staticmethod
+    def _inside(ij: np.ndarray) -> np.ndarray:
+        return np.all((ij >= 0) & (ij < CELLS), axis=-1)
+
+    # -- per step ---------------------------------------------------------------------------
+    def fill(self, inputs: dict[str, Tensor], episode: Tensor) -> Tensor:
+        """Mark each env's current pose and write the route for its goal into ``inputs["route"]``
+        (in place when the key holds a (B, ROUTE_DIM) tensor: the runner's bound buffer)."""
+        odom = inputs["odom"].detach().cpu().double().numpy()
+        goal = inputs["goal"].detach().cpu().numpy().astype(np.int64)
+        ep = episode.detach().cpu().numpy().astype(np.int64)
+        if self.per_episode:
+            changed = ep != self.episode
+            if changed.any():
+                self.reset(changed)
+        self.episode[:] = ep
+        out = np.zeros((self.batch, ROUTE_DIM), dtype=np.float32)
+        for b in range(self.batch):
+            cell = self._cells(odom[b, :2])
+            if self._inside(cell):
+                ij = self._disc + cell
+                ij = ij[self._inside(ij)]
+                grid = self.stood[b]
+                if not grid[ij[:, 0], ij[:, 1]].all():
+                    grid[ij[:, 0], ij[:, 1]] = True
+                    self._version[b] += 1
+            out[b] = self._route(b, odom[b], int(goal[b]))
+        route = torch.from_numpy(out)
+        dst = inputs.get("route")
+        if isinstance(dst, Tensor) and dst.shape == route.shape:
+            dst.copy_(route)
+        else:
+            inputs["route"] = route
+        return inputs["route"]
+
+    def observe(self, x: Tensor) -> None:
+        """Take in this step's sightings from the tokens (B, D) the step encoder wrote."""
+        s = x[..., -STRUCT_DIM:].detach().cpu().double().numpy()
+        cat = np.rint(s[:, 1] * self.n_cat).astype(np.int64).clip(0, self.n_cat - 1)
+        conf = s[:, 2]
+        at = s[:, 3:5] * self.scale_m
+        w = np.exp(BETA * (conf - 1.0))
+        b = np.arange(self.batch)
+        self.sums[b, cat, :2] += w[:, None] * at
+        self.sums[b, cat, 2] += w
+        sure = conf > SEEN_FROM_P
+        if sure.any():
+            cells = self._cells(s[:, 5:7] * self.scale_m)
+            for k in np.flatnonzero(sure & self._inside(cells)):
+                i, j = cells[k]
+                if not self.seen_from[k, cat[k], i, j]:
+                    self.seen_from[k, cat[k], i, j] = True
+                    self._version[k] += 1
+
+    # -- the route ----------------------------------------------------------------------------
+    def remembered(self, b: int, cat: int) -> tuple[np.ndarray, float]:
+        """Env b's remembered position of category ``cat`` (metres) and its sighting mass (the
+        object memory head's gate reads the same number)."""
+        sx, sy, sw = self.sums[b, cat]
+        mass = sw / (sw + self._sink)
+        if sw <= 0:
+            return np.zeros(2), 0.0
+        return np.array([sx / sw, sy / sw]), float(mass)
+
+    def _field(self, b: int, cat: int, goal_xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(distance field over a crop of the stood grid, the crop's origin cell, the seed costs);
+        cached until env b's grids or the goal's cell change."""
+        gcell = tuple(self._cells(goal_xy))
+        key = (int(self._version[b]), cat, gcell)
+        cached = self._fields[b]
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        stood = self.stood[b]
+        rows, cols = np.flatnonzero(stood.any(1)), np.flatnonzero(stood.any(0))
+        if not len(rows):
+            return None
+        r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+        free = stood[r0:r1, c0:c1]
+        seeds = self.seen_from[b, cat, r0:r1, c0:c1] & free
+        if not seeds.any():  # only sightings below SEEN_FROM_P: any stood cell, straight on from there
+            seeds = free
+        ii, jj = np.mgrid[r0:r1, c0:c1]
+        centre = (np.stack([ii, jj], -1) - CELLS // 2 + 0.5) * CELL_M
+        straight = np.hypot(*(centre - goal_xy).transpose(2, 0, 1)).astype(np.float32)
+        D0 = np.where(seeds, straight, np.inf).astype(np.float32)
+        D = grid_distances(D0, free, CELL_M)
+        result = (D, np.array([r0, c0]), D0)
+        self._fields[b] = (key, result)
+        return result
+
+    def _route(self, b: int, odom: np.ndarray, cat: int) -> np.ndarray:
+        feats = np.zeros(ROUTE_DIM, dtype=np.float32)
+        if not 0 <= cat < self.n_cat:
+            return feats
+        goal_xy, mass = self.remembered(b, cat)
+        if mass <= 0.5:
+            return feats
+        field = self._field(b, cat, goal_xy)
+        if field is None:
+            return feats
+        D, origin, D0 = field
+        here = self._cells(odom[:2]) - origin
+        H, W = D.shape
+        if not (0 <= here[0] < H and 0 <= here[1] < W) or not math.isfinite(float(D[here[0], here[1]])):
+            return feats  # not on floor that joins a place the goal was seen from (yet)
+        length = float(D[here[0], here[1]])
+        i, j = int(here[0]), int(here[1])
+        waypoint = None
+        for _ in range(LOOKAHEAD_CELLS):
+            if D[i, j] >= D0[i, j]:  # seen from here: straight on to the goal
+                waypoint = goal_xy
+                break
+            best = min(((i + di, j + dj) for di, dj in _NEIGHBOURS if 0 <= i + di < H and 0 <= j + dj < W),
+                       key=lambda c: D[c])
+            if not D[best] < D[i, j]:
+                break
+            i, j = best
+        if waypoint is None:
+            if D[i, j] >= D0[i, j] and math.hypot(*(goal_xy - odom[:2])) <= LOOKAHEAD_CELLS * CELL_M:
+                waypoint = goal_xy
+            else:
+                waypoint = (np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M
+        d = waypoint - odom[:2]
+        c, s = math.cos(odom[2]), math.sin(odom[2])
+        fwd, left = c * d[0] + s * d[1], -s * d[0] + c * d[1]
+        n = math.hypot(fwd, left) + 1e-6
+        feats[:] = (1.0, fwd / self.scale_m, left / self.scale_m, fwd / n, left / n,
+                    min(length, MAX_LENGTH_M) / self.scale_m)
+        return feats
+
+
+__all__ = ["ROUTE_DIM", "RouteMemory"]

@@ -1,0 +1,101 @@
+"""The route memory: a map of the floor stood on and the way back over it to a remembered goal."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from icrl_ros.memory.route import ROUTE_DIM, RouteMemory
+from icrl_ros.models.object_memory import STRUCT_DIM
+
+SCALE = 5.0
+N_CAT = 3
+
+
+def token(cat: int, conf: float, at: tuple[float, float], robot: tuple[float, float], d_model: int = 32) -> torch.Tensor:
+    """A (1, D) token whose last entries say: category ``cat`` seen with ``conf`` at ``at``."""
+    x = torch.zeros(1, d_model)
+    x[0, -STRUCT_DIM:] = torch.tensor([0.0, cat / N_CAT, conf, at[0] / SCALE, at[1] / SCALE,
+                                       robot[0] / SCALE, robot[1] / SCALE, 1.0, 0.0])
+    return x
+
+
+def step(mem: RouteMemory, x: float, y: float, yaw: float = 0.0, goal: int = 1, episode: int = 0) -> np.ndarray:
+    inputs = {"odom": torch.tensor([[x, y, yaw]]), "goal": torch.tensor([goal])}
+    return mem.fill(inputs, torch.tensor([episode]))[0].numpy()
+
+
+def walk_l(mem: RouteMemory) -> None:
+    """(0, 0) -> (4, 0) -> (4, 4) in 0.25 m steps, then a confident sighting of category 1 at (4.5, 5)."""
+    for k in range(17):
+        step(mem, 0.25 * k, 0.0)
+        mem.observe(token(0, 0.1, (0.0, 0.0), (0.25 * k, 0.0)))
+    for k in range(1, 17):
+        step(mem, 4.0, 0.25 * k)
+        mem.observe(token(0, 0.1, (0.0, 0.0), (4.0, 0.25 * k)))
+    mem.observe(token(1, 0.95, (4.5, 5.0), (4.0, 4.0)))
+
+
+def test_the_way_back_follows_the_trail_not_the_straight_line():
+    mem = RouteMemory(1, N_CAT, SCALE)
+    walk_l(mem)
+    xy, mass = mem.remembered(0, 1)
+    assert mass > 0.98 and np.allclose(xy, (4.5, 5.0))
+    r = step(mem, 0.0, 0.0, episode=1)  # back at the start, facing +x
+    assert r.shape == (ROUTE_DIM,) and r[0] == 1.0
+    fwd, left = r[1] * SCALE, r[2] * SCALE
+    assert 0.8 <= fwd <= 1.3 and abs(left) < 0.45, (fwd, left)  # along the trail (+x), not 63 degrees left
+    length = r[5] * SCALE
+    assert 7.5 < length < 8.0 + math.hypot(0.5, 1.0) + 0.3, length  # the trail (corners cut by a cell or two)
+    r = step(mem, 0.0, 0.0, yaw=math.pi / 2, episode=1)  # facing +y: the waypoint is to the right
+    assert r[2] * SCALE < -0.8 and abs(r[1] * SCALE) < 0.45
+    r = step(mem, 4.0, 4.0, episode=1)  # where it was seen from: straight to the goal
+    assert np.allclose((r[1] * SCALE, r[2] * SCALE), (0.5, 1.0), atol=1e-4)
+
+
+def test_no_route_without_a_sighting_another_goal_or_a_join():
+    mem = RouteMemory(1, N_CAT, SCALE)
+    walk_l(mem)
+    assert step(mem, 0.0, 0.0, goal=2, episode=1)[0] == 0.0  # category 2 never seen
+    assert not step(mem, 0.0, 8.0, episode=1).any()  # floor that does not join the trail (yet)
+    weak = RouteMemory(1, N_CAT, SCALE)
+    for k in range(5):
+        step(weak, 0.25 * k, 0.0)
+        weak.observe(token(1, 0.6, (2.0, 1.0), (0.25 * k, 0.0)))  # unsure sightings: below the head's gate
+    assert weak.remembered(0, 1)[1] < 0.5 and step(weak, 0.0, 0.0)[0] == 0.0
+
+
+def test_per_episode_forgets_at_each_new_episode_and_reset_forgets_all():
+    mem = RouteMemory(1, N_CAT, SCALE, per_episode=True)
+    walk_l(mem)
+    assert step(mem, 0.0, 0.0, episode=0)[0] == 1.0
+    assert step(mem, 0.0, 0.0, episode=1)[0] == 0.0 and mem.stood.sum() < 20  # only the new footprint
+    kept = RouteMemory(1, N_CAT, SCALE)
+    walk_l(kept)
+    kept.reset()
+    assert not kept.stood.any() and not kept.sums.any() and step(kept, 0.0, 0.0)[0] == 0.0
+
+
+def test_fill_writes_into_a_bound_buffer_and_the_state_round_trips():
+    mem = RouteMemory(1, N_CAT, SCALE)
+    walk_l(mem)
+    buf = torch.full((1, ROUTE_DIM), -7.0)
+    inputs = {"odom": torch.tensor([[0.0, 0.0, 0.0]]), "goal": torch.tensor([1]), "route": buf}
+    out = mem.fill(inputs, torch.tensor([1]))
+    assert out is buf and buf[0, 0] == 1.0
+    twin = RouteMemory(1, N_CAT, SCALE)
+    for name, t in twin.tensors().items():
+        t.copy_(mem.tensors()[name])
+    twin.restored()
+    assert np.array_equal(step(twin, 0.0, 0.0, episode=1), step(mem, 0.0, 0.0, episode=1))
+
+
+def test_poses_off_the_grid_mark_nothing():
+    mem = RouteMemory(1, N_CAT, SCALE)
+    step(mem, 100.0, -100.0)
+    assert not mem.stood.any()
+    with pytest.raises(KeyError):
+        mem.fill({"odom": torch.zeros(1, 3)}, torch.zeros(1, dtype=torch.long))
