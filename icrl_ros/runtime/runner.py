@@ -136,11 +136,13 @@ class PolicyRunner(RunnerBase):
 
     def step(self, inputs: dict[str, Tensor], episode_index: Tensor) -> tuple[Tensor, Tensor]:
         """Low level: explicit encoder inputs (each (B,)) and episode indices (B,) for one
-        step of every env; returns logits (B, A) and value (B,) (copies). Does not touch
+        step of every env (not ``route``: the runner's route memory writes it); returns logits (B, A)
+        and value (B,) (copies). Does not touch
         the runner's trial / episode / previous-action bookkeeping."""
         with self._lock:
             for name, buf in self._inputs.items():
-                buf.copy_(inputs[name])
+                if name != "route":  # the control step's route memory writes it
+                    buf.copy_(inputs[name])
             self._episode.copy_(episode_index)
             logits, value = self._step()
             return logits.clone(), value.clone()

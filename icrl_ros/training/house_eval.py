@@ -33,6 +33,11 @@ from icrl_ros.sim.house_vec import HouseVecEnv
 from icrl_ros.training.ppo import next_step_inputs, trial_start_inputs
 
 
+def route_bytes(control: ControlStep) -> int:
+    """Bytes of the route memory a control step keeps beside its KV memory (0 without one)."""
+    return control.route.nbytes if control.route is not None else 0
+
+
 class TorchStepper:
     """The training-side policy (its live control step against ``make_memory``)."""
 
@@ -52,11 +57,14 @@ class TorchStepper:
         return self.control(inp)[0]
 
     def forget(self) -> None:
-        """Clear the memory (the no-memory ablation at an episode start; batch 1)."""
+        """Clear the memory (the no-memory ablation at an episode start; batch 1), the route map with it."""
         self.mem.reset()  # a pinned sink-token prefix stays
+        if self.control.route is not None:
+            self.control.route.reset()
 
     def memory_stats(self) -> dict:
-        return {"memory_bytes": int(self.mem.nbytes), "memory_tokens": int(self.mem.valid[0].sum())}
+        return {"memory_bytes": int(self.mem.nbytes) + route_bytes(self.control),
+                "memory_tokens": int(self.mem.valid[0].sum())}
 
 
 class BundleStepper:
@@ -83,16 +91,18 @@ class BundleStepper:
         self.names = list(self.runner.spec)
 
     def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.runner.step({n: inp[n] for n in self.names}, inp["episode_index"])[0]
+        return self.runner.step({n: inp[n] for n in self.names if n in inp}, inp["episode_index"])[0]
 
     def forget(self) -> None:
-        """Clear the memory (the no-memory ablation at an episode start; batch 1). A pinned
-        sink-token prefix stays (``Memory.reset``)."""
+        """Clear the memory (the no-memory ablation at an episode start; batch 1), the route map with
+        it. A pinned sink-token prefix stays (``Memory.reset``)."""
         self.runner.memory.reset()
+        if self.runner.control.route is not None:
+            self.runner.control.route.reset()
 
     def memory_stats(self) -> dict:
         m = self.runner.memory
-        return {"memory_bytes": int(m.nbytes), "memory_tokens": int(m.valid[0].sum()),
+        return {"memory_bytes": int(m.nbytes) + route_bytes(self.runner.control), "memory_tokens": int(m.valid[0].sum()),
                 "memory_policy": m.policy}
 
 

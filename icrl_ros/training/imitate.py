@@ -163,6 +163,9 @@ class Imitator:
                  noise_actions: tuple[int, ...] = (), aux_coef: float = 0.0, hcam_recon: bool = False) -> None:
         self.policy, self.env, self.cfg = policy, env, cfg
         self.teacher = make_teacher(env, teacher) if env is not None else None
+        if getattr(self.teacher, "reads_inputs", False):
+            raise ValueError(f"teacher {teacher!r} labels from the policy's own inputs: a PPO teacher term "
+                             "(train.py, ppo.teacher), not an imitation teacher")
         self.fixed_beta, self.noise = beta, noise
         self.noise_actions = np.asarray(noise_actions or range(policy.args.n_actions))
         self.iterations, self.mix_fraction, self.vf_coef = iterations, mix_fraction, vf_coef

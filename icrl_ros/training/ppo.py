@@ -165,7 +165,8 @@ class PPOTrainer:
                 buf["action"][:, t], buf["logprob"][:, t] = action, dist_.log_prob(action)
                 buf["value"][:, t], buf["chunk"][:, t] = value, c
                 if self.teacher is not None:
-                    buf["teacher_action"][:, t] = torch.as_tensor(self.teacher.act(np.asarray(obs)), device=dev)
+                    seen = cur if getattr(self.teacher, "reads_inputs", False) else np.asarray(obs)
+                    buf["teacher_action"][:, t] = torch.as_tensor(self.teacher.act(seen), device=dev)
                     if cfg.teacher_when == "goal_known":
                         buf["teacher_counts"][:, t] = torch.as_tensor(self.teacher.goal_known(), device=dev)
                 action_np = action.cpu().numpy()

@@ -231,10 +231,46 @@ class HouseEnvTeacher:
         """Nothing to do: the env's teacher observes every step itself."""
 
 
+class RouteFollower:
+    """Labels from the policy's own ``route`` input (models with ``model.route_memory``,
+    :mod:`icrl_ros.memory.route`): where the route memory has a way to the goal, turn toward its
+    waypoint (beyond half a turn step off the heading), else step forward. A teacher that knows
+    nothing the policy is not given, so its labels are learnable exactly; with
+    ``ppo.teacher_when: goal_known`` the term counts on those steps only, and not within
+    ``END_M`` of the goal, where reaching it is the stop rule's and the policy's."""
+
+    reads_inputs = True
+    END_M = 0.75
+
+    def __init__(self, num_envs: int, turn_step: float, scale_m: float) -> None:
+        self.num_envs, self.half_turn, self.scale_m = num_envs, turn_step / 2, scale_m
+        self._route = np.zeros((num_envs, 6), np.float32)
+
+    def reset(self, idx: np.ndarray | None = None) -> None:
+        """Nothing to keep: the route memory is the policy's."""
+
+    def act(self, inputs: dict) -> np.ndarray:
+        from icrl_ros.sim.house import FORWARD, TURN_LEFT, TURN_RIGHT
+
+        if "route" not in inputs:
+            raise ValueError("teacher 'route' reads the policy's route input: set model.route_memory: true")
+        r = self._route = inputs["route"].detach().cpu().numpy()
+        bearing = np.arctan2(r[:, 2], r[:, 1])
+        return np.where(bearing > self.half_turn, TURN_LEFT, np.where(bearing < -self.half_turn, TURN_RIGHT, FORWARD))
+
+    def goal_known(self) -> np.ndarray:
+        """Per env: a route to the goal, and more than ``END_M`` of it left (the last :meth:`act`'s input)."""
+        return (self._route[:, 0] > 0) & (self._route[:, 5] * self.scale_m > self.END_M)
+
+    def observe(self, final_cells, reward, done, actions=None) -> None:
+        """Nothing to do."""
+
+
 TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer, "room": RoomExplorer, "memory": HouseEnvTeacher,
-            "wiped": HouseEnvTeacher}
-# The first is the default. The house's "memory" and "wiped" name the env's teacher mode.
-ENV_TEACHERS = {"darkroom": ("room",), "dark_key_to_door": ("cycle", "explorer"), "house": ("memory", "wiped")}
+            "wiped": HouseEnvTeacher, "route": RouteFollower}
+# The first is the default. The house's "memory" and "wiped" name the env's teacher mode; "route" reads
+# the policy's route input.
+ENV_TEACHERS = {"darkroom": ("room",), "dark_key_to_door": ("cycle", "explorer"), "house": ("memory", "wiped", "route")}
 
 
 def make_teacher(env, name: str | None = None):
@@ -246,6 +282,11 @@ def make_teacher(env, name: str | None = None):
     name = name or (env.task.get("teacher") if env_name == "house" else None) or names[0]
     if name not in names:
         raise ValueError(f"teacher {name!r} does not play {env_name}; choose one of {list(names)}")
+    if name == "route":
+        from icrl_ros.models.encoders import OBJECT_SCALE_M
+        from icrl_ros.sim.house import HouseEnv
+
+        return RouteFollower(env.num_envs, HouseEnv.turn_step, OBJECT_SCALE_M)
     if env_name == "house":
         if env.task.get("teacher") != name:
             raise ValueError(f"teacher {name!r}: the house env runs teacher={env.task.get('teacher')!r}; "
@@ -257,7 +298,7 @@ def make_teacher(env, name: str | None = None):
 def observe_teacher(teacher, info, reward, done, actions) -> None:
     """After an env step: the grid teachers read where each env arrived (``info["final_obs"]``);
     the house teacher has already observed inside the env."""
-    if isinstance(teacher, HouseEnvTeacher):
+    if isinstance(teacher, (HouseEnvTeacher, RouteFollower)):
         return
     teacher.observe(info["final_obs"], reward, done, actions)
 

@@ -283,3 +283,42 @@ def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, mi
     agree = got[False]["agreement"][:, 1:].mean(1) - got[True]["agreement"][:, 1:].mean(1)
     assert np.array_equal(got[False]["logp"][:, 0], got[True]["logp"][:, 0])  # episode 1: nothing to remember
     assert gain.mean() >= min_gain, (gain, agree)
+
+
+@pytest.mark.slow  # three CLI runs on the house (~40 s alone); the route memory's stepping is checked in make test
+def test_route_memory_ppo_with_the_route_teacher_then_both_evaluations_agree(tmp_path):
+    """PPO from the shipped ReLIC with the route input added (--init-partial: the new input starts as
+    none) and the route-following teacher term; the training-side and the bundle's evaluation act alike."""
+    run_dir = tmp_path / "ppo"
+    r = run(["training/train.py", "--config", "config/train/house_relic_ppo.yaml", "--init", "checkpoints/house_relic.pt",
+             "--init-partial", "--run-dir", str(run_dir), "--set", "model.route_memory=true", "--set", "ppo.teacher=route",
+             "--set", "ppo.teacher_when=goal_known", "--set", "ppo.teacher_coef=0.5", "--set", "env.num_envs=2",
+             "--set", "ppo.rollout_length=64", "--set", "total_steps=128", "--set", "ppo.critic_warmup_rollouts=0",
+             "--set", "ppo.num_minibatches=2", "--set", "threads=1", "--no-progress"])
+    assert r.returncode == 0, r.stderr
+    ckpt = run_dir / "checkpoints" / "final.pt"
+    assert torch.load(ckpt, weights_only=False)["model_args"]["route_memory"] is True
+    bundle = tmp_path / "bundle"
+    r = run(["training/export.py", str(ckpt), "--out", str(bundle), "--verify"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path / "eval"
+    r = run(["training/evaluate.py", str(ckpt), str(bundle), "--label", "torch", "--label", "bundle",
+             "--trials", "2", "--episodes", "2", "--batch", "2", "--seed", "3", "--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "curves.json").read_text())
+    assert doc["raw"]["torch"] == doc["raw"]["bundle"]
+
+
+def test_the_route_teacher_turns_toward_the_waypoint_and_counts_only_on_a_route():
+    from icrl_ros.sim.house import FORWARD, TURN_LEFT, TURN_RIGHT
+    from icrl_ros.training.teachers import RouteFollower
+
+    t = RouteFollower(4, np.radians(30.0), 5.0)
+    route = torch.tensor([[1, 0.2, 0.0, 1, 0, 0.6],    # ahead, 3 m of route
+                          [1, 0.1, 0.1, 0.7, 0.7, 0.6],  # 45 degrees left
+                          [1, 0.1, -0.1, 0.7, -0.7, 0.1],  # right, 0.5 m left: the end is not the term's
+                          [0, 0, 0, 0, 0, 0]])          # no route
+    assert t.act({"route": route}).tolist()[:3] == [FORWARD, TURN_LEFT, TURN_RIGHT]
+    assert t.goal_known().tolist() == [True, True, False, False]
+    with pytest.raises(ValueError, match="route_memory"):
+        t.act({"odom": torch.zeros(4, 3)})
