@@ -17,12 +17,12 @@ the grid itself, beside the KV cache, and hands the policy the result as an inpu
   a confident sighting (``SEEN_FROM_P``): places with a line of sight to an instance;
 * **route**: when the goal's sighting mass exceeds one half (the head's gate), a distance field
   over the stood cells from those places (each seeded with its straight distance to the
-  remembered position) gives the route length from the robot and, ``LOOKAHEAD_CELLS`` cells
-  down the field (or the goal itself once the robot stands where it saw it from), a waypoint.
+  remembered position, times ``STRAIGHT_COST``) gives the route length from the robot and, ``LOOKAHEAD_M`` down the
+  field (or the goal itself once the robot stands where it saw it from), a waypoint.
 
 The policy reads :data:`ROUTE_DIM` numbers per step (``route`` encoder input, robot frame,
 positions in units of ``scale_m``): found, the waypoint's (forward, left), its unit direction,
-the route length. What to do with them is learnt. Sightings enter after the step that made
+the route's cost (metres, its straight last part weighted by ``STRAIGHT_COST``). What to do with them is learnt. Sightings enter after the step that made
 them (their token is encoded in the step that reads the route), the pose before it.
 
 Bounded: ``CELLS^2 (1 + n_cat)`` bytes of grids and ``3 n_cat`` floats per env, whatever the
@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from icrl_ros.models.object_memory import BETA, ROUTE_DIM, SIGHTING_P, STRUCT_DIM
-from icrl_ros.sim.house_nav import grid_distances
+from icrl_ros.sim.house_nav import MOVES, grid_distances
 
 CELL_M = 0.25
 CELLS = 128
@@ -50,12 +50,14 @@ within a cell of where the robot's centre went (a wider band lets shortest paths
 closer to the walls than the robot ever drove)."""
 SEEN_FROM_P = 0.7
 """Heads' confidence at which the robot's cell is kept as a place the category was seen from."""
-LOOKAHEAD_CELLS = 4
-"""The waypoint lies this many cells (1 m) down the distance field."""
+LOOKAHEAD_M = 1.0
+"""The waypoint lies this far down the distance field (along the moves taken)."""
+STRAIGHT_COST = 3.0
+"""A metre of the straight line from a place the goal was seen from to the goal counts as this many
+metres of floor stood on: the line may cross furniture (a line of sight is not a way), so routes
+end at the place the robot saw the goal from closest unless it is far out of the way."""
 MAX_LENGTH_M = 15.0
 """Route lengths are clipped here (they enter the network in units of ``scale_m``)."""
-
-_NEIGHBOURS = [(di, dj) for di in (-1, 0, 1) for dj in (-1, 0, 1) if di or dj]
 
 
 class RouteMemory:
@@ -189,7 +191,7 @@ class RouteMemory:
         ii, jj = np.mgrid[r0:r1, c0:c1]
         centre = (np.stack([ii, jj], -1) - CELLS // 2 + 0.5) * CELL_M
         straight = np.hypot(*(centre - goal_xy).transpose(2, 0, 1)).astype(np.float32)
-        D0 = np.where(seeds, straight, np.inf).astype(np.float32)
+        D0 = np.where(seeds, STRAIGHT_COST * straight, np.inf).astype(np.float32)
         D = grid_distances(D0, free, CELL_M)
         result = (D, np.array([r0, c0]), D0)
         self._fields[b] = (key, result)
@@ -212,18 +214,20 @@ class RouteMemory:
             return feats  # not on floor that joins a place the goal was seen from (yet)
         length = float(D[here[0], here[1]])
         i, j = int(here[0]), int(here[1])
-        waypoint = None
-        for _ in range(LOOKAHEAD_CELLS):
+        waypoint, went = None, 0.0
+        while went < LOOKAHEAD_M:
             if D[i, j] >= D0[i, j]:  # seen from here: straight on to the goal
                 waypoint = goal_xy
                 break
-            best = min(((i + di, j + dj) for di, dj in _NEIGHBOURS if 0 <= i + di < H and 0 <= j + dj < W),
+            # down the field by the moves it was relaxed over (a knight's move can be the only way down)
+            best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W),
                        key=lambda c: D[c])
             if not D[best] < D[i, j]:
                 break
+            went += math.hypot(best[0] - i, best[1] - j) * CELL_M
             i, j = best
         if waypoint is None:
-            if D[i, j] >= D0[i, j] and math.hypot(*(goal_xy - odom[:2])) <= LOOKAHEAD_CELLS * CELL_M:
+            if D[i, j] >= D0[i, j] and math.hypot(*(goal_xy - odom[:2])) <= LOOKAHEAD_M:
                 waypoint = goal_xy
             else:
                 waypoint = (np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M

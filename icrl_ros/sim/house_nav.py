@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from icrl_ros.sim.house_layout import HouseLayout, ObjectInstance
 
 # 16-neighbour stencil (di, dj): king moves plus knight moves.
-_MOVES = [(di, dj) for di in range(-2, 3) for dj in range(-2, 3)
-          if (di, dj) != (0, 0) and math.gcd(abs(di), abs(dj)) == 1]
+MOVES = [(di, dj) for di in range(-2, 3) for dj in range(-2, 3)
+         if (di, dj) != (0, 0) and math.gcd(abs(di), abs(dj)) == 1]
 
 
 def grid_distances(D: np.ndarray, free: np.ndarray, cell: float) -> np.ndarray:
@@ -32,7 +32,7 @@ def grid_distances(D: np.ndarray, free: np.ndarray, cell: float) -> np.ndarray:
     D = np.where(free, D, np.inf).astype(np.float32)
     block = np.where(free, 0.0, np.inf).astype(np.float32)  # blocked destinations stay inf
     plan = []
-    for di, dj in _MOVES:  # D[i, j] relaxed from D[i - di, j - dj]
+    for di, dj in MOVES:  # D[i, j] relaxed from D[i - di, j - dj]
         dst = (slice(max(di, 0), H + min(di, 0)), slice(max(dj, 0), W + min(dj, 0)))
         src = (slice(max(-di, 0), H + min(-di, 0)), slice(max(-dj, 0), W + min(-dj, 0)))
         plan.append((dst, src, block[dst] + np.float32(math.hypot(di, dj) * cell)))
@@ -196,7 +196,7 @@ class NavGrid:
             if D[i, j] == 0.0:
                 break
             best, nxt = D[i, j], None
-            for di, dj in _MOVES:
+            for di, dj in MOVES:
                 a, b = i + di, j + dj
                 if 0 <= a < H and 0 <= b < W and D[a, b] < best:
                     best, nxt = D[a, b], (a, b)

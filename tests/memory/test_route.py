@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from icrl_ros.memory.route import ROUTE_DIM, RouteMemory
+from icrl_ros.memory.route import ROUTE_DIM, STRAIGHT_COST, RouteMemory
 from icrl_ros.models.object_memory import STRUCT_DIM
 
 SCALE = 5.0
@@ -49,7 +49,7 @@ def test_the_way_back_follows_the_trail_not_the_straight_line():
     fwd, left = r[1] * SCALE, r[2] * SCALE
     assert 0.8 <= fwd <= 1.3 and abs(left) < 0.45, (fwd, left)  # along the trail (+x), not 63 degrees left
     length = r[5] * SCALE
-    assert 7.5 < length < 8.0 + math.hypot(0.5, 1.0) + 0.3, length  # the trail (corners cut by a cell or two)
+    assert 7.5 < length < 8.0 + STRAIGHT_COST * math.hypot(0.5, 1.0) + 0.3, length  # the trail, then the weighted line
     r = step(mem, 0.0, 0.0, yaw=math.pi / 2, episode=1)  # facing +y: the waypoint is to the right
     assert r[2] * SCALE < -0.8 and abs(r[1] * SCALE) < 0.45
     r = step(mem, 4.0, 4.0, episode=1)  # where it was seen from: straight to the goal
