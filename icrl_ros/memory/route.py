@@ -74,7 +74,7 @@ class RouteMemory:
         self.sums = np.zeros((batch, n_cat, 3), dtype=np.float64)
         self.episode = np.full(batch, -1, dtype=np.int64)
         self._version = np.zeros(batch, dtype=np.int64)  # bumps when an env's grids change
-        self._fields: list[tuple | None] = [None] * batch  # cached (key, field, origin) per env
+        self._fields: list[tuple | None] = [None] * batch  # per env: (key, (field, crop origin, seed costs))
         self._sink = math.exp(BETA * (SIGHTING_P - 1.0))
 
     # -- state ------------------------------------------------------------------------------
@@ -84,6 +84,7 @@ class RouteMemory:
         self.stood[idx] = False
         self.seen_from[idx] = False
         self.sums[idx] = 0.0
+        self.episode[idx] = -1
         self._version[idx] += 1
         for b in np.arange(self.batch)[idx]:
             self._fields[b] = None
