@@ -40,8 +40,13 @@ class ICLPolicy(nn.Module):
         self.apply(self._init)
         nn.init.normal_(self.actor.weight, std=0.01)
         nn.init.zeros_(self.actor.bias)
-        if self.encoder.route is not None:  # starts as no input: a trained model gains it by --init-partial unchanged
-            nn.init.zeros_(self.encoder.route.weight)
+        # inputs that start as none, so a trained model gains them by --init-partial unchanged (self.apply above
+        # re-drew the place memory's zeroed read-out: it had started at std 0.02 until 2026-11-28)
+        late = [self.encoder.route] + [b.place_memory.out for b in self.core.blocks if b.place_memory is not None]
+        for m in late:
+            if m is not None:
+                nn.init.zeros_(m.weight)
+                nn.init.zeros_(m.bias)
 
     @staticmethod
     def _init(m: nn.Module) -> None:
