@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from icrl_ros.geometry import relative_pose
 from icrl_ros.models.object_memory import BETA, ROUTE_DIM, SIGHTING_P, STRUCT_DIM
 from icrl_ros.sim.house_nav import MOVES, grid_distances
 
@@ -232,9 +233,7 @@ class RouteMemory:
                 waypoint = goal_xy
             else:
                 waypoint = (np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M
-        d = waypoint - odom[:2]
-        c, s = math.cos(odom[2]), math.sin(odom[2])
-        fwd, left = c * d[0] + s * d[1], -s * d[0] + c * d[1]
+        fwd, left = (float(v) for v in relative_pose(tuple(odom), (*waypoint, 0.0))[:2])
         n = math.hypot(fwd, left) + 1e-6
         feats[:] = (1.0, fwd / self.scale_m, left / self.scale_m, fwd / n, left / n,
                     min(length, MAX_LENGTH_M) / self.scale_m)

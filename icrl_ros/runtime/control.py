@@ -66,6 +66,17 @@ class ControlStep:
             return None
         return RouteMemory(batch, args.n_goals, OBJECT_SCALE_M, per_episode=not args.iea)
 
+    def forget(self) -> None:
+        """Clear the memory (a pinned sink-token prefix stays: ``Memory.reset``) and the route map with it."""
+        self.memory.reset()
+        if self.route is not None:
+            self.route.reset()
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes the step keeps between calls: the memory's buffers and the route map."""
+        return int(self.memory.nbytes) + (self.route.nbytes if self.route is not None else 0)
+
     @torch.no_grad()
     def __call__(self, inputs: dict[str, Tensor], episode: Tensor | None = None,
                  commit: bool = True) -> tuple[Tensor, Tensor]:

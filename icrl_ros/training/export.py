@@ -188,8 +188,7 @@ def record_rollout(policy: ICLPolicy, steps: int, episode_len: int, seed: int = 
     if step.route is not None:  # written by the step's route memory; recorded as the runner will write it
         inp["route"] = torch.zeros(1, steps, ROUTE_DIM)
     for i in range(steps):
-        now = {k: v[:, i] for k, v in inp.items()}
-        logits, _ = step(now)
+        logits, _ = step({k: v[:, i] for k, v in inp.items()})
         if i + 1 < steps:
             inp["prev_action"][:, i + 1] = logits.argmax(-1)
     return inp

@@ -33,11 +33,6 @@ from icrl_ros.sim.house_vec import HouseVecEnv
 from icrl_ros.training.ppo import next_step_inputs, trial_start_inputs
 
 
-def route_bytes(control: ControlStep) -> int:
-    """Bytes of the route memory a control step keeps beside its KV memory (0 without one)."""
-    return control.route.nbytes if control.route is not None else 0
-
-
 class TorchStepper:
     """The training-side policy (its live control step against ``make_memory``)."""
 
@@ -58,12 +53,10 @@ class TorchStepper:
 
     def forget(self) -> None:
         """Clear the memory (the no-memory ablation at an episode start; batch 1), the route map with it."""
-        self.mem.reset()  # a pinned sink-token prefix stays
-        if self.control.route is not None:
-            self.control.route.reset()
+        self.control.forget()
 
     def memory_stats(self) -> dict:
-        return {"memory_bytes": int(self.mem.nbytes) + route_bytes(self.control),
+        return {"memory_bytes": self.control.memory_bytes,
                 "memory_tokens": int(self.mem.valid[0].sum())}
 
 
@@ -96,13 +89,11 @@ class BundleStepper:
     def forget(self) -> None:
         """Clear the memory (the no-memory ablation at an episode start; batch 1), the route map with
         it. A pinned sink-token prefix stays (``Memory.reset``)."""
-        self.runner.memory.reset()
-        if self.runner.control.route is not None:
-            self.runner.control.route.reset()
+        self.runner.control.forget()
 
     def memory_stats(self) -> dict:
         m = self.runner.memory
-        return {"memory_bytes": int(m.nbytes) + route_bytes(self.runner.control), "memory_tokens": int(m.valid[0].sum()),
+        return {"memory_bytes": self.runner.control.memory_bytes, "memory_tokens": int(m.valid[0].sum()),
                 "memory_policy": m.policy}
 
 

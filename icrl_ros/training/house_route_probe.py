@@ -63,6 +63,8 @@ from pathlib import Path
 
 import numpy as np
 
+from icrl_ros.geometry import compose_pose, planar, relative_pose
+from icrl_ros.models.object_memory import ROUTE_DIM
 from icrl_ros.sim.house import HouseEnv
 from icrl_ros.sim.house_oracle import FORWARD, STOP, TURN_LEFT, TURN_RIGHT, _steer, end_game
 from icrl_ros.sim.house_teacher import HouseTeacher
@@ -158,7 +160,7 @@ class StudentSight:
         load_frozen(self.heads, encoder_path, prefix="heads.", state=state)
         self.torch, self.scale = torch, OBJECT_SCALE_M
         self.memory = RouteMemory(1, n_cat, OBJECT_SCALE_M)
-        self.route = np.zeros(6, np.float32)
+        self.route = np.zeros(ROUTE_DIM, np.float32)
 
     def step(self, obs: dict, episode: int) -> None:
         """One control step's worth: the route from what came before, then this image's sightings."""
@@ -180,8 +182,8 @@ class StudentSight:
 
 def robot_frame_to_world(env: HouseEnv, fwd: float, left: float) -> tuple[float, float]:
     """A point (forward, left) metres from the robot -> world (x, z); left turns add to the yaw."""
-    d, b = math.hypot(fwd, left), env.yaw + math.atan2(left, fwd)
-    return env.x + d * math.cos(b), env.z - d * math.sin(b)
+    x, y, _ = compose_pose(planar((env.x, env.z, env.yaw)), (fwd, left, 0.0))
+    return x, -y
 
 
 class RouteFollower:
@@ -202,9 +204,7 @@ class RouteFollower:
             self.routed_steps += 1
             return _steer(env, *robot_frame_to_world(env, r[1] * sight.scale, r[2] * sight.scale))
         g, _ = sight.memory.remembered(0, int(env.goal))
-        x, y, th = sight.odom
-        dx, dy = g[0] - x, g[1] - y
-        fwd, left = math.cos(th) * dx + math.sin(th) * dy, -math.sin(th) * dx + math.cos(th) * dy
+        fwd, left = (float(v) for v in relative_pose(tuple(sight.odom), (g[0], g[1], 0.0))[:2])
         if math.hypot(fwd, left) < AT_M:
             return TURN_LEFT
         return _steer(env, *robot_frame_to_world(env, fwd, left))

@@ -244,7 +244,9 @@ class RouteFollower:
 
     def __init__(self, num_envs: int, turn_step: float, scale_m: float) -> None:
         self.num_envs, self.half_turn, self.scale_m = num_envs, turn_step / 2, scale_m
-        self._route = np.zeros((num_envs, 6), np.float32)
+        from icrl_ros.models.object_memory import ROUTE_DIM
+
+        self._route = np.zeros((num_envs, ROUTE_DIM), np.float32)
 
     def reset(self, idx: np.ndarray | None = None) -> None:
         """Nothing to keep: the route memory is the policy's."""
