@@ -151,6 +151,10 @@ class TrainConfig:
         check_positive("checkpoint_every", self.checkpoint_every)
         check_positive("threads", self.threads, allow_zero=True)
         self.model_args(n_obs=1, n_actions=1, max_episode_steps=1)  # validates the overrides
+        if self.model.get("route_memory") and self.ppo.shuffle_episodes:
+            raise ValueError("ppo.shuffle_episodes: set it false for a model with model.route_memory (the route "
+                             "input is written while acting, in the trial's order; a reordered context would not "
+                             "match it)")
 
     def model_args(self, **env_fields) -> ModelArgs:
         """ModelArgs from the config's ``model`` overrides plus what the env determines

@@ -142,6 +142,14 @@ def test_bad_config_names_the_field(override, needle):
         TrainConfig.load("config/train/darkroom.yaml", [override])
 
 
+def test_a_route_model_needs_the_episode_shuffle_off():
+    """The route input is written while acting: PPO's episode shuffle would pair it with another context."""
+    route = ["model.route_memory=true"]
+    with pytest.raises(ValueError, match="ppo.shuffle_episodes"):
+        TrainConfig.load("config/train/house_relic_ppo.yaml", route)
+    assert TrainConfig.load("config/train/house_relic_ppo.yaml", route + ["ppo.shuffle_episodes=false"]).model["route_memory"]
+
+
 def test_exponents_without_a_dot_are_numbers():
     """YAML 1.1 reads ``1e-9`` as a string (its floats need a dot); configs and --set read it as Python does."""
     cfg = TrainConfig.load("config/train/darkroom.yaml", ["ppo.lr=1e-9", "ppo.clip_coef=2E-1", "ppo.gamma=0.99"])
