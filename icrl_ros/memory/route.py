@@ -227,6 +227,10 @@ class RouteMemory:
             return np.zeros(2), 0.0
         return np.array([sx / sw, sy / sw]), float(mass)
 
+    def _known(self, b: int, goal_xy: np.ndarray) -> np.ndarray:
+        """The floor env b's routes may cross: stood on or seen free."""
+        return self.stood[b] | self.seen[b]
+
     def _field(self, b: int, cat: int, goal_xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(distance field over a crop of the stood grid, the crop's origin cell, the seed costs);
         cached until env b's grids or the goal's cell change."""
@@ -235,7 +239,7 @@ class RouteMemory:
         cached = self._fields[b]
         if cached is not None and cached[0] == key:
             return cached[1]
-        known = self.stood[b] | self.seen[b]
+        known = self._known(b, goal_xy)
         rows, cols = np.flatnonzero(known.any(1)), np.flatnonzero(known.any(0))
         if not len(rows):
             return None

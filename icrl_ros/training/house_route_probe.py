@@ -39,7 +39,8 @@ heading for the teacher's remembered position (off by ``--noise`` as the teacher
 * ``teacher_route``: the route memory the students read (:mod:`icrl_ros.memory.route`), fed as a student's
   is (the frozen encoder's heads on the rendered image, the house-frame odometry), takes over for an episode
   whose goal it holds at the start (sighting mass above one half): toward its waypoint while it has a
-  route, else straight for its remembered position (local steering). Its goal-known split is its own.
+  route, else straight for its remembered position (local steering). Its goal-known split is its own;
+  its takeovers are also split by how far the remembered position is from the nearest true instance.
   The only navigator that renders images (with ``teacher_route_seen``).
 * ``teacher_route_seen``: the same, its route memory also marking the floor the frozen heads' free
   distances show (per column band of the image: a laser scan from pixels), so a route may cross
@@ -240,7 +241,7 @@ def run(nav: str, trials: int, episodes: int, seed: int, noise: float, split: st
     if nav not in ROUTE:
         env.observe = lambda: {}  # geometry only: no other navigator reads the camera image
     out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps", "known", "whole_map_plans",
-                                                       "shortest_m", "routed")}
+                                                       "shortest_m", "routed", "goal_err_m")}
     for t in range(trials):
         stood: dict[int, list] = {}  # teacher_sighting: object index -> where the robot stood when it was resolved
         for e in range(episodes):
@@ -267,6 +268,8 @@ def run(nav: str, trials: int, episodes: int, seed: int, noise: float, split: st
                 sight.step(obs, e)
                 if sight.holds_goal(int(env.goal)):
                     agent = RouteFollower(env, sight)
+                    g, _ = sight.memory.remembered(0, int(env.goal))  # how far off the remembered goal is
+                    out["goal_err_m"][t, e] = float(np.hypot(*(env.target_positions("house") - g).T).min())
                 out["known"][t, e] = float(agent is not None)  # its own split: the route memory held the goal
             elif second is not None and info["teacher_goal_known"]:
                 agent = JoinKnownFloor(second)
@@ -356,6 +359,12 @@ def main(argv: list[str] | None = None) -> None:
         took = late & (r["known"] > 0)
         print(f"{nav}: took over {took.sum() / late.sum():.3f} of late episodes; of their steps "
               f"{r['routed'][took].mean():.3f} had a route")
+        err = np.asarray(r["goal_err_m"])
+        for lo, hi in ((0.0, 1.0), (1.0, 2.0), (2.0, math.inf)):
+            m = took & (err >= lo) & (err < hi)
+            table[nav][f"success_err_{lo:g}_{hi:g}"] = summary(r["success"], m)
+            print(f"  remembered goal {lo:g}-{hi:g} m off: {m.sum()} episodes ({m.sum() / max(took.sum(), 1):.2f}), "
+                  f"success {r['success'][m].mean() if m.any() else float('nan'):.3f}")
     for nav in ("teacher", *[n for n in res if n in HYBRID]):
         used = res[nav]["whole_map_plans"][late] > 0
         print(f"{nav}: the env's teacher planned over the whole map in {used.mean():.3f} of late episodes")
