@@ -15,21 +15,17 @@ the grid itself, beside the KV cache, and hands the policy the result as an inpu
   the sink's ``exp(BETA (SIGHTING_P - 1))``), read from the token entries the step encoder writes
   (:func:`~icrl_ros.models.object_memory.object_struct`), and where the robot stood when it made
   a confident sighting (``SEEN_FROM_P``): places with a line of sight to an instance;
-* **seen**: floor the camera showed free: per column band of the image, the frozen heads' free
-  distance (``free`` of :meth:`RouteMemory.observe`, metres) less ``FREE_MARGIN_M``, capped at
-  ``FREE_RANGE_M``, marked along the band's centre ray (the map a laser scan would give, from pixels);
 * **route**: when the goal's sighting mass exceeds one half (the head's gate), a distance field
-  over the stood and seen cells from those places and from the known floor within ``NEAR_GOAL_M``
-  of the remembered position (each seeded with its straight distance to the remembered position,
-  times ``STRAIGHT_COST``) gives the route length from the robot and, ``LOOKAHEAD_M`` down the
-  field (or the goal itself once the robot stands on a seed), a waypoint.
+  over the stood cells from those places (each seeded with its straight distance to the
+  remembered position, times ``STRAIGHT_COST``) gives the route length from the robot and, ``LOOKAHEAD_M`` down the
+  field (or the goal itself once the robot stands where it saw it from), a waypoint.
 
 The policy reads :data:`ROUTE_DIM` numbers per step (``route`` encoder input, robot frame,
 positions in units of ``scale_m``): found, the waypoint's (forward, left), its unit direction,
 the route's cost (metres, its straight last part weighted by ``STRAIGHT_COST``). What to do with them is learnt. Sightings enter after the step that made
 them (their token is encoded in the step that reads the route), the pose before it.
 
-Bounded: ``CELLS^2 (2 + n_cat)`` bytes of grids and ``3 n_cat`` floats per env, whatever the
+Bounded: ``CELLS^2 (1 + n_cat)`` bytes of grids and ``3 n_cat`` floats per env, whatever the
 trial length. ``per_episode`` (models without inter-episode attention) clears an env's map when
 its episode index changes, as their KV mask does."""
 
@@ -42,10 +38,8 @@ import torch
 from torch import Tensor
 
 from icrl_ros.geometry import relative_pose
-from icrl_ros.models.object_memory import BETA, FREE_DIM, ROUTE_DIM, SIGHTING_P, STRUCT_DIM
+from icrl_ros.models.object_memory import BETA, ROUTE_DIM, SIGHTING_P, STRUCT_DIM
 from icrl_ros.sim.house_nav import MOVES, grid_distances
-from icrl_ros.sim.house_render import CAMERA_PITCH_DEG, FOV_Y_DEG
-from icrl_ros.sim.house_view import _camera_rays
 
 CELL_M = 0.25
 CELLS = 128
@@ -63,39 +57,20 @@ STRAIGHT_COST = 3.0
 """A metre of the straight line from a place the goal was seen from to the goal counts as this many
 metres of floor stood on: the line may cross furniture (a line of sight is not a way), so routes
 end at the place the robot saw the goal from closest unless it is far out of the way."""
-NEAR_GOAL_M = 1.0
-"""Known floor this close to the remembered position seeds the route (the success test's reach)."""
-FREE_MARGIN_M = 0.5
-"""The heads' free distance is cut short by this much before its ray is marked (their median error
-is 0.31 m on held-out houses)."""
-FREE_RANGE_M = 5.0
-"""Free rays are marked this far at most."""
 MAX_LENGTH_M = 15.0
 """Route lengths are clipped here (they enter the network in units of ``scale_m``)."""
-
-
-def band_bearings(bands: int, size: int = 64) -> np.ndarray:
-    """Bearing (radians, counter-clockwise from the heading) of each column band's centre ray, left
-    band first, as the encoder's free-space labels split the image."""
-    phi = _camera_rays(size, FOV_Y_DEG, CAMERA_PITCH_DEG)[0].reshape(size, size)[size // 2]
-    return phi.reshape(bands, -1).mean(1)
 
 
 class RouteMemory:
     """Per-env route memory for a batch of ``batch`` envs and ``n_cat`` goal categories."""
 
-    def __init__(self, batch: int, n_cat: int, scale_m: float, per_episode: bool = False,
-                 free_in_token: bool = False) -> None:
-        """``free_in_token``: the tokens :meth:`observe` reads carry the heads' free distances in the
-        :data:`FREE_DIM` entries before the struct ones (a route model's step encoder writes them)."""
+    def __init__(self, batch: int, n_cat: int, scale_m: float, per_episode: bool = False) -> None:
         self.batch, self.n_cat, self.scale_m, self.per_episode = batch, n_cat, float(scale_m), per_episode
-        self.free_in_token = free_in_token
         r = int(math.floor(FOOTPRINT_M / CELL_M))
         di, dj = np.mgrid[-r:r + 1, -r:r + 1]
         keep = np.hypot(di, dj) * CELL_M <= FOOTPRINT_M
         self._disc = np.stack([di[keep], dj[keep]], 1)
         self.stood = np.zeros((batch, CELLS, CELLS), dtype=bool)
-        self.seen = np.zeros((batch, CELLS, CELLS), dtype=bool)
         self.seen_from = np.zeros((batch, n_cat, CELLS, CELLS), dtype=bool)
         self.sums = np.zeros((batch, n_cat, 3), dtype=np.float64)
         self.episode = np.full(batch, -1, dtype=np.int64)
@@ -108,7 +83,6 @@ class RouteMemory:
         """Forget everything (a new trial), or only ``envs`` (indices / bool mask)."""
         idx = slice(None) if envs is None else envs
         self.stood[idx] = False
-        self.seen[idx] = False
         self.seen_from[idx] = False
         self.sums[idx] = 0.0
         self.episode[idx] = -1
@@ -119,8 +93,7 @@ class RouteMemory:
     def tensors(self) -> dict[str, Tensor]:
         """The state as tensors sharing its arrays (snapshots write them and load into them in
         place; call :meth:`restored` after loading)."""
-        return {"route_stood": torch.from_numpy(self.stood), "route_seen": torch.from_numpy(self.seen),
-                "route_seen_from": torch.from_numpy(self.seen_from),
+        return {"route_stood": torch.from_numpy(self.stood), "route_seen_from": torch.from_numpy(self.seen_from),
                 "route_sums": torch.from_numpy(self.sums), "route_episode": torch.from_numpy(self.episode)}
 
     def restored(self) -> None:
@@ -130,7 +103,7 @@ class RouteMemory:
 
     @property
     def nbytes(self) -> int:
-        return self.stood.nbytes + self.seen.nbytes + self.seen_from.nbytes + self.sums.nbytes + self.episode.nbytes
+        return self.stood.nbytes + self.seen_from.nbytes + self.sums.nbytes + self.episode.nbytes
 
     def _cells(self, xy: np.ndarray) -> np.ndarray:
         """Odometry-frame positions (..., 2) in metres -> grid (row, col) (..., 2), may fall outside."""
@@ -171,14 +144,9 @@ class RouteMemory:
             inputs["route"] = route
         return inputs["route"]
 
-    def observe(self, x: Tensor, free: Tensor | np.ndarray | None = None) -> None:
-        """Take in this step's sightings from the tokens (B, D) the step encoder wrote and, with
-        ``free`` (B, bands) (the heads' free distance per column band, metres), the floor in view."""
+    def observe(self, x: Tensor) -> None:
+        """Take in this step's sightings from the tokens (B, D) the step encoder wrote."""
         s = x[..., -STRUCT_DIM:].detach().cpu().double().numpy()
-        if free is None and self.free_in_token:
-            free = torch.expm1(x[..., -STRUCT_DIM - FREE_DIM:-STRUCT_DIM].detach().cpu().double())
-        if free is not None:
-            self._mark_free(s, np.asarray(free.detach().cpu() if isinstance(free, Tensor) else free, np.float64))
         cat = np.rint(s[:, 1] * self.n_cat).astype(np.int64).clip(0, self.n_cat - 1)
         conf = s[:, 2]
         at = s[:, 3:5] * self.scale_m
@@ -195,28 +163,6 @@ class RouteMemory:
                     self.seen_from[k, cat[k], i, j] = True
                     self._version[k] += 1
 
-    def _mark_free(self, s: np.ndarray, free: np.ndarray) -> None:
-        bands = free.shape[1]
-        if getattr(self, "_bearings", None) is None or len(self._bearings) != bands:
-            self._bearings = band_bearings(bands)
-        pos = s[:, 5:7] * self.scale_m
-        yaw = np.arctan2(s[:, 8], s[:, 7])
-        steps = np.arange(0.0, FREE_RANGE_M, CELL_M / 2)
-        for b in range(self.batch):
-            reach = np.minimum(free[b] - FREE_MARGIN_M, FREE_RANGE_M)  # (bands,)
-            ang = yaw[b] + self._bearings
-            r = steps[None, :]
-            keep = r <= reach[:, None]
-            if not keep.any():
-                continue
-            pts = pos[b] + np.stack([np.cos(ang)[:, None] * r, np.sin(ang)[:, None] * r], -1)[keep]
-            ij = self._cells(pts)
-            ij = ij[self._inside(ij)]
-            grid = self.seen[b]
-            if len(ij) and not grid[ij[:, 0], ij[:, 1]].all():
-                grid[ij[:, 0], ij[:, 1]] = True
-                self._version[b] += 1
-
     # -- the route ----------------------------------------------------------------------------
     def remembered(self, b: int, cat: int) -> tuple[np.ndarray, float]:
         """Env b's remembered position of category ``cat`` (metres) and its sighting mass (the
@@ -227,10 +173,6 @@ class RouteMemory:
             return np.zeros(2), 0.0
         return np.array([sx / sw, sy / sw]), float(mass)
 
-    def _known(self, b: int, goal_xy: np.ndarray) -> np.ndarray:
-        """The floor env b's routes may cross: stood on or seen free."""
-        return self.stood[b] | self.seen[b]
-
     def _field(self, b: int, cat: int, goal_xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(distance field over a crop of the stood grid, the crop's origin cell, the seed costs);
         cached until env b's grids or the goal's cell change."""
@@ -239,18 +181,18 @@ class RouteMemory:
         cached = self._fields[b]
         if cached is not None and cached[0] == key:
             return cached[1]
-        known = self._known(b, goal_xy)
-        rows, cols = np.flatnonzero(known.any(1)), np.flatnonzero(known.any(0))
+        stood = self.stood[b]
+        rows, cols = np.flatnonzero(stood.any(1)), np.flatnonzero(stood.any(0))
         if not len(rows):
             return None
         r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
-        free = known[r0:r1, c0:c1]
+        free = stood[r0:r1, c0:c1]
+        seeds = self.seen_from[b, cat, r0:r1, c0:c1] & free
+        if not seeds.any():  # only sightings below SEEN_FROM_P: any stood cell, straight on from there
+            seeds = free
         ii, jj = np.mgrid[r0:r1, c0:c1]
         centre = (np.stack([ii, jj], -1) - CELLS // 2 + 0.5) * CELL_M
         straight = np.hypot(*(centre - goal_xy).transpose(2, 0, 1)).astype(np.float32)
-        seeds = (self.seen_from[b, cat, r0:r1, c0:c1] | (straight <= NEAR_GOAL_M)) & free
-        if not seeds.any():  # only sightings below SEEN_FROM_P: any known cell, straight on from there
-            seeds = free
         D0 = np.where(seeds, STRAIGHT_COST * straight, np.inf).astype(np.float32)
         D = grid_distances(D0, free, CELL_M)
         result = (D, np.array([r0, c0]), D0)

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from icrl_ros.models.config import ModelArgs
-from icrl_ros.models.object_memory import FREE_DIM, ROUTE_DIM, STRUCT_DIM, object_struct
+from icrl_ros.models.object_memory import ROUTE_DIM, STRUCT_DIM, object_struct
 
 
 def strided_convs(channels: tuple[int, ...]) -> nn.Sequential:
@@ -76,7 +76,7 @@ class FeatureEncoder(nn.Module):
 
 BEARING_BINS = 5  # left to right across the view
 DIST_BINS = 5  # < 1, 1-2, 2-3.5, 3.5-6, >= 6 m to the object's surface
-FREE_BANDS = FREE_DIM  # column bands of the image: free distance ahead (log metres)
+FREE_BANDS = 8  # column bands of the image: free distance ahead (log metres)
 VIEW_FOV_DEG = 79.0  # the house camera's horizontal field of view (house_render.FOV_Y_DEG; a test ties them)
 BEARING_CENTRES = tuple(math.radians(VIEW_FOV_DEG) * (0.5 - (k + 0.5) / BEARING_BINS) for k in range(BEARING_BINS))
 """Each bearing bin's centre (radians, counter-clockwise from straight ahead; bin 0 = left)."""
@@ -303,7 +303,5 @@ class StepEncoder(nn.Module):
         if a.object_memory:  # the last entries carry what the object memory head reads
             p, xy, _ = self.heads.object_estimates(feat.float(), inp["odom"].float())
             s = object_struct(p, xy, inp["odom"].float(), inp["goal"], OBJECT_SCALE_M).to(x.dtype)
-            if a.route_memory:  # and before them the floor in view, which the route memory marks
-                s = torch.cat([self.heads.free(feat.float()).to(x.dtype), s], -1)
-            x = torch.cat([x[..., :-s.shape[-1]], s], -1)
+            x = torch.cat([x[..., :-STRUCT_DIM], s], -1)
         return x

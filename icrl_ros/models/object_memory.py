@@ -40,9 +40,6 @@ a non-matching token's lies BETA x SIGHTING_P below it (about e^-24: no leak ove
 FEATURES = 6
 """What the block reads out: the offset (forward, left), its unit bearing (2), its length and
 the attention mass on sightings."""
-FREE_DIM = 8
-"""Token entries a route model adds just before the :data:`STRUCT_DIM` ones: the frozen heads' free
-distance per column band of the image (log1p metres), which the route memory marks as floor in view."""
 ROUTE_DIM = 6
 """Width of the ``route`` input the runtime's route memory writes (:mod:`icrl_ros.memory.route`):
 found, waypoint (forward, left), its unit direction (2), route length."""

@@ -64,7 +64,7 @@ class ControlStep:
         """The route memory a model with ``args`` reads (None without ``route_memory``)."""
         if not getattr(args, "route_memory", False):
             return None
-        return RouteMemory(batch, args.n_goals, OBJECT_SCALE_M, per_episode=not args.iea, free_in_token=True)
+        return RouteMemory(batch, args.n_goals, OBJECT_SCALE_M, per_episode=not args.iea)
 
     def forget(self) -> None:
         """Clear the memory (a pinned sink-token prefix stays: ``Memory.reset``) and the route map with it."""

@@ -41,10 +41,7 @@ heading for the teacher's remembered position (off by ``--noise`` as the teacher
   whose goal it holds at the start (sighting mass above one half): toward its waypoint while it has a
   route, else straight for its remembered position (local steering). Its goal-known split is its own;
   its takeovers are also split by how far the remembered position is from the nearest true instance.
-  The only navigator that renders images (with ``teacher_route_seen``).
-* ``teacher_route_seen``: the same, its route memory also marking the floor the frozen heads' free
-  distances show (per column band of the image: a laser scan from pixels), so a route may cross
-  floor seen but never stood on, and reach the known floor next to the remembered position.
+  The only navigator that renders images.
 
 Both second teachers, standing off any known floor that leads to the goal (a new episode starts
 where the robot may never have been), first steer (locally) for the nearest cell of it that does.
@@ -75,10 +72,9 @@ from icrl_ros.sim.house_teacher import HouseTeacher
 from icrl_ros.training._cli import fail
 
 NAVIGATORS = ("oracle", "teacher", "greedy", "greedy_escape", "teacher_greedy", "teacher_sighting", "teacher_nofallback",
-              "teacher_trail", "teacher_route", "teacher_route_seen")
+              "teacher_trail", "teacher_route")
 SECOND = {"teacher_nofallback": "seen", "teacher_trail": "stood"}  # hybrids whose takeover is a second teacher
-ROUTE = ("teacher_route", "teacher_route_seen")  # navigators that render and feed a student's route memory
-HYBRID = ("teacher_greedy", "teacher_sighting", *SECOND, *ROUTE)
+HYBRID = ("teacher_greedy", "teacher_sighting", *SECOND, "teacher_route")
 AT_M = 0.4  # this close to the remembered position counts as there
 STUCK_STEPS, STUCK_GAIN_M, ESCAPE_STEPS = 12, 0.25, 8
 
@@ -151,8 +147,7 @@ class StudentSight:
     """What a student's frozen encoder makes of an image: the token entries its object memory (and the
     route memory) read, and a route memory fed with them as the control step feeds it."""
 
-    def __init__(self, encoder_path: str, free: bool = False) -> None:
-        """``free``: the route memory also marks the floor the heads' free distances show."""
+    def __init__(self, encoder_path: str) -> None:
         import torch
 
         from icrl_ros.memory.route import RouteMemory
@@ -164,8 +159,8 @@ class StudentSight:
         self.encoder, self.heads = FeatureEncoder(d_feat, 64).eval(), FeatureHeads(d_feat, n_cat).eval()
         load_frozen(self.encoder, encoder_path, state=state)
         load_frozen(self.heads, encoder_path, prefix="heads.", state=state)
-        self.torch, self.scale, self.free = torch, OBJECT_SCALE_M, free
-        self.memory = RouteMemory(1, n_cat, OBJECT_SCALE_M, free_in_token=free)
+        self.torch, self.scale = torch, OBJECT_SCALE_M
+        self.memory = RouteMemory(1, n_cat, OBJECT_SCALE_M)
         self.route = np.zeros(ROUTE_DIM, np.float32)
 
     def step(self, obs: dict, episode: int) -> None:
@@ -179,10 +174,7 @@ class StudentSight:
         with torch.no_grad():
             f = self.encoder(torch.as_tensor(np.asarray(obs["rgb"]))[None])
             p, xy, _ = self.heads.object_estimates(f, odom)
-            s = object_struct(p, xy, odom, goal, self.scale)
-            if self.free:  # the token entries a route model's step encoder writes before the struct
-                s = torch.cat([self.heads.free(f), s], -1)
-            self.memory.observe(s)
+            self.memory.observe(object_struct(p, xy, odom, goal, self.scale))
         self.odom = odom[0].numpy().astype(np.float64)
 
     def holds_goal(self, goal: int) -> bool:
@@ -238,7 +230,7 @@ def run(nav: str, trials: int, episodes: int, seed: int, noise: float, split: st
     if nav == "teacher" or nav in HYBRID:
         opts.update(teacher="memory", teacher_noise=noise)
     env = HouseEnv(**opts)
-    if nav not in ROUTE:
+    if nav != "teacher_route":
         env.observe = lambda: {}  # geometry only: no other navigator reads the camera image
     out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps", "known", "whole_map_plans",
                                                        "shortest_m", "routed", "goal_err_m")}
@@ -249,7 +241,7 @@ def run(nav: str, trials: int, episodes: int, seed: int, noise: float, split: st
                 obs, info = env.reset(seed=seed * 100_003 + t, options={"new_trial": True})
                 second = (HouseTeacher(env, noise=noise, rng=np.random.default_rng([seed, t, 0x2D]), floor=SECOND[nav],
                                        whole_map=False) if nav in SECOND else None)
-                sight = StudentSight(encoder, free=nav == "teacher_route_seen") if nav in ROUTE else None
+                sight = StudentSight(encoder) if nav == "teacher_route" else None
             else:
                 obs, info = env.reset()
             if second is not None:
@@ -354,8 +346,8 @@ def main(argv: list[str] | None = None) -> None:
         f = lambda v: f"{v[0]:.3f} +- {v[1]:.3f}"  # noqa: E731
         print(f"| {nav} | {f(row['success_all'])} | {f(row['spl_all'])} | {row['steps_all'][0]:.0f} | "
               f"{f(row['success_known'])} (n = {row['success_known'][2]}) | {f(row['spl_known'])} |")
-    for nav in [n for n in ROUTE if n in res]:
-        r = res[nav]
+    if "teacher_route" in res:
+        nav, r = "teacher_route", res["teacher_route"]
         took = late & (r["known"] > 0)
         print(f"{nav}: took over {took.sum() / late.sum():.3f} of late episodes; of their steps "
               f"{r['routed'][took].mean():.3f} had a route")

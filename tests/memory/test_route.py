@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from icrl_ros.memory.route import FREE_MARGIN_M, NEAR_GOAL_M, ROUTE_DIM, STRAIGHT_COST, RouteMemory, band_bearings
+from icrl_ros.memory.route import ROUTE_DIM, STRAIGHT_COST, RouteMemory
 from icrl_ros.models.object_memory import STRUCT_DIM
 
 SCALE = 5.0
@@ -99,28 +99,3 @@ def test_poses_off_the_grid_mark_nothing():
     assert not mem.stood.any()
     with pytest.raises(KeyError):
         mem.fill({"odom": torch.zeros(1, 3)}, torch.zeros(1, dtype=torch.long))
-
-
-def test_floor_in_view_joins_the_route_to_the_goal():
-    """Free distances per image band mark the floor ahead: the route crosses floor seen but never
-    stood on to the known floor next to the goal, instead of paying the straight line's weight."""
-    bearings = band_bearings(8)
-    assert bearings[0] > 0 > bearings[-1] and np.all(np.diff(bearings) < 0)  # left band first
-    routes = {}
-    for free in (None, np.full((1, 8), 4.0)):
-        mem = RouteMemory(1, N_CAT, SCALE)
-        step(mem, 0.0, 0.0)
-        mem.observe(token(1, 0.95, (3.0, 0.0), (0.0, 0.0)), free)
-        routes[free is None] = step(mem, 0.0, 0.0, episode=1)
-        if free is not None:  # marked to the free distance less the margin along the centre rays
-            ij = np.argwhere(mem.seen[0]) - 64
-            reach = np.hypot(*((ij + 0.5) * 0.25).T).max()
-            assert 4.0 - FREE_MARGIN_M - 0.25 < reach <= 4.0 - FREE_MARGIN_M + 0.25
-        else:
-            assert not mem.seen.any()
-    blind, seen = routes[True], routes[False]
-    assert blind[0] == seen[0] == 1.0
-    # seen from here: the weighted straight line (from the footprint's front edge, a cell nearer)
-    assert STRAIGHT_COST * (3.0 - 0.5) < blind[5] * SCALE <= STRAIGHT_COST * 3.0 + 0.1
-    assert seen[5] * SCALE < 3.0 - NEAR_GOAL_M + STRAIGHT_COST * NEAR_GOAL_M  # over the floor in view
-    assert seen[1] * SCALE > 0.8 and abs(seen[2] * SCALE) < 0.3  # ahead
