@@ -17,8 +17,10 @@ the grid itself, beside the KV cache, and hands the policy the result as an inpu
   a confident sighting (``SEEN_FROM_P``): places with a line of sight to an instance;
 * **route**: when the goal's sighting mass exceeds one half (the head's gate), a distance field
   over the stood cells from those places (each seeded with its straight distance to the
-  remembered position, times ``STRAIGHT_COST``) gives the route length from the robot and, ``LOOKAHEAD_M`` down the
-  field (or the goal itself once the robot stands where it saw it from), a waypoint.
+  remembered position, times ``STRAIGHT_COST``) gives the route length from the robot and a waypoint: the
+  farthest point down the field, within ``LOOKAHEAD_M`` of path, that a straight line over stood floor
+  reaches (pure pursuit over the known floor: a waypoint round a corner would steer the robot into it),
+  or the goal itself once the robot stands where it saw it from.
 
 The policy reads :data:`ROUTE_DIM` numbers per step (``route`` encoder input, robot frame,
 positions in units of ``scale_m``): found, the waypoint's (forward, left), its unit direction,
@@ -199,6 +201,12 @@ class RouteMemory:
         self._fields[b] = (key, result)
         return result
 
+    def _clear(self, b: int, a: np.ndarray, z: np.ndarray) -> bool:
+        """Whether the straight line a -> z (metres) stays on floor env b stood on."""
+        n = max(int(math.hypot(*(z - a)) / (CELL_M / 2)), 1)
+        ij = self._cells(a + np.linspace(0.0, 1.0, n + 1)[:, None] * (z - a))
+        return bool(self._inside(ij).all() and self.stood[b][ij[:, 0], ij[:, 1]].all())
+
     def _route(self, b: int, odom: np.ndarray, cat: int) -> np.ndarray:
         feats = np.zeros(ROUTE_DIM, dtype=np.float32)
         if not 0 <= cat < self.n_cat:
@@ -216,23 +224,25 @@ class RouteMemory:
             return feats  # not on floor that joins a place the goal was seen from (yet)
         length = float(D[here[0], here[1]])
         i, j = int(here[0]), int(here[1])
-        waypoint, went = None, 0.0
-        while went < LOOKAHEAD_M:
-            if D[i, j] >= D0[i, j]:  # seen from here: straight on to the goal
-                waypoint = goal_xy
-                break
-            # down the field by the moves it was relaxed over (a knight's move can be the only way down)
-            best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W),
-                       key=lambda c: D[c])
-            if not D[best] < D[i, j]:
-                break
-            went += math.hypot(best[0] - i, best[1] - j) * CELL_M
-            i, j = best
-        if waypoint is None:
-            if D[i, j] >= D0[i, j] and math.hypot(*(goal_xy - odom[:2])) <= LOOKAHEAD_M:
-                waypoint = goal_xy
-            else:
-                waypoint = (np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M
+        if D[i, j] >= D0[i, j]:  # seen from here: straight on to the goal
+            waypoint = goal_xy
+        else:  # the farthest point down the field (within LOOKAHEAD_M) in a straight line over stood floor
+            chain, went = [], 0.0
+            while went < LOOKAHEAD_M and D[i, j] < D0[i, j]:
+                # down the field by the moves it was relaxed over (a knight's move can be the only way down)
+                best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W),
+                           key=lambda c: D[c])
+                if not D[best] < D[i, j]:
+                    break
+                went += math.hypot(best[0] - i, best[1] - j) * CELL_M
+                i, j = best
+                chain.append((np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M)
+            if not chain:
+                return feats
+            waypoint = chain[0]
+            for point in chain[1:]:
+                if self._clear(b, odom[:2], point):
+                    waypoint = point
         fwd, left = (float(v) for v in relative_pose(tuple(odom), (*waypoint, 0.0))[:2])
         n = math.hypot(fwd, left) + 1e-6
         feats[:] = (1.0, fwd / self.scale_m, left / self.scale_m, fwd / n, left / n,

@@ -99,3 +99,23 @@ def test_poses_off_the_grid_mark_nothing():
     assert not mem.stood.any()
     with pytest.raises(KeyError):
         mem.fill({"odom": torch.zeros(1, 3)}, torch.zeros(1, dtype=torch.long))
+
+
+def test_the_waypoint_does_not_cut_a_corner_off_the_floor_stood_on():
+    """On a one-cell-wide L of stood floor the waypoint stays on the first leg, in a straight line over the
+    floor from the robot, not a metre down the path round the corner (a line there leaves the floor the
+    robot knows, and a robot steering for it runs into what it walked round)."""
+    mem = RouteMemory(1, N_CAT, SCALE)
+    c, cell = 64, 0.25  # the grid's origin cell and size
+    mem.stood[0, c:c + 9, c] = True  # along +x for 2 m (cells are indexed (x, y)) ...
+    mem.stood[0, c + 8, c:c + 9] = True  # ... then along +y
+    mem.seen_from[0, 1, c + 8, c + 8] = True
+    goal = ((8 + 0.5) * cell, (8 + 1.5) * cell)  # just beyond the end of the L
+    mem.sums[0, 1] = (goal[0] * 10.0, goal[1] * 10.0, 10.0)
+    here = np.array([(5 + 0.5) * cell, 0.5 * cell])  # on the first leg, three cells before the corner
+    r = mem._route(0, np.array([*here, 0.0]), 1)
+    assert r[0] == 1.0
+    waypoint = here + np.array([r[1], r[2]]) * SCALE  # yaw 0: the robot frame is the odometry frame
+    assert waypoint[0] > here[0] and waypoint[1] == pytest.approx(0.5 * cell, abs=1e-4), waypoint  # ahead, on the leg
+    assert mem._clear(0, here, waypoint)
+    assert not mem._clear(0, here, np.array([(8 + 0.5) * cell, (1 + 0.5) * cell]))  # round the corner

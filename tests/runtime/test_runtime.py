@@ -47,7 +47,9 @@ def decisive(policy):
     return policy
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# One xdist worker runs the whole module, so its exported bundles and recorded rollouts (~30 s) are built
+# once, not once per worker.
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("runtime_bundles")]
 
 
 @pytest.fixture(scope="module")
