@@ -47,9 +47,7 @@ def decisive(policy):
     return policy
 
 
-# One xdist worker runs the whole module, so its exported bundles and recorded rollouts (~30 s) are built
-# once, not once per worker.
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("runtime_bundles")]
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
