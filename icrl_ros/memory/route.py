@@ -239,10 +239,7 @@ class RouteMemory:
                 chain.append((np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M)
             if not chain:
                 return feats
-            waypoint = chain[0]
-            for point in chain[1:]:
-                if self._clear(b, odom[:2], point):
-                    waypoint = point
+            waypoint = next((p for p in reversed(chain[1:]) if self._clear(b, odom[:2], p)), chain[0])
         fwd, left = (float(v) for v in relative_pose(tuple(odom), (*waypoint, 0.0))[:2])
         n = math.hypot(fwd, left) + 1e-6
         feats[:] = (1.0, fwd / self.scale_m, left / self.scale_m, fwd / n, left / n,

@@ -347,16 +347,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {nav} | {f(row['success_all'])} | {f(row['spl_all'])} | {row['steps_all'][0]:.0f} | "
               f"{f(row['success_known'])} (n = {row['success_known'][2]}) | {f(row['spl_known'])} |")
     if "teacher_route" in res:
-        nav, r = "teacher_route", res["teacher_route"]
+        nav = "teacher_route"
+        r = res[nav]
         took = late & (r["known"] > 0)
         print(f"{nav}: took over {took.sum() / late.sum():.3f} of late episodes; of their steps "
               f"{r['routed'][took].mean():.3f} had a route")
         err = np.asarray(r["goal_err_m"])
         for lo, hi in ((0.0, 1.0), (1.0, 2.0), (2.0, math.inf)):
             m = took & (err >= lo) & (err < hi)
-            table[nav][f"success_err_{lo:g}_{hi:g}"] = summary(r["success"], m)
-            print(f"  remembered goal {lo:g}-{hi:g} m off: {m.sum()} episodes ({m.sum() / max(took.sum(), 1):.2f}), "
-                  f"success {r['success'][m].mean() if m.any() else float('nan'):.3f}")
+            row = table[nav][f"success_err_{lo:g}_{hi:g}"] = summary(r["success"], m)
+            print(f"  remembered goal {lo:g}-{hi:g} m off: {row[2]} episodes ({row[2] / max(took.sum(), 1):.2f}), "
+                  f"success {row[0]:.3f}")
     for nav in ("teacher", *[n for n in res if n in HYBRID]):
         used = res[nav]["whole_map_plans"][late] > 0
         print(f"{nav}: the env's teacher planned over the whole map in {used.mean():.3f} of late episodes")

@@ -291,7 +291,8 @@ def test_route_memory_ppo_with_the_route_teacher_then_both_evaluations_agree(tmp
     none) and the route-following teacher term; the training-side and the bundle's evaluation act alike."""
     run_dir = tmp_path / "ppo"
     r = run(["training/train.py", "--config", "config/train/house_relic_ppo.yaml", "--init", "checkpoints/house_relic.pt",
-             "--init-partial", "--run-dir", str(run_dir), "--set", "model.route_memory=true", "--set", "ppo.shuffle_episodes=false", "--set", "ppo.teacher=route",
+             "--init-partial", "--run-dir", str(run_dir), "--set", "model.route_memory=true",
+             "--set", "ppo.shuffle_episodes=false", "--set", "ppo.teacher=route",
              "--set", "ppo.teacher_when=goal_known", "--set", "ppo.teacher_coef=0.5", "--set", "env.num_envs=2",
              "--set", "ppo.rollout_length=64", "--set", "total_steps=128", "--set", "ppo.critic_warmup_rollouts=0",
              "--set", "ppo.num_minibatches=2", "--set", "threads=1", "--no-progress"])
