@@ -8,8 +8,9 @@ shortest path over a grid is not something one attention read computes, so the r
 the grid itself, beside the KV cache, and hands the policy the result as an input:
 
 * **stood**: a ``CELLS`` x ``CELLS`` grid of ``CELL_M`` cells in the odometry frame (the house
-  frame: ``pose_frame: house``), centred on its origin; every step marks the cells within
-  ``FOOTPRINT_M`` of the pose (the floor a robot that stood there knows is free);
+  frame: ``pose_frame: house``), centred on its origin; every step marks the cell its pose lies in
+  (the robot's track: floor its centre crossed, so a way along it keeps the clearance the robot had
+  there; a band round the track lets shortest paths hug its edge, into what the robot walked round);
 * **sightings**: per goal category, the same weighted sum of sighted positions the object
   memory head's attention forms (weights ``exp(BETA (P - 1))`` of the frozen heads' confidence,
   the sink's ``exp(BETA (SIGHTING_P - 1))``), read from the token entries the step encoder writes
@@ -20,7 +21,11 @@ the grid itself, beside the KV cache, and hands the policy the result as an inpu
   remembered position, times ``STRAIGHT_COST``) gives the route length from the robot and a waypoint: the
   farthest point down the field, within ``LOOKAHEAD_M`` of path, that a straight line over stood floor
   reaches (pure pursuit over the known floor: a waypoint round a corner would steer the robot into it),
-  or the goal itself once the robot stands where it saw it from.
+  or the goal itself once the robot stands where it saw it from. The way leaves from the track cell
+  within ``HOP_M`` of the pose that minimises hop + field (as the house teacher's plans do: the cell the
+  pose lies in can be a step off the descent, which then leads back where the robot came from); a robot
+  off the track (a new episode starts anywhere) heads for the track cell that minimises
+  ``STRAIGHT_COST`` x its straight distance + field (a straight line over floor it does not know).
 
 The policy reads :data:`ROUTE_DIM` numbers per step (``route`` encoder input, robot frame,
 positions in units of ``scale_m``): found, the waypoint's (forward, left), its unit direction,
@@ -47,10 +52,12 @@ CELL_M = 0.25
 CELLS = 128
 """Grid side in cells: 32 m at ``CELL_M``, centred on the odometry frame's origin; poses
 outside mark nothing."""
-FOOTPRINT_M = 0.35
-"""Floor within this of a pose counts as free: the 3 x 3 cells round it, so a route keeps to
-within a cell of where the robot's centre went (a wider band lets shortest paths hug its edge,
-closer to the walls than the robot ever drove)."""
+FOOTPRINT_M = 0.0
+"""Floor within this of a pose counts as stood on: 0, the pose's own cell (the track). With the
+3-cell band of 0.35 m, a scripted follower with the goal's position right reached it in 0.65 of
+late episodes; on the track, 0.9 (BENCHMARKS.md, 2026-11-28 fifth session)."""
+HOP_M = 0.5
+"""The way leaves from the track cell within this of the pose that minimises hop + field."""
 SEEN_FROM_P = 0.7
 """Heads' confidence at which the robot's cell is kept as a place the category was seen from."""
 LOOKAHEAD_M = 1.0
@@ -207,6 +214,25 @@ class RouteMemory:
         ij = self._cells(a + np.linspace(0.0, 1.0, n + 1)[:, None] * (z - a))
         return bool(self._inside(ij).all() and self.stood[b][ij[:, 0], ij[:, 1]].all())
 
+    def _start(self, D: np.ndarray, origin: np.ndarray, xy: np.ndarray) -> tuple[tuple[int, int], float, bool] | None:
+        """Where the way leaves from: (cell of the field's crop, route length from ``xy``, whether the robot
+        first joins the track from off it); None when the field has no finite cell."""
+        H, W = D.shape
+        i, j = (int(v) for v in self._cells(xy) - origin)
+        w = int(math.ceil(HOP_M / CELL_M))
+        ii, jj = np.mgrid[max(i - w, 0):max(min(i + w + 1, H), 0), max(j - w, 0):max(min(j + w + 1, W), 0)]
+        for cells, weight, limit in (((ii, jj), 1.0, HOP_M), (np.nonzero(np.isfinite(D)), STRAIGHT_COST, math.inf)):
+            ci, cj = (np.ravel(c) for c in cells)
+            if not len(ci):
+                continue
+            centre = (np.stack([ci, cj], 1) + origin - CELLS // 2 + 0.5) * CELL_M
+            hop = np.hypot(*(centre - xy).T)
+            cost = np.where(hop <= limit, weight * hop + D[ci, cj], np.inf)
+            k = int(np.argmin(cost))
+            if math.isfinite(float(cost[k])):
+                return (int(ci[k]), int(cj[k])), float(cost[k]), limit == math.inf
+        return None
+
     def _route(self, b: int, odom: np.ndarray, cat: int) -> np.ndarray:
         feats = np.zeros(ROUTE_DIM, dtype=np.float32)
         if not 0 <= cat < self.n_cat:
@@ -218,16 +244,17 @@ class RouteMemory:
         if field is None:
             return feats
         D, origin, D0 = field
-        here = self._cells(odom[:2]) - origin
         H, W = D.shape
-        if not (0 <= here[0] < H and 0 <= here[1] < W) or not math.isfinite(float(D[here[0], here[1]])):
-            return feats  # not on floor that joins a place the goal was seen from (yet)
-        length = float(D[here[0], here[1]])
-        i, j = int(here[0]), int(here[1])
-        if D[i, j] >= D0[i, j]:  # seen from here: straight on to the goal
+        start = self._start(D, origin, odom[:2])
+        if start is None:
+            return feats  # no stood floor joins a place the goal was seen from (yet)
+        (i, j), length, joining = start
+        if joining:  # off the track: to the cell it joins at, straight over floor it does not know
+            waypoint = (np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M
+        elif D[i, j] >= D0[i, j]:  # seen from here: straight on to the goal
             waypoint = goal_xy
         else:  # the farthest point down the field (within LOOKAHEAD_M) in a straight line over stood floor
-            chain, went = [], 0.0
+            chain, went = [(np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M], 0.0
             while went < LOOKAHEAD_M and D[i, j] < D0[i, j]:
                 # down the field by the moves it was relaxed over (a knight's move can be the only way down)
                 best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W),
@@ -237,9 +264,8 @@ class RouteMemory:
                 went += math.hypot(best[0] - i, best[1] - j) * CELL_M
                 i, j = best
                 chain.append((np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M)
-            if not chain:
-                return feats
-            waypoint = next((p for p in reversed(chain[1:]) if self._clear(b, odom[:2], p)), chain[0])
+            waypoint = next((p for p in reversed(chain[1:]) if self._clear(b, odom[:2], p)),
+                            chain[1] if len(chain) > 1 and np.hypot(*(chain[0] - odom[:2])) < CELL_M else chain[0])
         fwd, left = (float(v) for v in relative_pose(tuple(odom), (*waypoint, 0.0))[:2])
         n = math.hypot(fwd, left) + 1e-6
         feats[:] = (1.0, fwd / self.scale_m, left / self.scale_m, fwd / n, left / n,

@@ -39,7 +39,8 @@ heading for the teacher's remembered position (off by ``--noise`` as the teacher
 * ``teacher_route``: the route memory the students read (:mod:`icrl_ros.memory.route`), fed as a student's
   is (the frozen encoder's heads on the rendered image, the house-frame odometry), takes over for an episode
   whose goal it holds at the start (sighting mass above one half): toward its waypoint while it has a
-  route, else straight for its remembered position (local steering). Its goal-known split is its own;
+  route (the way to join the track when off it), else straight for its remembered position (local
+  steering). Its goal-known split is its own;
   its takeovers are also split by how far the remembered position is from the nearest true instance.
   The only navigator that renders images.
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from icrl_ros.memory.route import ROUTE_DIM, STRAIGHT_COST, RouteMemory
+from icrl_ros.memory.route import HOP_M, LOOKAHEAD_M, ROUTE_DIM, STRAIGHT_COST, RouteMemory
 from icrl_ros.models.object_memory import STRUCT_DIM
 
 SCALE = 5.0
@@ -47,7 +47,8 @@ def test_the_way_back_follows_the_trail_not_the_straight_line():
     r = step(mem, 0.0, 0.0, episode=1)  # back at the start, facing +x
     assert r.shape == (ROUTE_DIM,) and r[0] == 1.0
     fwd, left = r[1] * SCALE, r[2] * SCALE
-    assert 0.8 <= fwd <= 1.3 and abs(left) < 0.45, (fwd, left)  # along the trail (+x), not 63 degrees left
+    # along the trail (+x), not 63 degrees left; the way leaves from a cell up to HOP_M down the trail
+    assert 0.8 <= fwd <= LOOKAHEAD_M + HOP_M + 0.1 and abs(left) < 0.45, (fwd, left)
     length = r[5] * SCALE
     assert 7.5 < length < 8.0 + STRAIGHT_COST * math.hypot(0.5, 1.0) + 0.3, length  # the trail, then the weighted line
     r = step(mem, 0.0, 0.0, yaw=math.pi / 2, episode=1)  # facing +y: the waypoint is to the right
@@ -56,16 +57,28 @@ def test_the_way_back_follows_the_trail_not_the_straight_line():
     assert np.allclose((r[1] * SCALE, r[2] * SCALE), (0.5, 1.0), atol=1e-4)
 
 
-def test_no_route_without_a_sighting_another_goal_or_a_join():
+def test_no_route_without_a_sighting_of_the_goal():
     mem = RouteMemory(1, N_CAT, SCALE)
     walk_l(mem)
     assert step(mem, 0.0, 0.0, goal=2, episode=1)[0] == 0.0  # category 2 never seen
-    assert not step(mem, 0.0, 8.0, episode=1).any()  # floor that does not join the trail (yet)
     weak = RouteMemory(1, N_CAT, SCALE)
     for k in range(5):
         step(weak, 0.25 * k, 0.0)
         weak.observe(token(1, 0.6, (2.0, 1.0), (0.25 * k, 0.0)))  # unsure sightings: below the head's gate
     assert weak.remembered(0, 1)[1] < 0.5 and step(weak, 0.0, 0.0)[0] == 0.0
+
+
+def test_off_the_track_the_way_joins_it_where_a_straight_hop_plus_the_trail_is_shortest():
+    """A new episode can start off every floor stood on: the waypoint is the track cell that minimises
+    STRAIGHT_COST x the straight hop to it + the way on from it, and the length counts both."""
+    mem = RouteMemory(1, N_CAT, SCALE)
+    walk_l(mem)
+    r = step(mem, 2.0, 1.0, episode=1)  # a metre off the first leg (y = 0), halfway along it
+    assert r[0] == 1.0
+    waypoint = np.array([2.0 + r[1] * SCALE, 1.0 + r[2] * SCALE])  # yaw 0
+    assert waypoint[1] == pytest.approx(0.125, abs=1e-4) and 2.0 <= waypoint[0] <= 3.0, waypoint  # on the leg, ahead
+    hop = math.hypot(*(waypoint - (2.0, 1.0)))
+    assert r[5] * SCALE > STRAIGHT_COST * hop + (4.0 - waypoint[0]) + 3.5, r[5] * SCALE  # the hop, the legs, the line
 
 
 def test_per_episode_forgets_at_each_new_episode_and_reset_forgets_all():
