@@ -54,8 +54,8 @@ CELLS = 128
 outside mark nothing."""
 FOOTPRINT_M = 0.0
 """Floor within this of a pose counts as stood on: 0, the pose's own cell (the track). With the
-3-cell band of 0.35 m, a scripted follower with the goal's position right reached it in 0.65 of
-late episodes; on the track, 0.9 (BENCHMARKS.md, 2026-11-28 fifth session)."""
+3-cell band of 0.35 m, a scripted follower of the route with the goal's position right (within 1 m)
+reached it in 0.61-0.65 of late episodes; on the track, 0.87 (BENCHMARKS.md, 2026-11-28 fifth session)."""
 HOP_M = 0.5
 """The way leaves from the track cell within this of the pose that minimises hop + field."""
 SEEN_FROM_P = 0.7
