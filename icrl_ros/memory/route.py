@@ -10,7 +10,9 @@ the grid itself, beside the KV cache, and hands the policy the result as an inpu
 * **stood**: a ``CELLS`` x ``CELLS`` grid of ``CELL_M`` cells in the odometry frame (the house
   frame: ``pose_frame: house``), centred on its origin; every step marks the cell its pose lies in
   (the robot's track: floor its centre crossed, so a way along it keeps the clearance the robot had
-  there; a band round the track lets shortest paths hug its edge, into what the robot walked round);
+  there; a band round the track lets shortest paths hug its edge, into what the robot walked round: with
+  the 3-cell band of 0.35 m, a scripted follower of the route with the goal's position right, within 1 m,
+  reached it in 0.61-0.65 of late episodes, on the track in 0.87, BENCHMARKS.md 2026-11-28 fifth session);
 * **sightings**: per goal category, the same weighted sum of sighted positions the object
   memory head's attention forms (weights ``exp(BETA (P - 1))`` of the frozen heads' confidence,
   the sink's ``exp(BETA (SIGHTING_P - 1))``), read from the token entries the step encoder writes
@@ -52,10 +54,6 @@ CELL_M = 0.25
 CELLS = 128
 """Grid side in cells: 32 m at ``CELL_M``, centred on the odometry frame's origin; poses
 outside mark nothing."""
-FOOTPRINT_M = 0.0
-"""Floor within this of a pose counts as stood on: 0, the pose's own cell (the track). With the
-3-cell band of 0.35 m, a scripted follower of the route with the goal's position right (within 1 m)
-reached it in 0.61-0.65 of late episodes; on the track, 0.87 (BENCHMARKS.md, 2026-11-28 fifth session)."""
 HOP_M = 0.5
 """The way leaves from the track cell within this of the pose that minimises hop + field."""
 SEEN_FROM_P = 0.7
@@ -75,10 +73,6 @@ class RouteMemory:
 
     def __init__(self, batch: int, n_cat: int, scale_m: float, per_episode: bool = False) -> None:
         self.batch, self.n_cat, self.scale_m, self.per_episode = batch, n_cat, float(scale_m), per_episode
-        r = int(math.floor(FOOTPRINT_M / CELL_M))
-        di, dj = np.mgrid[-r:r + 1, -r:r + 1]
-        keep = np.hypot(di, dj) * CELL_M <= FOOTPRINT_M
-        self._disc = np.stack([di[keep], dj[keep]], 1)
         self.stood = np.zeros((batch, CELLS, CELLS), dtype=bool)
         self.seen_from = np.zeros((batch, n_cat, CELLS, CELLS), dtype=bool)
         self.sums = np.zeros((batch, n_cat, 3), dtype=np.float64)
@@ -119,6 +113,11 @@ class RouteMemory:
         return np.floor(xy / CELL_M).astype(np.int64) + CELLS // 2
 
     @staticmethod
+    def _centre(ij: np.ndarray) -> np.ndarray:
+        """Grid (row, col) (..., 2) -> the cells' centres in the odometry frame (metres): :meth:`_cells`' inverse."""
+        return (np.asarray(ij) - CELLS // 2 + 0.5) * CELL_M
+
+    @staticmethod
     def _inside(ij: np.ndarray) -> np.ndarray:
         return np.all((ij >= 0) & (ij < CELLS), axis=-1)
 
@@ -136,14 +135,10 @@ class RouteMemory:
         self.episode[:] = ep
         out = np.zeros((self.batch, ROUTE_DIM), dtype=np.float32)
         for b in range(self.batch):
-            cell = self._cells(odom[b, :2])
-            if self._inside(cell):
-                ij = self._disc + cell
-                ij = ij[self._inside(ij)]
-                grid = self.stood[b]
-                if not grid[ij[:, 0], ij[:, 1]].all():
-                    grid[ij[:, 0], ij[:, 1]] = True
-                    self._version[b] += 1
+            i, j = self._cells(odom[b, :2])
+            if self._inside(np.array([i, j])) and not self.stood[b, i, j]:
+                self.stood[b, i, j] = True
+                self._version[b] += 1
             out[b] = self._route(b, odom[b], int(goal[b]))
         route = torch.from_numpy(out)
         dst = inputs.get("route")
@@ -200,7 +195,7 @@ class RouteMemory:
         if not seeds.any():  # only sightings below SEEN_FROM_P: any stood cell, straight on from there
             seeds = free
         ii, jj = np.mgrid[r0:r1, c0:c1]
-        centre = (np.stack([ii, jj], -1) - CELLS // 2 + 0.5) * CELL_M
+        centre = self._centre(np.stack([ii, jj], -1))
         straight = np.hypot(*(centre - goal_xy).transpose(2, 0, 1)).astype(np.float32)
         D0 = np.where(seeds, STRAIGHT_COST * straight, np.inf).astype(np.float32)
         D = grid_distances(D0, free, CELL_M)
@@ -225,7 +220,7 @@ class RouteMemory:
             ci, cj = (np.ravel(c) for c in cells)
             if not len(ci):
                 continue
-            centre = (np.stack([ci, cj], 1) + origin - CELLS // 2 + 0.5) * CELL_M
+            centre = self._centre(np.stack([ci, cj], 1) + origin)
             hop = np.hypot(*(centre - xy).T)
             cost = np.where(hop <= limit, weight * hop + D[ci, cj], np.inf)
             k = int(np.argmin(cost))
@@ -250,11 +245,11 @@ class RouteMemory:
             return feats  # no stood floor joins a place the goal was seen from (yet)
         (i, j), length, joining = start
         if joining:  # off the track: to the cell it joins at, straight over floor it does not know
-            waypoint = (np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M
+            waypoint = self._centre(np.array([i, j]) + origin)
         elif D[i, j] >= D0[i, j]:  # seen from here: straight on to the goal
             waypoint = goal_xy
         else:  # the farthest point down the field (within LOOKAHEAD_M) in a straight line over stood floor
-            chain, went = [(np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M], 0.0
+            chain, went = [self._centre(np.array([i, j]) + origin)], 0.0
             while went < LOOKAHEAD_M and D[i, j] < D0[i, j]:
                 # down the field by the moves it was relaxed over (a knight's move can be the only way down)
                 best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W),
@@ -263,7 +258,7 @@ class RouteMemory:
                     break
                 went += math.hypot(best[0] - i, best[1] - j) * CELL_M
                 i, j = best
-                chain.append((np.array([i, j]) + origin - CELLS // 2 + 0.5) * CELL_M)
+                chain.append(self._centre(np.array([i, j]) + origin))
             waypoint = next((p for p in reversed(chain[1:]) if self._clear(b, odom[:2], p)),
                             chain[1] if len(chain) > 1 and np.hypot(*(chain[0] - odom[:2])) < CELL_M else chain[0])
         fwd, left = (float(v) for v in relative_pose(tuple(odom), (*waypoint, 0.0))[:2])
