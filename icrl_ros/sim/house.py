@@ -149,6 +149,7 @@ class HouseEnv(gym.Env):
         self.teacher_mode, self.teacher_pixels = teacher, float(teacher_pixels)
         self.teacher_noise = float(teacher_noise)
         self.teacher = None
+        self._waypoint_steering = None  # waypoint_action's follower (made on first use)
         self.split, self.image_size = split, int(image_size)
         self.max_episode_steps = int(max_episode_steps)
         self.success_distance = float(success_distance)
@@ -408,6 +409,16 @@ class HouseEnv(gym.Env):
         from icrl_ros.sim.house_oracle import oracle_action
 
         return oracle_action(self)
+
+    def waypoint_action(self, fwd: float, left: float) -> int:
+        """The action of a follower of a waypoint (forward, left) metres from the robot that senses which
+        headings are free (see ``house_oracle.WaypointSteering``; -1 once it gives the episode up). The
+        labels of route steps for imitation: the route comes from a policy's memory, the steering from here."""
+        from icrl_ros.sim.house_oracle import WaypointSteering
+
+        if self._waypoint_steering is None:
+            self._waypoint_steering = WaypointSteering()
+        return self._waypoint_steering.act(self, fwd, left)
 
     # -- pictures ------------------------------------------------------------------------------
     def render(self):

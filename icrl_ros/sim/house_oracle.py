@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from icrl_ros.geometry import wrap_angle
+from icrl_ros.geometry import compose_pose, planar, wrap_angle
 from icrl_ros.sim.house_nav import segments_cross
 
 if TYPE_CHECKING:
@@ -79,6 +79,38 @@ def end_game(env: HouseEnv) -> int | None:
     inst = env.target_instances()
     surf = [math.hypot(o.x - env.x, o.z - env.z) - o.cat.radius for o in inst]
     return approach(env, inst[int(np.argmin(surf))])
+
+
+def robot_frame_to_world(env: HouseEnv, fwd: float, left: float) -> tuple[float, float]:
+    """A point (forward, left) metres from the robot -> world (x, z); left turns add to the yaw."""
+    x, y, _ = compose_pose(planar((env.x, env.z, env.yaw)), (fwd, left, 0.0))
+    return x, -y
+
+
+class WaypointSteering:
+    """One env's follower of a waypoint that comes from outside (a policy's route memory), with what a
+    robot senses around it: stop / face a target instance within reach (:func:`end_game`), else the
+    free heading closest to the waypoint's bearing (:func:`_steer`, the one-step rule whose follower
+    reached 0.76 of remembered goals in ``house_route_probe.py``); within ``at_m`` of the waypoint (the
+    remembered spot) turn on the spot to look. After a full turn there with no target in reach it gives
+    the episode up (returns -1: the caller labels otherwise), since what was remembered is not there."""
+
+    def __init__(self, at_m: float = 0.4) -> None:
+        self.at_m = at_m
+        self.episode, self.spins = None, 0
+
+    def act(self, env: HouseEnv, fwd: float, left: float) -> int:
+        if self.episode is not env.start_pose:  # a new episode (each draws its start pose afresh)
+            self.episode, self.spins = env.start_pose, 0
+        if self.spins >= round(2 * math.pi / env.turn_step):  # looked all round
+            return -1
+        near = end_game(env)
+        if near is not None:
+            return near
+        if math.hypot(fwd, left) < self.at_m:
+            self.spins += 1
+            return TURN_LEFT
+        return _steer(env, *robot_frame_to_world(env, fwd, left))
 
 
 def oracle_action(env: HouseEnv) -> int:

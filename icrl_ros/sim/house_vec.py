@@ -71,6 +71,8 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
                     done.append(term or trunc)
                     infos.append(info)
                 conn.send(("ok", (_stack(obs), np.array(rew, np.float32), np.array(done), infos)))
+            elif cmd == "waypoints":  # one (forward, left) or None per env of this worker
+                conn.send(("ok", [-1 if p is None else env.waypoint_action(*p) for env, p in zip(envs, arg)]))
             elif cmd == "call":
                 name, args, kwargs = arg
                 conn.send(("ok", [getattr(env, name)(*args, **kwargs) for env in envs]))
@@ -226,6 +228,16 @@ class HouseVecEnv:
         self.teacher_action = np.array([i.get("teacher_action", -1) for i in infos], np.int64)
         self.teacher_goal_known = np.array([i.get("teacher_goal_known", False) for i in infos], bool)
         return obs, reward, done, infos
+
+    def waypoint_actions(self, points, mask) -> np.ndarray:
+        """Per env, the action of a follower that senses free headings (``HouseEnv.waypoint_action``) toward
+        ``points[i]`` (forward, left metres from the robot, e.g. a route memory's waypoint) where ``mask[i]``;
+        -1 where not, or where the follower gave the episode up (a full turn at the waypoint, no target)."""
+        p = np.asarray(points, dtype=np.float64).reshape(self.num_envs, 2)
+        m = np.asarray(mask, dtype=bool).reshape(self.num_envs)
+        for w, (lo, hi) in enumerate(self._slices):
+            self._conns[w].send(("waypoints", [tuple(map(float, p[i])) if m[i] else None for i in range(lo, hi)]))
+        return np.array([a for part in self._gather() for a in part], np.int64)
 
     def call(self, name: str, *args, **kwargs) -> list:
         """Call a method on every env (e.g. ``render_top_down``); one result per env."""

@@ -65,10 +65,10 @@ from pathlib import Path
 
 import numpy as np
 
-from icrl_ros.geometry import compose_pose, planar, relative_pose
+from icrl_ros.geometry import relative_pose
 from icrl_ros.models.object_memory import ROUTE_DIM
 from icrl_ros.sim.house import HouseEnv
-from icrl_ros.sim.house_oracle import FORWARD, STOP, TURN_LEFT, TURN_RIGHT, _steer, end_game
+from icrl_ros.sim.house_oracle import FORWARD, STOP, TURN_LEFT, TURN_RIGHT, _steer, end_game, robot_frame_to_world
 from icrl_ros.sim.house_teacher import HouseTeacher
 from icrl_ros.training._cli import fail
 
@@ -180,12 +180,6 @@ class StudentSight:
 
     def holds_goal(self, goal: int) -> bool:
         return self.memory.remembered(0, goal)[1] > 0.5
-
-
-def robot_frame_to_world(env: HouseEnv, fwd: float, left: float) -> tuple[float, float]:
-    """A point (forward, left) metres from the robot -> world (x, z); left turns add to the yaw."""
-    x, y, _ = compose_pose(planar((env.x, env.z, env.yaw)), (fwd, left, 0.0))
-    return x, -y
 
 
 class RouteFollower:

@@ -67,6 +67,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hcam-recon", action="store_true",
                    help="HCAM: add its input-reconstruction loss (model.hcam_recon_weight x the loss), as PPO "
                         "does; reported as aux_loss. Off by default: the shipped Darkroom HCAM was imitated without")
+    p.add_argument("--route-labels", action="store_true",
+                   help="a route model (model.route_memory) on the house: on steps where its route memory has a way "
+                        "to the goal, the label (and the teacher's action) is that of a follower of the route's "
+                        "waypoint that senses free headings, computed in the env workers (HouseVecEnv."
+                        "waypoint_actions); elsewhere, or once the follower gave the episode up, --teacher's")
     p.add_argument("--replay", type=int, default=1,
                    help="iterations of labelled trials each update trains on (the newest N: DAgger's dataset "
                         "aggregation, bounded); 1 = only the trials just collected")
@@ -160,12 +165,19 @@ def discounted(reward: torch.Tensor, done: torch.Tensor, gamma: float, trial_ret
 class Imitator:
     def __init__(self, policy, env, cfg: TrainConfig, iterations: int, mix_fraction: float, vf_coef: float,
                  teacher: str | None = None, replay: int = 1, beta: float | None = None, noise: float = 0.0,
-                 noise_actions: tuple[int, ...] = (), aux_coef: float = 0.0, hcam_recon: bool = False) -> None:
+                 noise_actions: tuple[int, ...] = (), aux_coef: float = 0.0, hcam_recon: bool = False,
+                 route_labels: bool = False) -> None:
         self.policy, self.env, self.cfg = policy, env, cfg
         self.teacher = make_teacher(env, teacher) if env is not None else None
         if getattr(self.teacher, "reads_inputs", False):
             raise ValueError(f"teacher {teacher!r} labels from the policy's own inputs: a PPO teacher term "
                              "(train.py, ppo.teacher), not an imitation teacher")
+        self.route_labels = route_labels
+        if route_labels:
+            if not getattr(policy.args, "route_memory", False):
+                raise ValueError("--route-labels needs a route model: set model.route_memory: true")
+            if env is not None and not hasattr(env, "waypoint_actions"):
+                raise ValueError(f"--route-labels needs an env that steers for waypoints (the house), not {env.name!r}")
         self.fixed_beta, self.noise = beta, noise
         self.noise_actions = np.asarray(noise_actions or range(policy.args.n_actions))
         self.iterations, self.mix_fraction, self.vf_coef = iterations, mix_fraction, vf_coef
@@ -203,11 +215,15 @@ class Imitator:
         mem = make_memory(policy, B, T, schedule=schedule)
         step = ControlStep.live(policy, mem)
         ended = {"success": [], "spl": []}
+        routed = []
         beta = self.beta()
         policy.eval()
         for _ in range(T):
             logits, _ = step(cur)
             label = self.teacher.act(np.asarray(obs))
+            if self.route_labels:  # cur["route"]: this step's route, written by the step's route memory
+                label, share = self.route_label(cur["route"], label)
+                routed.append(share)
             student = torch.distributions.Categorical(logits=logits.float()).sample().numpy()
             teacher_acts = g.random(B) < beta
             action = np.where(teacher_acts, label, student)
@@ -229,6 +245,8 @@ class Imitator:
         data = {k: torch.stack(v, 1) for k, v in buf.items()}
         data["schedule"] = schedule
         stats = {"beta": beta}
+        if routed:
+            stats["route_label_share"] = float(np.mean(routed))
         if hasattr(env, "oracle_trial_return"):
             oracle = env.oracle_trial_return(T)
             stats["trial_return_normalised"] = float((data["reward"].sum(1).numpy() / oracle).mean())
@@ -236,6 +254,16 @@ class Imitator:
             stats.update(episodes=len(ended["success"]), success=float(np.mean(ended["success"])),
                          spl=float(np.mean(ended["spl"])))
         return data, stats
+
+    def route_label(self, route: torch.Tensor, label: np.ndarray) -> tuple[np.ndarray, float]:
+        """The env workers' waypoint follower's labels where the route memory has a way (and the follower
+        has not given the episode up), ``label`` elsewhere; and the share of envs so labelled."""
+        from icrl_ros.models.encoders import OBJECT_SCALE_M
+
+        r = route.detach().cpu().numpy()
+        routed = self.env.waypoint_actions(r[:, 1:3] * OBJECT_SCALE_M, r[:, 0] > 0)
+        use = routed >= 0
+        return np.where(use, routed, label), float(use.mean())
 
     def with_returns(self, data: dict) -> dict:
         """Adds the discounted returns and, for a model with the frozen heads, the remembered-goal targets."""
@@ -413,6 +441,8 @@ def main(argv=None) -> int:
     offline_files: list[Path] = []
     if args.offline and args.pool:
         fail("--offline and --pool: give one (--offline trains on saved trials only, --pool collects as well)")
+    if args.offline and args.route_labels:
+        fail("--route-labels labels trials as they are collected; --offline trains on saved labels (drop one)")
     if args.offline:
         offline_files = sorted(Path(args.offline).glob("trials_*.pt"))
         if len(offline_files) <= args.val_files:
@@ -437,7 +467,7 @@ def main(argv=None) -> int:
     try:
         imitator = Imitator(policy, None if args.offline else env, cfg, iterations, args.mix_fraction, args.vf_coef,
                             args.teacher, args.replay, args.beta, args.noise, noise_actions, args.aux_coef,
-                            args.hcam_recon)
+                            args.hcam_recon, args.route_labels)
     except ValueError as e:
         fail(str(e))
     if noise_actions and not all(0 <= x < policy.args.n_actions for x in noise_actions):

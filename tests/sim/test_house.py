@@ -281,6 +281,41 @@ def test_vec_env_shapes_and_auto_reset():
         assert np.array_equal(again["rgb"], obs0["rgb"]) and np.array_equal(again["goal"], obs0["goal"])
 
 
+def test_waypoint_follower_steers_for_free_headings_looks_round_the_spot_then_gives_up():
+    """The route labels' follower (HouseEnv.waypoint_action; HouseVecEnv.waypoint_actions in the workers):
+    forward toward a waypoint ahead when the step is free, a free heading instead when it is not, a full
+    turn at the waypoint, then -1 (given up) until the next episode."""
+    from icrl_ros.sim.house import TURN_RIGHT
+    from icrl_ros.sim.house_oracle import end_game
+    from icrl_ros.sim.house_vec import HouseVecEnv
+
+    e = HouseEnv(split="test")
+    try:
+        e.reset(seed=3, options={"new_trial": True})
+        assert end_game(e) is None  # starts away from the goal: the follower, not the end game, acts
+        for _ in range(12):  # face a heading whose forward step is free
+            if not e.nav.collides(e.x + e.forward_step * math.cos(e.yaw), e.z - e.forward_step * math.sin(e.yaw)):
+                break
+            e.step(TURN_LEFT)
+        assert e.waypoint_action(2.0, 0.0) == FORWARD
+        assert e.waypoint_action(0.0, 2.0) == TURN_LEFT and e.waypoint_action(0.0, -2.0) == TURN_RIGHT
+        for _ in range(12):  # face a wall: straight ahead is blocked, so it turns to a free heading
+            if e.nav.collides(e.x + e.forward_step * math.cos(e.yaw), e.z - e.forward_step * math.sin(e.yaw)):
+                break
+            e.step(FORWARD)
+        assert e.waypoint_action(3.0, 0.0) in (TURN_LEFT, TURN_RIGHT)
+        e.reset()
+        assert [e.waypoint_action(0.1, 0.0) for _ in range(13)] == [TURN_LEFT] * 12 + [-1]  # at the spot
+        e.reset()  # the next episode: following again
+        assert e.waypoint_action(0.1, 0.0) == TURN_LEFT
+    finally:
+        e.close()
+    with HouseVecEnv(2, "test", seed=3, num_workers=2) as v:
+        v.reset_trial()
+        acts = v.waypoint_actions([[0.1, 0.0], [0.1, 0.0]], [True, False])
+        assert acts.tolist() == [TURN_LEFT, -1]
+
+
 def test_splits_are_disjoint_and_respected():
     train, test = set(house_seeds("train", 400)), set(house_seeds("test", 100))
     assert not train & test

@@ -283,8 +283,7 @@ def test_route_probe_reads_robot_frame_points_back_into_the_world():
     import math
 
     from icrl_ros.sim.house import HouseEnv
-    from icrl_ros.sim.house_oracle import FORWARD, TURN_LEFT
-    from icrl_ros.training.house_route_probe import robot_frame_to_world
+    from icrl_ros.sim.house_oracle import FORWARD, TURN_LEFT, robot_frame_to_world
 
     env = HouseEnv(split="test")
     try:

@@ -310,6 +310,21 @@ def test_route_memory_ppo_with_the_route_teacher_then_both_evaluations_agree(tmp
     assert doc["raw"]["torch"] == doc["raw"]["bundle"]
 
 
+def test_route_labels_come_from_the_env_workers_on_route_steps(tmp_path):
+    """imitate.py --route-labels: a route model's steps with a route are labelled by the workers' waypoint
+    follower (a share reported); a model without the route memory is refused with what to set."""
+    common = ["training/imitate.py", "--config", "config/train/house_relic.yaml", "--set", "total_steps=600",
+              "--set", "env.num_envs=2", "--set", "ppo.rollout_length=300", "--set", "env.options.max_episode_steps=60",
+              "--set", "ppo.shuffle_episodes=false", "--set", "seed=1", "--set", "threads=1", "--beta", "1",
+              "--route-labels"]
+    r = run([*common, "--run-dir", str(tmp_path / "plain")])
+    assert r.returncode != 0 and "model.route_memory: true" in r.stderr
+    r = run([*common, "--set", "model.route_memory=true", "--run-dir", str(tmp_path / "route")])
+    assert r.returncode == 0, r.stderr
+    share = float(r.stdout.split("route_label_share=")[1].split()[0])
+    assert 0.05 < share < 0.95, r.stdout  # measured 0.33: the goal was seen in this trial, not from its start
+
+
 def test_the_route_teacher_turns_toward_the_waypoint_and_counts_only_on_a_route():
     from icrl_ros.sim.house import FORWARD, TURN_LEFT, TURN_RIGHT
     from icrl_ros.training.teachers import RouteFollower
