@@ -59,7 +59,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--run-dir", help="output directory (overrides run_dir)")
     p.add_argument("--mix-fraction", type=float, default=0.6,
                    help="fraction of the run over which the teacher's share of executed actions goes 1 -> 0")
-    p.add_argument("--teacher", help="scripted teacher (training/teachers.py; default: the env's first)")
+    p.add_argument("--teacher", help="scripted teacher (training/teachers.py; default: the env's first). The house's "
+                   "'route' (a model with model.route_memory, env.options.teacher=memory): on steps where the "
+                   "policy's route memory has a way to the goal, a follower of its waypoint that senses free "
+                   "headings (in the env workers); elsewhere the env's teacher. Reports route_label_share")
     p.add_argument("--vf-coef", type=float, default=0.5, help="weight of the value regression")
     p.add_argument("--aux-coef", type=float, default=0.0,
                    help="weight of the memory_aux loss (model.memory_aux): predict whether the goal was seen "
@@ -67,11 +70,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hcam-recon", action="store_true",
                    help="HCAM: add its input-reconstruction loss (model.hcam_recon_weight x the loss), as PPO "
                         "does; reported as aux_loss. Off by default: the shipped Darkroom HCAM was imitated without")
-    p.add_argument("--route-labels", action="store_true",
-                   help="a route model (model.route_memory) on the house: on steps where its route memory has a way "
-                        "to the goal, the label (and the teacher's action) is that of a follower of the route's "
-                        "waypoint that senses free headings, computed in the env workers (HouseVecEnv."
-                        "waypoint_actions); elsewhere, or once the follower gave the episode up, --teacher's")
     p.add_argument("--replay", type=int, default=1,
                    help="iterations of labelled trials each update trains on (the newest N: DAgger's dataset "
                         "aggregation, bounded); 1 = only the trials just collected")
@@ -165,19 +163,10 @@ def discounted(reward: torch.Tensor, done: torch.Tensor, gamma: float, trial_ret
 class Imitator:
     def __init__(self, policy, env, cfg: TrainConfig, iterations: int, mix_fraction: float, vf_coef: float,
                  teacher: str | None = None, replay: int = 1, beta: float | None = None, noise: float = 0.0,
-                 noise_actions: tuple[int, ...] = (), aux_coef: float = 0.0, hcam_recon: bool = False,
-                 route_labels: bool = False) -> None:
+                 noise_actions: tuple[int, ...] = (), aux_coef: float = 0.0, hcam_recon: bool = False) -> None:
         self.policy, self.env, self.cfg = policy, env, cfg
-        self.teacher = make_teacher(env, teacher) if env is not None else None
-        if getattr(self.teacher, "reads_inputs", False):
-            raise ValueError(f"teacher {teacher!r} labels from the policy's own inputs: a PPO teacher term "
-                             "(train.py, ppo.teacher), not an imitation teacher")
-        self.route_labels = route_labels
-        if route_labels:
-            if not getattr(policy.args, "route_memory", False):
-                raise ValueError("--route-labels needs a route model: set model.route_memory: true")
-            if env is not None and not hasattr(env, "waypoint_actions"):
-                raise ValueError(f"--route-labels needs an env that steers for waypoints (the house), not {env.name!r}")
+        self.teacher = make_teacher(env, teacher, policy) if env is not None else None
+        self.reads_inputs = getattr(self.teacher, "reads_inputs", False)  # labels from the policy's inputs (route)
         self.fixed_beta, self.noise = beta, noise
         self.noise_actions = np.asarray(noise_actions or range(policy.args.n_actions))
         self.iterations, self.mix_fraction, self.vf_coef = iterations, mix_fraction, vf_coef
@@ -220,10 +209,10 @@ class Imitator:
         policy.eval()
         for _ in range(T):
             logits, _ = step(cur)
-            label = self.teacher.act(np.asarray(obs))
-            if self.route_labels:  # cur["route"]: this step's route, written by the step's route memory
-                label, share = self.route_label(cur["route"], label)
-                routed.append(share)
+            # the route teacher reads cur["route"], which this step's route memory wrote
+            label = self.teacher.act(cur if self.reads_inputs else np.asarray(obs))
+            if self.reads_inputs:
+                routed.append(float(self.teacher.goal_known().mean()))
             student = torch.distributions.Categorical(logits=logits.float()).sample().numpy()
             teacher_acts = g.random(B) < beta
             action = np.where(teacher_acts, label, student)
@@ -254,16 +243,6 @@ class Imitator:
             stats.update(episodes=len(ended["success"]), success=float(np.mean(ended["success"])),
                          spl=float(np.mean(ended["spl"])))
         return data, stats
-
-    def route_label(self, route: torch.Tensor, label: np.ndarray) -> tuple[np.ndarray, float]:
-        """The env workers' waypoint follower's labels where the route memory has a way (and the follower
-        has not given the episode up), ``label`` elsewhere; and the share of envs so labelled."""
-        from icrl_ros.models.encoders import OBJECT_SCALE_M
-
-        r = route.detach().cpu().numpy()
-        routed = self.env.waypoint_actions(r[:, 1:3] * OBJECT_SCALE_M, r[:, 0] > 0)
-        use = routed >= 0
-        return np.where(use, routed, label), float(use.mean())
 
     def with_returns(self, data: dict) -> dict:
         """Adds the discounted returns and, for a model with the frozen heads, the remembered-goal targets."""
@@ -441,8 +420,6 @@ def main(argv=None) -> int:
     offline_files: list[Path] = []
     if args.offline and args.pool:
         fail("--offline and --pool: give one (--offline trains on saved trials only, --pool collects as well)")
-    if args.offline and args.route_labels:
-        fail("--route-labels labels trials as they are collected; --offline trains on saved labels (drop one)")
     if args.offline:
         offline_files = sorted(Path(args.offline).glob("trials_*.pt"))
         if len(offline_files) <= args.val_files:
@@ -467,7 +444,7 @@ def main(argv=None) -> int:
     try:
         imitator = Imitator(policy, None if args.offline else env, cfg, iterations, args.mix_fraction, args.vf_coef,
                             args.teacher, args.replay, args.beta, args.noise, noise_actions, args.aux_coef,
-                            args.hcam_recon, args.route_labels)
+                            args.hcam_recon)
     except ValueError as e:
         fail(str(e))
     if noise_actions and not all(0 <= x < policy.args.n_actions for x in noise_actions):

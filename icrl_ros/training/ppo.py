@@ -115,7 +115,7 @@ class PPOTrainer:
         if cfg.teacher:
             from icrl_ros.training.teachers import make_teacher  # raises for an env without a teacher
 
-            self.teacher = make_teacher(env, cfg.teacher)
+            self.teacher = make_teacher(env, cfg.teacher, policy)
             if cfg.teacher_when == "goal_known" and not hasattr(self.teacher, "goal_known"):
                 raise ValueError(f"ppo.teacher_when=goal_known: teacher {cfg.teacher!r} does not say when it knows "
                                  "the goal (the house teacher does)")

@@ -232,50 +232,58 @@ class HouseEnvTeacher:
 
 
 class RouteFollower:
-    """Labels from the policy's own ``route`` input (models with ``model.route_memory``,
-    :mod:`icrl_ros.memory.route`): where the route memory has a way to the goal, turn toward its
-    waypoint (beyond half a turn step off the heading), else step forward. A teacher that knows
-    nothing the policy is not given, so its labels are learnable exactly; with
-    ``ppo.teacher_when: goal_known`` the term counts on those steps only, and not within
-    ``END_M`` of the goal, where reaching it is the stop rule's and the policy's."""
+    """Labels for a route model (``model.route_memory``, :mod:`icrl_ros.memory.route`): where the
+    policy's own ``route`` input has a way to the goal, the action of a follower of its waypoint that
+    senses which headings are free, computed in the env workers where the geometry is
+    (``HouseVecEnv.waypoint_actions``: the one-step rule of the route probe's follower, a full turn
+    at the remembered spot, then it gives the episode up); elsewhere, and once it gave up, the in-env
+    teacher's label (:class:`HouseEnvTeacher`: build the env with ``teacher=memory``). The route comes
+    from what the student sees, so the way is learnable; the free headings it must read from its
+    camera (the frozen heads' free-space bands). :meth:`goal_known` is True on the follower's steps
+    (``ppo.teacher_when: goal_known`` counts the term there only). A follower blind to obstacles
+    (turn toward the waypoint, else forward) found 0.18 of remembered goals against 0.76 for this one
+    (BENCHMARKS, 2026-11-28 fifth), and PPO toward it collapsed."""
 
     reads_inputs = True
-    END_M = 0.75
 
-    def __init__(self, num_envs: int, turn_step: float, scale_m: float) -> None:
-        self.num_envs, self.half_turn, self.scale_m = num_envs, turn_step / 2, scale_m
-        from icrl_ros.models.object_memory import ROUTE_DIM
-
-        self._route = np.zeros((num_envs, ROUTE_DIM), np.float32)
+    def __init__(self, env, scale_m: float) -> None:
+        if not hasattr(env, "waypoint_actions"):
+            raise ValueError(f"teacher 'route' steers in the env workers: the house's HouseVecEnv, not {env.name!r}")
+        if env.task.get("teacher") not in ("memory", "wiped"):
+            raise ValueError("teacher 'route' labels off the route with the in-env teacher: "
+                             "set env.options.teacher=memory")
+        self.env, self.scale_m, self.fallback = env, scale_m, HouseEnvTeacher(env)
+        self._routed = np.zeros(env.num_envs, bool)
 
     def reset(self, idx: np.ndarray | None = None) -> None:
-        """Nothing to keep: the route memory is the policy's."""
+        """Nothing to keep: the route memory is the policy's, the follower's state the env's."""
 
     def act(self, inputs: dict) -> np.ndarray:
-        from icrl_ros.sim.house import FORWARD, TURN_LEFT, TURN_RIGHT
-
         if "route" not in inputs:
             raise ValueError("teacher 'route' reads the policy's route input: set model.route_memory: true")
-        r = self._route = inputs["route"].detach().cpu().numpy()
-        bearing = np.arctan2(r[:, 2], r[:, 1])
-        return np.where(bearing > self.half_turn, TURN_LEFT, np.where(bearing < -self.half_turn, TURN_RIGHT, FORWARD))
+        r = inputs["route"].detach().cpu().numpy()
+        routed = self.env.waypoint_actions(r[:, 1:3] * self.scale_m, r[:, 0] > 0)
+        self._routed = routed >= 0
+        return np.where(self._routed, routed, self.fallback.act(None))
 
     def goal_known(self) -> np.ndarray:
-        """Per env: a route to the goal, and more than ``END_M`` of it left (the last :meth:`act`'s input)."""
-        return (self._route[:, 0] > 0) & (self._route[:, 5] * self.scale_m > self.END_M)
+        """Per env: whether the last :meth:`act` label was the route follower's."""
+        return self._routed.copy()
 
     def observe(self, final_cells, reward, done, actions=None) -> None:
-        """Nothing to do."""
+        """Nothing to do: the env workers observe every step."""
 
 
 TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer, "room": RoomExplorer, "memory": HouseEnvTeacher,
             "wiped": HouseEnvTeacher, "route": RouteFollower}
 # The first is the default. The house's "memory" and "wiped" name the env's teacher mode; "route" reads
-# the policy's route input.
+# the policy's route input (and the env's "memory" teacher off the route).
 ENV_TEACHERS = {"darkroom": ("room",), "dark_key_to_door": ("cycle", "explorer"), "house": ("memory", "wiped", "route")}
 
 
-def make_teacher(env, name: str | None = None):
+def make_teacher(env, name: str | None = None, policy=None):
+    """The scripted teacher ``name`` for ``env`` (default: the env's first); with ``policy``, refuses a
+    teacher that reads an input the policy lacks."""
     env_name = getattr(env, "name", type(env).__name__)
     if env_name not in ENV_TEACHERS:
         raise ValueError(f"env {env_name!r} has no scripted teacher; teachers exist for {sorted(ENV_TEACHERS)}")
@@ -286,9 +294,11 @@ def make_teacher(env, name: str | None = None):
         raise ValueError(f"teacher {name!r} does not play {env_name}; choose one of {list(names)}")
     if name == "route":
         from icrl_ros.models.encoders import OBJECT_SCALE_M
-        from icrl_ros.sim.house import HouseEnv
 
-        return RouteFollower(env.num_envs, HouseEnv.turn_step, OBJECT_SCALE_M)
+        if policy is not None and not getattr(policy.args, "route_memory", False):
+            raise ValueError("teacher 'route' reads the policy's route input: set model.route_memory: true")
+
+        return RouteFollower(env, OBJECT_SCALE_M)
     if env_name == "house":
         if env.task.get("teacher") != name:
             raise ValueError(f"teacher {name!r}: the house env runs teacher={env.task.get('teacher')!r}; "

@@ -292,7 +292,7 @@ def test_route_memory_ppo_with_the_route_teacher_then_both_evaluations_agree(tmp
     run_dir = tmp_path / "ppo"
     r = run(["training/train.py", "--config", "config/train/house_relic_ppo.yaml", "--init", "checkpoints/house_relic.pt",
              "--init-partial", "--run-dir", str(run_dir), "--set", "model.route_memory=true",
-             "--set", "ppo.shuffle_episodes=false", "--set", "ppo.teacher=route",
+             "--set", "ppo.shuffle_episodes=false", "--set", "ppo.teacher=route", "--set", "env.options.teacher=memory",
              "--set", "ppo.teacher_when=goal_known", "--set", "ppo.teacher_coef=0.5", "--set", "env.num_envs=2",
              "--set", "ppo.rollout_length=64", "--set", "total_steps=128", "--set", "ppo.critic_warmup_rollouts=0",
              "--set", "ppo.num_minibatches=2", "--set", "threads=1", "--no-progress"])
@@ -311,12 +311,12 @@ def test_route_memory_ppo_with_the_route_teacher_then_both_evaluations_agree(tmp
 
 
 def test_route_labels_come_from_the_env_workers_on_route_steps(tmp_path):
-    """imitate.py --route-labels: a route model's steps with a route are labelled by the workers' waypoint
+    """imitate.py --teacher route: a route model's steps with a route are labelled by the workers' waypoint
     follower (a share reported); a model without the route memory is refused with what to set."""
     common = ["training/imitate.py", "--config", "config/train/house_relic.yaml", "--set", "total_steps=600",
               "--set", "env.num_envs=2", "--set", "ppo.rollout_length=300", "--set", "env.options.max_episode_steps=60",
               "--set", "ppo.shuffle_episodes=false", "--set", "seed=1", "--set", "threads=1", "--beta", "1",
-              "--route-labels"]
+              "--teacher", "route"]
     r = run([*common, "--run-dir", str(tmp_path / "plain")])
     assert r.returncode != 0 and "model.route_memory: true" in r.stderr
     r = run([*common, "--set", "model.route_memory=true", "--run-dir", str(tmp_path / "route")])
@@ -325,16 +325,20 @@ def test_route_labels_come_from_the_env_workers_on_route_steps(tmp_path):
     assert 0.05 < share < 0.95, r.stdout  # measured 0.33: the goal was seen in this trial, not from its start
 
 
-def test_the_route_teacher_turns_toward_the_waypoint_and_counts_only_on_a_route():
-    from icrl_ros.sim.house import FORWARD, TURN_LEFT, TURN_RIGHT
-    from icrl_ros.training.teachers import RouteFollower
+def test_the_route_teacher_follows_the_waypoint_on_a_route_and_the_env_teacher_elsewhere():
+    from icrl_ros.sim.house import TURN_LEFT
+    from icrl_ros.sim.house_vec import HouseVecEnv
+    from icrl_ros.training.teachers import make_teacher
 
-    t = RouteFollower(4, np.radians(30.0), 5.0)
-    route = torch.tensor([[1, 0.2, 0.0, 1, 0, 0.6],    # ahead, 3 m of route
-                          [1, 0.1, 0.1, 0.7, 0.7, 0.6],  # 45 degrees left
-                          [1, 0.1, -0.1, 0.7, -0.7, 0.1],  # right, 0.5 m left: the end is not the term's
-                          [0, 0, 0, 0, 0, 0]])          # no route
-    assert t.act({"route": route}).tolist()[:3] == [FORWARD, TURN_LEFT, TURN_RIGHT]
-    assert t.goal_known().tolist() == [True, True, False, False]
-    with pytest.raises(ValueError, match="route_memory"):
-        t.act({"odom": torch.zeros(4, 3)})
+    with HouseVecEnv(2, "test", seed=3, num_workers=1) as v:
+        with pytest.raises(ValueError, match="env.options.teacher=memory"):
+            make_teacher(v, "route")
+    with HouseVecEnv(2, "test", seed=3, num_workers=1, teacher="memory") as v:
+        v.reset_trial()
+        t = make_teacher(v, "route")
+        route = torch.tensor([[1, 0.02, 0.0, 1, 0, 0.6],  # the waypoint 0.1 m ahead: at the spot, look round
+                              [0, 0, 0, 0, 0, 0]])        # no route: the env's teacher
+        assert t.act({"route": route}).tolist() == [TURN_LEFT, int(v.teacher_action[1])]
+        assert t.goal_known().tolist() == [True, False]
+        with pytest.raises(ValueError, match="route_memory"):
+            t.act({"odom": torch.zeros(2, 3)})
