@@ -149,7 +149,6 @@ class HouseEnv(gym.Env):
         self.teacher_mode, self.teacher_pixels = teacher, float(teacher_pixels)
         self.teacher_noise = float(teacher_noise)
         self.teacher = None
-        self._waypoint_steering = None  # waypoint_action's follower (made on first use)
         self.split, self.image_size = split, int(image_size)
         self.max_episode_steps = int(max_episode_steps)
         self.success_distance = float(success_distance)
@@ -412,13 +411,11 @@ class HouseEnv(gym.Env):
 
     def waypoint_action(self, fwd: float, left: float) -> int:
         """The action of a follower of a waypoint (forward, left) metres from the robot that senses which
-        headings are free (see ``house_oracle.WaypointSteering``; -1 once it gives the episode up). The
-        labels of route steps for imitation: the route comes from a policy's memory, the steering from here."""
-        from icrl_ros.sim.house_oracle import WaypointSteering
+        headings are free (``house_oracle.follow_waypoint``). The labels of route steps for imitation and
+        PPO's route term: the route comes from a policy's memory, the steering from here."""
+        from icrl_ros.sim.house_oracle import follow_waypoint
 
-        if self._waypoint_steering is None:
-            self._waypoint_steering = WaypointSteering()
-        return self._waypoint_steering.act(self, fwd, left)
+        return follow_waypoint(self, fwd, left)
 
     # -- pictures ------------------------------------------------------------------------------
     def render(self):

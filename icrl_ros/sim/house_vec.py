@@ -232,7 +232,7 @@ class HouseVecEnv:
     def waypoint_actions(self, points, mask) -> np.ndarray:
         """Per env, the action of a follower that senses free headings (``HouseEnv.waypoint_action``) toward
         ``points[i]`` (forward, left metres from the robot, e.g. a route memory's waypoint) where ``mask[i]``;
-        -1 where not, or where the follower gave the episode up (a full turn at the waypoint, no target)."""
+        -1 where not."""
         p = np.asarray(points, dtype=np.float64).reshape(self.num_envs, 2)
         m = np.asarray(mask, dtype=bool).reshape(self.num_envs)
         for w, (lo, hi) in enumerate(self._slices):

@@ -235,9 +235,8 @@ class RouteFollower:
     """Labels for a route model (``model.route_memory``, :mod:`icrl_ros.memory.route`): where the
     policy's own ``route`` input has a way to the goal, the action of a follower of its waypoint that
     senses which headings are free, computed in the env workers where the geometry is
-    (``HouseVecEnv.waypoint_actions``: the one-step rule of the route probe's follower, a full turn
-    at the remembered spot, then it gives the episode up); elsewhere, and once it gave up, the in-env
-    teacher's label (:class:`HouseEnvTeacher`: build the env with ``teacher=memory``). The route comes
+    (``HouseVecEnv.waypoint_actions``: the one-step rule of the route probe's follower); elsewhere the
+    in-env teacher's label (:class:`HouseEnvTeacher`: build the env with ``teacher=memory``). The route comes
     from what the student sees, so the way is learnable; the free headings it must read from its
     camera (the frozen heads' free-space bands). :meth:`goal_known` is True on the follower's steps
     (``ppo.teacher_when: goal_known`` counts the term there only). A follower blind to obstacles

@@ -336,7 +336,7 @@ def test_the_route_teacher_follows_the_waypoint_on_a_route_and_the_env_teacher_e
     with HouseVecEnv(2, "test", seed=3, num_workers=1, teacher="memory") as v:
         v.reset_trial()
         t = make_teacher(v, "route")
-        route = torch.tensor([[1, 0.02, 0.0, 1, 0, 0.6],  # the waypoint 0.1 m ahead: at the spot, look round
+        route = torch.tensor([[1, 0.0, 0.4, 0, 1, 0.6],  # the waypoint 2 m to the left: turn to it
                               [0, 0, 0, 0, 0, 0]])        # no route: the env's teacher
         assert t.act({"route": route}).tolist() == [TURN_LEFT, int(v.teacher_action[1])]
         assert t.goal_known().tolist() == [True, False]
