@@ -310,6 +310,7 @@ def test_route_memory_ppo_with_the_route_teacher_then_both_evaluations_agree(tmp
     assert doc["raw"]["torch"] == doc["raw"]["bundle"]
 
 
+@pytest.mark.slow
 def test_route_labels_come_from_the_env_workers_on_route_steps(tmp_path):
     """imitate.py --teacher route: a route model's steps with a route are labelled by the workers' waypoint
     follower (a share reported); a model without the route memory is refused with what to set."""
@@ -328,6 +329,8 @@ def test_route_labels_come_from_the_env_workers_on_route_steps(tmp_path):
 def test_the_route_teacher_follows_the_waypoint_on_a_route_and_the_env_teacher_elsewhere():
     from icrl_ros.sim.house import TURN_LEFT
     from icrl_ros.sim.house_vec import HouseVecEnv
+    from types import SimpleNamespace
+
     from icrl_ros.training.teachers import make_teacher
 
     with HouseVecEnv(2, "test", seed=3, num_workers=1) as v:
@@ -335,6 +338,9 @@ def test_the_route_teacher_follows_the_waypoint_on_a_route_and_the_env_teacher_e
             make_teacher(v, "route")
     with HouseVecEnv(2, "test", seed=3, num_workers=1, teacher="memory") as v:
         v.reset_trial()
+        no_route = SimpleNamespace(args=SimpleNamespace(route_memory=False))  # what imitate.py and PPO pass
+        with pytest.raises(ValueError, match="model.route_memory: true"):
+            make_teacher(v, "route", no_route)
         t = make_teacher(v, "route")
         route = torch.tensor([[1, 0.0, 0.4, 0, 1, 0.6],  # the waypoint 2 m to the left: turn to it
                               [0, 0, 0, 0, 0, 0]])        # no route: the env's teacher
