@@ -289,17 +289,21 @@ def test_waypoint_follower_steers_for_free_headings():
     from icrl_ros.sim.house_vec import HouseVecEnv
 
     e = HouseEnv(split="test")
+
+    def blocked() -> bool:  # the full forward step from the current pose collides
+        return e.nav.collides(e.x + e.forward_step * math.cos(e.yaw), e.z - e.forward_step * math.sin(e.yaw))
+
     try:
         e.reset(seed=3, options={"new_trial": True})
         assert end_game(e) is None  # starts away from the goal: the follower, not the end game, acts
         for _ in range(12):  # face a heading whose forward step is free
-            if not e.nav.collides(e.x + e.forward_step * math.cos(e.yaw), e.z - e.forward_step * math.sin(e.yaw)):
+            if not blocked():
                 break
             e.step(TURN_LEFT)
         assert e.waypoint_action(2.0, 0.0) == FORWARD
         assert e.waypoint_action(0.0, 2.0) == TURN_LEFT and e.waypoint_action(0.0, -2.0) == TURN_RIGHT
         for _ in range(12):  # face a wall: straight ahead is blocked, so it turns to a free heading
-            if e.nav.collides(e.x + e.forward_step * math.cos(e.yaw), e.z - e.forward_step * math.sin(e.yaw)):
+            if blocked():
                 break
             e.step(FORWARD)
         assert e.waypoint_action(3.0, 0.0) in (TURN_LEFT, TURN_RIGHT)

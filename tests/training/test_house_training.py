@@ -327,10 +327,10 @@ def test_route_labels_come_from_the_env_workers_on_route_steps(tmp_path):
 
 
 def test_the_route_teacher_follows_the_waypoint_on_a_route_and_the_env_teacher_elsewhere():
-    from icrl_ros.sim.house import TURN_LEFT
-    from icrl_ros.sim.house_vec import HouseVecEnv
     from types import SimpleNamespace
 
+    from icrl_ros.sim.house import TURN_LEFT
+    from icrl_ros.sim.house_vec import HouseVecEnv
     from icrl_ros.training.teachers import make_teacher
 
     with HouseVecEnv(2, "test", seed=3, num_workers=1) as v:
