@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.training.test_train_cli import run
+from tests.training.test_train_cli import refused, run
 
 if importlib.util.find_spec("miniworld") is None:  # importing it here would open a display
     pytest.skip("the MiniWorld house needs the miniworld package", allow_module_level=True)
@@ -197,7 +197,7 @@ def test_object_estimates_of_the_shipped_encoder_land_on_the_objects():
     assert np.median(errors) < 1.0 and (errors < 1.5).mean() > 0.6, (np.median(errors), (errors < 1.5).mean())
 
 
-def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
+def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path, capsys):
     """evaluate.py --wipe-memory: the same ReLIC weights attending only to the current episode. The
     first episode (nothing earlier to see) is identical to the full-memory run, draw for draw, in
     every batch of trials (the sampler restarts per batch); the second is not."""
@@ -222,12 +222,13 @@ def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path):
         assert all(torch.equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(kept, wiped)), trial
     assert not torch.allclose(logits[False][0, 1][0][0], logits[True][0, 1][0][0], atol=1e-4)
     assert load_checkpoint(ckpt)[0].args.iea  # the checkpoint itself is untouched
-    r = run(["training/evaluate.py", "bundles/house_memo", "--wipe-memory", "--trials", "1", "--episodes", "1",
-             "--out", str(tmp_path / "m")])
-    assert r.returncode != 0 and "--batch 1" in r.stderr and "Traceback" not in r.stderr
-    r = run(["training/evaluate.py", ckpt, "--memory", "window", "--trials", "1", "--episodes", "1",
-             "--out", str(tmp_path / "w")])  # the training code keeps the whole trial: refused, not ignored
-    assert r.returncode != 0 and "export it" in r.stderr and "Traceback" not in r.stderr
+    from icrl_ros.training.evaluate import main as evaluate_main
+
+    assert "--batch 1" in refused(evaluate_main, ["bundles/house_memo", "--wipe-memory", "--trials", "1", "--episodes",
+                                                  "1", "--out", str(tmp_path / "m")], capsys)
+    # the training code keeps the whole trial: refused, not ignored
+    assert "export it" in refused(evaluate_main, [ckpt, "--memory", "window", "--trials", "1", "--episodes", "1",
+                                                  "--out", str(tmp_path / "w")], capsys)
     # Memo: its summaries mix episodes, so the ablation clears the memory at every episode start
     st, opts, desc = stepper_for("bundles/house_memo", wipe=True)
     assert desc["memory_wiped_each_episode"] and st.wipe_each_episode

@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from icrl_ros.sim.gridworlds import DarkKeyToDoorVecEnv, DarkroomVecEnv
-from tests.training.test_train_cli import run
+from tests.training.test_train_cli import refused, run
 import pytest
 
 from icrl_ros.training.teachers import KeyDoorExplorer, grid_cycle, make_teacher, snake_tour, teacher_trials
@@ -97,7 +97,7 @@ def test_teacher_reset_forgets_one_env_only():
     assert t.target[0].tolist() == [-1, -1] and t.target[1].tolist() == [7, -1] and t.has_key.tolist() == [False, True]
 
 
-def test_imitate_then_ppo_init(tmp_path):
+def test_imitate_then_ppo_init(tmp_path, capsys):
     cfg = "config/train/dark_key_to_door.yaml"
     r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "im"), *TINY])
     assert r.returncode == 0, r.stderr
@@ -112,14 +112,20 @@ def test_imitate_then_ppo_init(tmp_path):
     tuned = torch.load(tmp_path / "ppo" / "checkpoints" / "final.pt", weights_only=False)
     assert tuned["model_args"] == blob["model_args"]
     # a config whose model differs is refused with the differing field named
-    r = run(["training/train.py", "--config", cfg, "--run-dir", str(tmp_path / "bad"), "--init", str(ckpt),
-             *TINY[:-2], "--no-progress"])
-    assert r.returncode != 0 and "last_obs" in r.stderr
-    r = run(["training/imitate.py", "--config", "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "dr"),
-             "--teacher", "cycle", *TINY[:-2]])
-    assert r.returncode != 0 and "does not play darkroom" in r.stderr
-    r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "t"), "--teacher", "nope", *TINY])
-    assert r.returncode != 0 and "choose one of" in r.stderr
+    from icrl_ros.training.train import main as train_main
+
+    assert "last_obs" in refused(train_main, ["--config", cfg, "--run-dir", str(tmp_path / "bad"), "--init", str(ckpt),
+                                              *TINY[:-2], "--no-progress"], capsys)
+
+def test_imitate_refuses_a_teacher_for_another_env_or_unknown(tmp_path, capsys, one_thread):
+    from icrl_ros.training.imitate import main
+
+    cfg = "config/train/dark_key_to_door.yaml"
+    err = refused(main, ["--config", "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "dr"), "--teacher", "cycle",
+                         *TINY[:-2]], capsys)
+    assert "does not play darkroom" in err
+    assert "choose one of" in refused(main, ["--config", cfg, "--run-dir", str(tmp_path / "t"), "--teacher", "nope", *TINY],
+                                      capsys)
 
 
 def test_imitate_adds_hcams_reconstruction_loss_on_request(tmp_path):
@@ -131,9 +137,14 @@ def test_imitate_adds_hcams_reconstruction_loss_on_request(tmp_path):
     assert len(losses) == 2 and min(losses) > 0.1  # decoding the observed cell and last action is not free
     r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "h0"), *TINY, *hcam])
     assert r.returncode == 0 and "aux_loss=0 " in r.stdout, r.stderr  # off by default
-    r = run(["training/imitate.py", "--config", "config/train/dark_key_to_door.yaml", "--run-dir", str(tmp_path / "r"),
-             "--hcam-recon", *TINY])
-    assert r.returncode != 0 and "needs an HCAM model" in r.stderr
+
+
+def test_hcam_reconstruction_needs_an_hcam_model(tmp_path, capsys, one_thread):
+    from icrl_ros.training.imitate import main
+
+    err = refused(main, ["--config", "config/train/dark_key_to_door.yaml", "--run-dir", str(tmp_path / "r"),
+                         "--hcam-recon", *TINY], capsys)
+    assert "needs an HCAM model" in err
 
 
 def test_house_teacher_defaults_to_the_mode_the_env_runs():

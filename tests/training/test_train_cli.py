@@ -8,6 +8,8 @@ import sys
 import pytest
 import torch
 
+from icrl_ros.training.evaluate import main as evaluate_main
+
 TINY = ["--set", "env.num_envs=4", "--set", "ppo.rollout_length=64", "--set", "total_steps=512",
         "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=4", "--no-progress"]
 
@@ -17,7 +19,7 @@ def run(args, **kw):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, env=env, **kw)
 
 
-def test_train_resume_and_evaluate(tmp_path):
+def test_train_resume_and_evaluate(tmp_path, capsys):
     r = run(["training/train.py", "--config", "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "a"), *TINY])
     assert r.returncode == 0, r.stderr
     ckpt = tmp_path / "a" / "checkpoints" / "final.pt"
@@ -40,20 +42,38 @@ def test_train_resume_and_evaluate(tmp_path):
     assert data["temperature"] == 0.5 and data["greedy"] is False
     k = data["episodes_all_trials"]  # fixed-step trials: the all-trial prefix, then survivors only
     assert all(row["n"] == 4 for row in data["episodes"][:k]) and all(row["n"] < 4 for row in data["episodes"][k:])
-    r = run(["training/evaluate.py", str(ckpt), "--temperature", "0", "--out", str(out)])
-    assert r.returncode != 0 and "--temperature must be positive" in r.stderr and "Traceback" not in r.stderr
+    assert "--temperature must be positive" in refused(evaluate_main, [str(ckpt), "--temperature", "0", "--out", str(out)],
+                                                       capsys)
     assert (out / "icl_curve.png").stat().st_size > 1000
+
+
+def refused(main, argv, capsys) -> str:
+    """Run a CLI's ``main`` in this process (a fresh interpreter per refusal cost ~5 s each) and return what
+    it printed to stderr; it must exit non-zero through SystemExit (any other exception fails the test, as a
+    traceback would in the subprocess)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code not in (0, None)
+    return capsys.readouterr().err
+
+
+def test_bad_config_fails_at_start_with_the_field():
+    """The real process once (exit status, no traceback) ..."""
+    r = run(["training/train.py", "--config", "config/train/darkroom.yaml", "--set", "env.id=Nope-v0", "--no-progress"])
+    assert r.returncode != 0 and "env.id" in r.stderr and "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize(
     "args,needle",
-    [(["--set", "env.id=Nope-v0"], "env.id"), (["--set", "model.sink=sinky"], "model.sink"),
-     (["--set", "ppo.num_updates=-1"], "ppo.num_updates"), (["--config", "missing.yaml"], "missing.yaml"),
-     (["--set", "ppo.teacher=cycle"], "does not play darkroom")],
+    [(["--set", "model.sink=sinky"], "model.sink"), (["--set", "ppo.num_updates=-1"], "ppo.num_updates"),
+     (["--config", "missing.yaml"], "missing.yaml"), (["--set", "ppo.teacher=cycle"], "does not play darkroom")],
 )
-def test_bad_config_fails_at_start_with_the_field(args, needle):
-    r = run(["training/train.py", "--config", "config/train/darkroom.yaml", *args, "--no-progress"])
-    assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr
+def test_bad_config_is_refused_with_the_field(args, needle, capsys, one_thread):
+    """... and the other refusals through the same ``main``, in process."""
+    from icrl_ros.training.train import main
+
+    assert needle in refused(main, ["--config", "config/train/darkroom.yaml", *args, "--no-progress"], capsys)
 
 
 @pytest.mark.slow  # ~21 s, two training processes; `make test-all` runs it (make test sat at the 8-minute line)
@@ -69,7 +89,7 @@ def test_torchrun_two_processes_gloo(tmp_path):
     assert torch.load(tmp_path / "d" / "checkpoints" / "final.pt", weights_only=False)["env_steps"] == 1024
 
 
-def test_evaluate_merge_combines_stored_results_and_refuses_bad_files(tmp_path):
+def test_evaluate_merge_combines_stored_results_and_refuses_bad_files(tmp_path, capsys):
     def result(means):
         return {"env": "icrl_ros/Darkroom-v0", "split": "test", "trials": 4, "memory_bytes": 1024,
                 "memory_tokens_at_end": 8, "episodes": [{"episode": i + 1, "mean": m, "ci95": 1.0, "n": 4}
@@ -85,12 +105,11 @@ def test_evaluate_merge_combines_stored_results_and_refuses_bad_files(tmp_path):
     assert list(merged) == ["relic", "memo"] and merged["memo"]["episodes"][2]["mean"] == 75.0
     assert (tmp_path / "all" / "icl_curve.png").stat().st_size > 0
     assert "80.00" in r.stdout and "75.00" in r.stdout
-    r = run(["training/evaluate.py", "--merge", str(tmp_path / "a.json"), str(tmp_path / "a.json"),
-             "--out", str(tmp_path / "dup")])
-    assert r.returncode != 0 and "labels repeat" in r.stderr
+    err = refused(evaluate_main, ["--merge", str(tmp_path / "a.json"), str(tmp_path / "a.json"), "--out",
+                                  str(tmp_path / "dup")], capsys)
+    assert "labels repeat" in err
     (tmp_path / "bad.json").write_text(json.dumps({"x": 1}))
-    r = run(["training/evaluate.py", "--merge", str(tmp_path / "bad.json")])
-    assert r.returncode != 0 and "not an eval.json" in r.stderr
+    assert "not an eval.json" in refused(evaluate_main, ["--merge", str(tmp_path / "bad.json")], capsys)
 
 
 def test_curves_mark_episodes_only_some_trials_reached(tmp_path):
@@ -143,13 +162,12 @@ def test_seed_groups_summarise_seeds_and_the_difference():
     assert abs(v["welch_df"] - 4.0) < 1e-9 and abs(v["ci95"] - 2.776 * (0.02 / 3) ** 0.5) < 1e-6
 
 
-def test_evaluate_runs_a_grid_world_bundle_as_its_checkpoint(tmp_path):
+def test_evaluate_runs_a_grid_world_bundle_as_its_checkpoint(tmp_path, capsys):
     """A directory must be a bundle. A grid-world bundle runs through PolicyRunner (ONNX Runtime)
     with its manifest's memory, on the tasks and seeds its checkpoint is evaluated on: with the
     same memory (full) the two give the same episodes; memory sizes stay the manifest's."""
     (tmp_path / "empty").mkdir()
-    r = run(["training/evaluate.py", str(tmp_path / "empty"), "--trials", "1"])
-    assert r.returncode != 0 and "not a bundle" in r.stderr and "Traceback" not in r.stderr
+    assert "not a bundle" in refused(evaluate_main, [str(tmp_path / "empty"), "--trials", "1"], capsys)
     bundle = tmp_path / "darkroom"
     r = run(["training/export.py", "checkpoints/darkroom_relic.pt", "--out", str(bundle)])
     assert r.returncode == 0, r.stderr
@@ -162,5 +180,5 @@ def test_evaluate_runs_a_grid_world_bundle_as_its_checkpoint(tmp_path):
     assert got["bundle"] and got["backend"] == "onnxruntime" and got["memory"] == "full" and got["temperature"] == 1.0
     assert [e["mean"] for e in got["episodes"]] == [e["mean"] for e in doc["torch"]["episodes"]]
     assert len(got["episodes"]) == 3 and got["trial_return"]["mean"] > 0
-    r = run(["training/evaluate.py", str(bundle), "--max-chunks", "4", "--trials", "1", "--out", str(out)])
-    assert r.returncode != 0 and "manifest's" in r.stderr and "Traceback" not in r.stderr
+    assert "manifest's" in refused(evaluate_main, [str(bundle), "--max-chunks", "4", "--trials", "1", "--out", str(out)],
+                                   capsys)
