@@ -107,6 +107,10 @@ class PPOConfig:
     critic has seen the policy's own returns."""
     critic_warmup_lr: float = 1e-3
     """Learning rate of the critic during those rollouts (constant)."""
+    train_only: list = field(default_factory=list)
+    """Parameter-name prefixes (``policy.named_parameters()``) that PPO / imitation train; every other
+    parameter keeps the weights it started with (e.g. ``[encoder.route.weight]``: teach a shipped policy
+    a new input through its own layer and nothing else). Empty: all trainable parameters train."""
 
     def validate(self) -> None:
         for name in ("rollout_length", "num_updates", "num_minibatches", "grad_accum", "update_epochs", "lr"):
@@ -124,6 +128,11 @@ class PPOConfig:
             raise ValueError(f"ppo.teacher_when: 'always' or 'goal_known', got {self.teacher_when!r}")
         if self.teacher_coef > 0 and not self.teacher:
             raise ValueError("ppo.teacher_coef: > 0 needs ppo.teacher (a scripted teacher's name, e.g. cycle)")
+        if not isinstance(self.train_only, list) or not all(isinstance(x, str) and x for x in self.train_only):
+            raise ValueError(f"ppo.train_only: a list of parameter-name prefixes, got {self.train_only!r}")
+        if self.train_only and self.critic_warmup_rollouts:
+            raise ValueError("ppo.train_only with ppo.critic_warmup_rollouts: the warm-up trains the critic head, "
+                             "which train_only holds; set one of them")
         if self.rollout_length < self.num_updates:
             raise ValueError(f"ppo.rollout_length: {self.rollout_length} is shorter than ppo.num_updates")
 

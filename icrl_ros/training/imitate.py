@@ -46,7 +46,7 @@ from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import make_vec
 from icrl_ros.training._cli import fail, load_init_weights
 from icrl_ros.training.config import TrainConfig, config_from_cli
-from icrl_ros.training.ppo import cosine_lr, next_step_inputs, trial_start_inputs
+from icrl_ros.training.ppo import cosine_lr, next_step_inputs, select_trainable, trial_start_inputs
 from icrl_ros.training.teachers import make_teacher, observe_teacher
 
 
@@ -83,6 +83,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="probability that a teacher-chosen action is replaced by a random one of --noise-actions")
     p.add_argument("--noise-actions", default="",
                    help="comma-separated action indices --noise draws from (default: all; the house: 1,2,3 = no stop)")
+    p.add_argument("--route-steps-only", action="store_true",
+                   help="with --teacher route: the imitation loss counts only the steps labelled from the policy's "
+                        "route input (the rest are acted on but not learned from); pair with --set "
+                        "ppo.train_only=[encoder.route.weight] to teach a shipped policy its route input alone")
     p.add_argument("--save-trials", metavar="DIR", help="write every iteration's labelled trials to DIR/trials_NNNN.pt")
     p.add_argument("--offline", metavar="DIR", help="train on the trials saved in DIR instead of collecting "
                    "(--updates gradient steps; the newest --val-files files are held out)")
@@ -163,10 +167,14 @@ def discounted(reward: torch.Tensor, done: torch.Tensor, gamma: float, trial_ret
 class Imitator:
     def __init__(self, policy, env, cfg: TrainConfig, iterations: int, mix_fraction: float, vf_coef: float,
                  teacher: str | None = None, replay: int = 1, beta: float | None = None, noise: float = 0.0,
-                 noise_actions: tuple[int, ...] = (), aux_coef: float = 0.0, hcam_recon: bool = False) -> None:
+                 noise_actions: tuple[int, ...] = (), aux_coef: float = 0.0, hcam_recon: bool = False,
+                 route_steps_only: bool = False) -> None:
         self.policy, self.env, self.cfg = policy, env, cfg
         self.teacher = make_teacher(env, teacher, policy) if env is not None else None
         self.reads_inputs = getattr(self.teacher, "reads_inputs", False)  # labels from the policy's inputs (route)
+        if route_steps_only and env is not None and not self.reads_inputs:
+            raise ValueError("--route-steps-only needs --teacher route (the steps it labels from the route memory)")
+        self.route_steps_only = route_steps_only
         self.fixed_beta, self.noise = beta, noise
         self.noise_actions = np.asarray(noise_actions or range(policy.args.n_actions))
         self.iterations, self.mix_fraction, self.vf_coef = iterations, mix_fraction, vf_coef
@@ -177,7 +185,8 @@ class Imitator:
             raise ValueError("--hcam-recon needs an HCAM model (model.kind: hcam)")
         self.aux_weight = policy.args.hcam_recon_weight if hcam_recon else aux_coef
         self.heads = getattr(policy.encoder, "heads", None)  # the frozen label heads, when inputs
-        self.opt = torch.optim.Adam(policy.parameters(), lr=cfg.ppo.lr, eps=1e-5)
+        self.params = select_trainable(policy, cfg.ppo.train_only)
+        self.opt = torch.optim.Adam(self.params, lr=cfg.ppo.lr, eps=1e-5)
         self.keys = [*policy.rollout_spec(), "episode_index"]
         self.it = 0
         self.replay = replay
@@ -197,7 +206,7 @@ class Imitator:
         env, policy, T = self.env, self.policy, self.cfg.ppo.rollout_length
         a, B = policy.args, env.num_envs
         schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if family_of(policy).segments else None
-        buf = {k: [] for k in (*self.keys, "label", "reward", "done")}
+        buf = {k: [] for k in (*self.keys, "label", "label_mask", "reward", "done")}
         obs = env.reset_trial()
         self.teacher.reset()
         cur = policy.rollout_inputs(trial_start_inputs(env, obs, a.n_actions, "cpu"))
@@ -211,8 +220,12 @@ class Imitator:
             logits, _ = step(cur)
             # the route teacher reads cur["route"], which this step's route memory wrote
             label = self.teacher.act(cur if self.reads_inputs else np.asarray(obs))
+            counted = np.ones(B, bool)
             if self.reads_inputs:
-                routed.append(float(self.teacher.goal_known().mean()))
+                on_route = self.teacher.goal_known()
+                routed.append(float(on_route.mean()))
+                if self.route_steps_only:
+                    counted = on_route
             student = torch.distributions.Categorical(logits=logits.float()).sample().numpy()
             teacher_acts = g.random(B) < beta
             action = np.where(teacher_acts, label, student)
@@ -222,6 +235,7 @@ class Imitator:
             for k in self.keys:
                 buf[k].append(cur[k])
             buf["label"].append(torch.as_tensor(label))
+            buf["label_mask"].append(torch.as_tensor(counted, dtype=torch.float32))
             obs, reward, done, info = env.step(action)
             observe_teacher(self.teacher, info, reward, done, action)
             if isinstance(info, list):  # the house: how the finished episodes went
@@ -254,7 +268,7 @@ class Imitator:
         return out
 
     def data_keys(self, data: dict) -> tuple[str, ...]:
-        return (*self.keys, "label", "return", *(k for k in AUX_KEYS if k in data))
+        return (*self.keys, "label", "return", *(k for k in (*AUX_KEYS, "label_mask") if k in data))
 
     def losses(self, data: dict, mb: torch.Tensor, schedule) -> tuple[torch.Tensor, ...]:
         """Cross-entropy to the teacher, value regression, agreement and the auxiliary loss (memory_aux with
@@ -264,7 +278,11 @@ class Imitator:
             self.policy.forward_sequence(inp, schedule)
         logits, values = out[:2]
         label = data["label"][mb]
-        bc = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), label.reshape(-1))
+        # the steps whose labels count (--route-steps-only; trials saved before it have no mask: all)
+        mask = data["label_mask"][mb] if "label_mask" in data else torch.ones(label.shape)
+        n = mask.sum().clamp(min=1)
+        ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), label.reshape(-1), reduction="none")
+        bc = (ce * mask.reshape(-1)).sum() / n
         vl = 0.5 * (values - data["return"][mb]).pow(2).mean()
         if self.hcam_recon:
             aux = self.policy.recon_loss(inp, out[4]["hidden"])
@@ -272,7 +290,7 @@ class Imitator:
             aux = aux_loss(out[4], data["aux_seen"][mb], data["aux_vec"][mb])
         else:
             aux = bc.new_zeros(())
-        return bc, vl, (logits.argmax(-1) == label).float().mean(), aux
+        return bc, vl, ((logits.argmax(-1) == label).float() * mask).sum() / n, aux
 
     def step(self, data: dict, mb: torch.Tensor, schedule, lr: float) -> np.ndarray:
         """One gradient step on trials ``mb`` of ``data``; the ``METRICS``."""
@@ -281,7 +299,7 @@ class Imitator:
             group["lr"] = lr
         self.opt.zero_grad(set_to_none=True)
         (bc + self.vf_coef * vl + self.aux_weight * aux).backward()
-        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.ppo.max_grad_norm)
+        torch.nn.utils.clip_grad_norm_(self.params, self.cfg.ppo.max_grad_norm)
         self.opt.step()
         return np.array([bc.item(), vl.item(), agree.item(), aux.item()])
 
@@ -444,7 +462,7 @@ def main(argv=None) -> int:
     try:
         imitator = Imitator(policy, None if args.offline else env, cfg, iterations, args.mix_fraction, args.vf_coef,
                             args.teacher, args.replay, args.beta, args.noise, noise_actions, args.aux_coef,
-                            args.hcam_recon)
+                            args.hcam_recon, args.route_steps_only)
     except ValueError as e:
         fail(str(e))
     if noise_actions and not all(0 <= x < policy.args.n_actions for x in noise_actions):

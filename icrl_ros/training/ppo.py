@@ -97,12 +97,33 @@ class RolloutStats:
             self.losses.setdefault(k, []).append(v)
 
 
+def select_trainable(policy: torch.nn.Module, prefixes: list[str]) -> list[torch.nn.Parameter]:
+    """``ppo.train_only``: freeze every parameter whose name starts with none of ``prefixes`` (all train when
+    empty) and return the ones that train. A prefix that names no trainable parameter is an error."""
+    named = [(n, p) for n, p in policy.named_parameters() if p.requires_grad]
+    if not prefixes:
+        return [p for _, p in named]
+    for pre in prefixes:
+        if not any(n.startswith(pre) for n, _ in named):
+            tops = sorted({n.rsplit(".", 1)[0] for n, _ in named})
+            raise ValueError(f"ppo.train_only: {pre!r} names no trainable parameter of this model; "
+                             f"its layers: {', '.join(tops)}")
+    keep = []
+    for n, p in named:
+        if any(n.startswith(pre) for pre in prefixes):
+            keep.append(p)
+        else:
+            p.requires_grad_(False)
+    return keep
+
+
 class PPOTrainer:
     def __init__(self, policy: ICLPolicy, env: VecTrialEnv, cfg: PPOConfig, total_rollouts: int,
                  device: str = "cpu", world_size: int = 1) -> None:
         self.policy, self.env, self.cfg, self.device = policy, env, cfg, device
         self.world_size = world_size
-        self.opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
+        self.params = select_trainable(policy, cfg.train_only)
+        self.opt = torch.optim.Adam(self.params, lr=cfg.lr, eps=1e-5)
         n_upd = cfg.num_updates if cfg.partial_updates else 1
         policy_rollouts = max(1, total_rollouts - cfg.critic_warmup_rollouts)
         self.total_opt_steps = max(1, policy_rollouts * n_upd * cfg.update_epochs * cfg.num_minibatches)
@@ -348,7 +369,7 @@ class PPOTrainer:
                     for name, p in policy.named_parameters():
                         if not name.startswith("critic."):
                             p.grad = None
-                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
                 lr = cfg.critic_warmup_lr if warm else self.lr_at(self.opt_step)
                 for group in self.opt.param_groups:
                     group["lr"] = lr

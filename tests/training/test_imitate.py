@@ -160,3 +160,34 @@ def test_house_teacher_defaults_to_the_mode_the_env_runs():
         make_teacher(env, "memory")
     with pytest.raises(ValueError, match="runs teacher=None; set env.options.teacher=memory"):
         make_teacher(SimpleNamespace(name="house", task={}))  # no teacher in the env: say what to set
+
+
+def test_label_mask_keeps_unlabelled_steps_out_of_the_loss(tmp_path, capsys, one_thread):
+    """``--route-steps-only`` stores a label mask: steps outside it change neither the imitation loss nor its
+    agreement (any label there is ignored); without ``--teacher route`` the flag is refused."""
+    from icrl_ros.models import build_policy
+    from icrl_ros.sim import make_vec
+    from icrl_ros.training.config import TrainConfig
+    from icrl_ros.training.imitate import Imitator, main
+
+    torch.manual_seed(0)
+    cfg = TrainConfig.load("config/train/dark_key_to_door.yaml", ["model.d_model=32", "model.n_layers=1",
+                                                                 "model.n_heads=4", "ppo.rollout_length=40"])
+    env = make_vec(cfg.env.id, 2, seed=0)
+    policy = build_policy(cfg.model_args(**env.model_fields()))
+    im = Imitator(policy, env, cfg, iterations=1, mix_fraction=0.6, vf_coef=0.5)
+    data, _ = im.collect(np.random.default_rng(0))
+    assert torch.equal(data["label_mask"], torch.ones(2, 40))  # no flag: every step counts
+    data = im.with_returns(data)
+    mask = torch.zeros(2, 40)
+    mask[:, ::3] = 1
+    data["label_mask"] = mask
+    mb = torch.arange(2)
+    bc, _, agree, _ = im.losses(data, mb, None)
+    other = dict(data, label=torch.where(mask > 0, data["label"], (data["label"] + 1) % policy.args.n_actions))
+    bc2, _, agree2, _ = im.losses(other, mb, None)
+    assert torch.allclose(bc, bc2) and torch.allclose(agree, agree2)
+    assert not torch.allclose(im.losses(dict(data, label_mask=torch.ones(2, 40)), mb, None)[0], bc)
+    assert "--route-steps-only needs --teacher route" in refused(
+        main, ["--config", "config/train/dark_key_to_door.yaml", "--run-dir", str(tmp_path / "r"), "--route-steps-only",
+               *TINY], capsys)

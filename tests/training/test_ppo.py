@@ -238,3 +238,21 @@ def test_critic_warmup_moves_only_the_critic_and_fits_the_returns_first():
     tr.rollout_and_update()
     assert tr.opt_step == 2 * 4 * 2 and any(not torch.equal(after[k], tr.policy.state_dict()[k])
                                          for k in after if not k.startswith("critic."))
+
+
+def test_train_only_moves_only_the_named_parameters():
+    """``ppo.train_only``: the update moves the parameters under the given prefixes and no other (a shipped
+    policy learns a new input through its own layer); a prefix that names nothing, or the critic warm-up
+    (which trains the held critic), is refused."""
+    torch.manual_seed(0)
+    tr = _trainer(train_only=["actor.weight", "encoder.prev_action"], num_updates=2)
+    before = {k: v.clone() for k, v in tr.policy.state_dict().items()}
+    tr.rollout_and_update()
+    moved = {k for k, v in tr.policy.state_dict().items() if not torch.equal(before[k], v)}
+    assert moved == {"actor.weight", "encoder.prev_action.weight"}, moved
+    with pytest.raises(ValueError, match="'decoder' names no trainable parameter"):
+        _trainer(train_only=["decoder"])
+    with pytest.raises(ValueError, match="ppo.train_only with ppo.critic_warmup_rollouts"):
+        TrainConfig.load("config/train/darkroom.yaml", ["ppo.train_only=[actor]", "ppo.critic_warmup_rollouts=1"])
+    with pytest.raises(ValueError, match="ppo.train_only: a list"):
+        TrainConfig.load("config/train/darkroom.yaml", ["ppo.train_only=actor"])
