@@ -117,6 +117,7 @@ def test_imitate_then_ppo_init(tmp_path, capsys):
     assert "last_obs" in refused(train_main, ["--config", cfg, "--run-dir", str(tmp_path / "bad"), "--init", str(ckpt),
                                               *TINY[:-2], "--no-progress"], capsys)
 
+
 def test_imitate_refuses_a_teacher_for_another_env_or_unknown(tmp_path, capsys, one_thread):
     from icrl_ros.training.imitate import main
 

@@ -19,6 +19,17 @@ def run(args, **kw):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, env=env, **kw)
 
 
+def refused(main, argv, capsys) -> str:
+    """Run a CLI's ``main`` in this process (a fresh interpreter per refusal cost ~5 s each) and return what
+    it printed to stderr; it must exit non-zero through SystemExit (any other exception fails the test, as a
+    traceback would in the subprocess)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code not in (0, None)
+    return capsys.readouterr().err
+
+
 def test_train_resume_and_evaluate(tmp_path, capsys):
     r = run(["training/train.py", "--config", "config/train/darkroom.yaml", "--run-dir", str(tmp_path / "a"), *TINY])
     assert r.returncode == 0, r.stderr
@@ -45,17 +56,6 @@ def test_train_resume_and_evaluate(tmp_path, capsys):
     assert "--temperature must be positive" in refused(evaluate_main, [str(ckpt), "--temperature", "0", "--out", str(out)],
                                                        capsys)
     assert (out / "icl_curve.png").stat().st_size > 1000
-
-
-def refused(main, argv, capsys) -> str:
-    """Run a CLI's ``main`` in this process (a fresh interpreter per refusal cost ~5 s each) and return what
-    it printed to stderr; it must exit non-zero through SystemExit (any other exception fails the test, as a
-    traceback would in the subprocess)."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code not in (0, None)
-    return capsys.readouterr().err
 
 
 def test_bad_config_fails_at_start_with_the_field():
