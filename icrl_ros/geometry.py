@@ -54,3 +54,13 @@ def episode_odometry(start: tuple[float, float, float], pose: tuple[float, float
     """Odometry of house world ``pose`` (x, z, yaw) relative to world ``start``: what the house
     envs put in ``obs["odom"]``."""
     return relative_pose(planar(start), planar(pose))
+
+
+SCAN_BINS = 12
+"""Headings a free-space scan reports, 30 degrees apart from straight ahead, counter-clockwise (bin k at
+k x 30 degrees left): the headings a house robot can face by turning (``turn_step`` 30 degrees)."""
+
+
+def scan_headings(yaw: float) -> np.ndarray:
+    """World yaws of the :data:`SCAN_BINS` scan bins of a robot facing ``yaw`` (bin 0 = ahead)."""
+    return yaw + np.arange(SCAN_BINS) * (2 * np.pi / SCAN_BINS)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from icrl_ros.geometry import SCAN_BINS
 from icrl_ros.models.attention import RMSNorm
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.core import TransformerCore, sequence_mask
@@ -42,7 +43,11 @@ class ICLPolicy(nn.Module):
         nn.init.zeros_(self.actor.bias)
         # inputs that start as none, so a trained model gains them by --init-partial unchanged (self.apply above
         # re-drew the place memory's zeroed read-out: it had started at std 0.02 until 2026-11-28)
-        late = [self.encoder.route] + [b.place_memory.out for b in self.core.blocks if b.place_memory is not None]
+        route = self.encoder.route
+        if isinstance(route, nn.Sequential):  # the MLP's hidden layer at torch's default scale; its output zeroed
+            route[0].reset_parameters()
+            route = route[-1]
+        late = [route] + [b.place_memory.out for b in self.core.blocks if b.place_memory is not None]
         for m in late:
             if m is not None:
                 nn.init.zeros_(m.weight)
@@ -80,6 +85,8 @@ class ICLPolicy(nn.Module):
             spec["goal"] = ((), torch.long)
         if self.args.route_memory:  # written by the control step's route memory, not observed
             spec["route"] = ((ROUTE_DIM,), torch.float32)
+        if self.args.scan_input:  # the free headings around the robot (env option scan; a laser scan)
+            spec["scan"] = ((SCAN_BINS,), torch.float32)
         return spec
 
     def rollout_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

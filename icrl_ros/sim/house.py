@@ -45,7 +45,7 @@ import numpy as np
 from icrl_ros.sim.house_layout import (
     CATEGORIES, GOAL_NAMES, ODOM_LIMIT_M, HouseLayout, check_split, draw_house_seed, generate_layout, house_split,
 )
-from icrl_ros.geometry import episode_odometry, wrap_angle
+from icrl_ros.geometry import SCAN_BINS, episode_odometry, scan_headings, wrap_angle
 from icrl_ros.sim.house_nav import NavGrid, visible
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG  # constants only, no GL
 from icrl_ros.sim.house_topdown import draw_top_down
@@ -59,10 +59,13 @@ TEACHERS = ("memory", "wiped")
 OLD_TASK = {"goal_instances": 0, "start_away": False, "min_start_distance": 1.0}
 
 
-def observation_space(image_size: int, n_goals: int, odom_limit_m: float) -> gym.spaces.Dict:
+def observation_space(image_size: int, n_goals: int, odom_limit_m: float, scan: bool = False) -> gym.spaces.Dict:
     """The object-search observation (this env's and the Habitat backend's): RGB, goal category,
-    odometry (x, y, yaw) from the episode start, previous action (``NO_ACTION`` = none)."""
-    return gym.spaces.Dict({
+    odometry (x, y, yaw) from the episode start, previous action (``NO_ACTION`` = none); with ``scan``,
+    which of the :data:`~icrl_ros.geometry.SCAN_BINS` headings around the robot a forward step can take
+    (1 free, 0 blocked: what a robot's laser scan says of its surroundings)."""
+    extra = {"scan": gym.spaces.Box(0.0, 1.0, (SCAN_BINS,), np.float32)} if scan else {}
+    return gym.spaces.Dict({**extra,
         "rgb": gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8),
         "goal": gym.spaces.Discrete(n_goals),
         "odom": gym.spaces.Box(np.array([-odom_limit_m, -odom_limit_m, -np.pi], np.float32),
@@ -118,6 +121,7 @@ class HouseEnv(gym.Env):
         teacher: str | None = None,
         teacher_pixels: float = MIN_PIXELS,
         teacher_noise: float = 0.0,
+        scan: bool = False,
     ) -> None:
         check_split(split)
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
@@ -148,6 +152,7 @@ class HouseEnv(gym.Env):
         self.min_start_distance = float(min_start_distance)
         self.teacher_mode, self.teacher_pixels = teacher, float(teacher_pixels)
         self.teacher_noise = float(teacher_noise)
+        self.scan = bool(scan)
         self.teacher = None
         self.split, self.image_size = split, int(image_size)
         self.max_episode_steps = int(max_episode_steps)
@@ -159,7 +164,7 @@ class HouseEnv(gym.Env):
         self.render_mode = render_mode
 
         self.action_space = gym.spaces.Discrete(4)
-        self.observation_space = observation_space(self.image_size, len(GOAL_NAMES), ODOM_LIMIT_M)
+        self.observation_space = observation_space(self.image_size, len(GOAL_NAMES), ODOM_LIMIT_M, self.scan)
         self._rng = np.random.default_rng()
         self._renderer = None
         self.layout: HouseLayout | None = None
@@ -345,12 +350,22 @@ class HouseEnv(gym.Env):
         """Observation of the current state, without stepping."""
         if self.layout is None:
             raise RuntimeError("call reset() before observe()")
-        return {
+        obs = {
             "rgb": self._renderer.render(self.x, self.z, self.yaw),
             "goal": np.int64(self.goal),
             "odom": self.odometry(),
             "prev_action": np.int64(self.prev_action),
         }
+        if self.scan:
+            obs["scan"] = self.free_headings()
+        return obs
+
+    def free_headings(self) -> np.ndarray:
+        """(SCAN_BINS,) float32: 1 where a full forward step along that heading is collision-free (the test
+        the oracle's steering makes), bin 0 straight ahead, counter-clockwise."""
+        h = scan_headings(self.yaw)
+        ends = zip(self.x + self.forward_step * np.cos(h), self.z - self.forward_step * np.sin(h))
+        return np.array([0.0 if self.nav.collides(float(x), float(z)) else 1.0 for x, z in ends], np.float32)
 
     def _labelled(self, info: dict) -> dict:
         """``info`` plus the teacher's label for the state the agent now faces (none once the

@@ -3,7 +3,8 @@
 Each worker process owns a contiguous slice of the envs (its own EGL context) and talks
 to the parent over a pipe. ``step`` auto-resets a finished env to the *next episode of the
 same trial* (same house); ``reset_trial`` draws new houses. Observations come back
-stacked: rgb (N, H, W, 3) uint8, goal (N,), odom (N, 3) float32, prev_action (N,).
+stacked: rgb (N, H, W, 3) uint8, goal (N,), odom (N, 3) float32, prev_action (N,), and with the
+``scan`` option scan (N, SCAN_BINS) float32.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def env_seeds(seed: int | None, num_envs: int) -> list[int]:
 
 
 def _stack(obs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return {k: np.stack([o[k] for o in obs]) for k in OBS_KEYS}
+    return {k: np.stack([o[k] for o in obs]) for k in (*OBS_KEYS, "scan") if k in obs[0]}
 
 
 def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) -> None:
@@ -153,14 +154,11 @@ class HouseVecEnv:
 
         from gymnasium import spaces
 
+        from icrl_ros.sim.house import observation_space
+
         self.action_space = spaces.Discrete(4)
-        self.observation_space = spaces.Dict({
-            "rgb": spaces.Box(0, 255, (self.image_size, self.image_size, 3), np.uint8),
-            "goal": spaces.Discrete(len(GOAL_NAMES)),
-            "odom": spaces.Box(np.array([-ODOM_LIMIT_M, -ODOM_LIMIT_M, -np.pi], np.float32),
-                               np.array([ODOM_LIMIT_M, ODOM_LIMIT_M, np.pi], np.float32), dtype=np.float32),
-            "prev_action": spaces.Discrete(5),
-        })
+        self.observation_space = observation_space(self.image_size, len(GOAL_NAMES), ODOM_LIMIT_M,
+                                                   bool(task.get("scan", False)))
 
     def model_fields(self) -> dict:
         """ModelArgs fields this env determines: RGB + odometry + goal, no reward input."""
@@ -276,4 +274,4 @@ class HouseVecEnv:
 
 
 def _stack_parts(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return {k: np.concatenate([p[k] for p in parts]) for k in OBS_KEYS}
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

@@ -315,6 +315,38 @@ def test_waypoint_follower_steers_for_free_headings():
         assert acts.tolist() == [TURN_LEFT, -1]
 
 
+def test_the_scan_says_which_headings_a_forward_step_can_take():
+    """``scan=True``: obs["scan"] holds, for the 12 headings 30 degrees apart from straight ahead (counter-clockwise),
+    whether a full forward step that way is free: the test the route follower's steering makes. The vec env stacks
+    it; without the option there is no such key."""
+    from icrl_ros.sim.house_vec import HouseVecEnv
+
+    e = HouseEnv(split="test", scan=True)
+    try:
+        obs, _ = e.reset(seed=3, options={"new_trial": True})
+        assert e.observation_space.contains(obs)
+        seen = set()
+        for t in range(60):
+            obs, *_ = e.step([FORWARD, TURN_LEFT, FORWARD, FORWARD][t % 4])
+            for k in range(12):  # bin k = k turns to the left
+                h = e.yaw + k * e.turn_step
+                free = not e.nav.collides(e.x + e.forward_step * math.cos(h), e.z - e.forward_step * math.sin(h))
+                assert obs["scan"][k] == float(free)
+            seen.update(obs["scan"].tolist())
+        assert seen == {0.0, 1.0}  # walls were met: both values occur
+    finally:
+        e.close()
+    with HouseVecEnv(2, "test", seed=3, num_workers=1, scan=True) as v:
+        obs = v.reset_trial()
+        assert obs["scan"].shape == (2, 12) and obs["scan"].dtype == np.float32
+        assert v.observation_space["scan"].shape == (12,)
+    plain = HouseEnv(split="test")
+    try:
+        assert "scan" not in plain.reset(seed=3)[0] and "scan" not in plain.observation_space.spaces
+    finally:
+        plain.close()
+
+
 def test_splits_are_disjoint_and_respected():
     train, test = set(house_seeds("train", 400)), set(house_seeds("test", 100))
     assert not train & test
