@@ -64,3 +64,22 @@ k x 30 degrees left): the headings a house robot can face by turning (``turn_ste
 def scan_headings(yaw: float) -> np.ndarray:
     """World yaws of the :data:`SCAN_BINS` scan bins of a robot facing ``yaw`` (bin 0 = ahead)."""
     return yaw + np.arange(SCAN_BINS) * (2 * np.pi / SCAN_BINS)
+
+
+def free_headings_from_scan(ranges: np.ndarray, angles: np.ndarray, step_m: float, radius_m: float) -> np.ndarray:
+    """The house env's ``scan`` observation from a planar laser scan in the robot frame (``angles`` counter-clockwise
+    from straight ahead, as ``sensor_msgs/LaserScan``; non-finite or non-positive ranges are no return):
+    (SCAN_BINS,) float32, bin k free (1) when no scan point lies within ``radius_m`` of the point ``step_m`` ahead
+    along heading k x 30 degrees (the robot's disc after a forward step that way). A heading the scan does not cover
+    (no beam within half a bin of it: a laser narrower than 360 degrees) reads blocked."""
+    r, a = np.asarray(ranges, np.float64).reshape(-1), np.asarray(angles, np.float64).reshape(-1)
+    if r.shape != a.shape:
+        raise ValueError(f"scan: {r.size} ranges but {a.size} angles")
+    ok = np.isfinite(r) & (r > 0)
+    pts = np.stack([r[ok] * np.cos(a[ok]), r[ok] * np.sin(a[ok])], 1)  # (P, 2): forward, left
+    h = np.arange(SCAN_BINS) * (2 * np.pi / SCAN_BINS)
+    ends = step_m * np.stack([np.cos(h), np.sin(h)], 1)  # (K, 2)
+    hit = (((pts[None] - ends[:, None]) ** 2).sum(-1) < radius_m ** 2).any(1)
+    off = np.abs((a[None] - h[:, None] + np.pi) % (2 * np.pi) - np.pi)  # (K, N) angle from bin k to beam i
+    covered = (off <= np.pi / SCAN_BINS + 1e-9).any(1) if a.size else np.zeros(SCAN_BINS, bool)
+    return (covered & ~hit).astype(np.float32)

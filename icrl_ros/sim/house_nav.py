@@ -228,6 +228,30 @@ class NavGrid:
         return any((x - o.x) ** 2 + (z - o.z) ** 2 < (o.cat.radius + r) ** 2 for o in self.layout.objects)
 
 
+    def laser(self, x: float, z: float, yaw: float, angles: np.ndarray, range_max: float) -> np.ndarray:
+        """A planar laser at (x, z) facing ``yaw``: the range of beam i (at ``yaw + angles[i]``, counter-clockwise)
+        to the nearest wall or object, ``inf`` where nothing lies within ``range_max``. (len(angles),) float64."""
+        h = yaw + np.asarray(angles, np.float64)
+        d = np.stack([np.cos(h), -np.sin(h)], 1)  # world (x, z) directions: z points the other way from left
+        best = np.full(len(h), np.inf)
+        if len(self.walls):  # o + t d = a + u e, 0 <= u <= 1, t > 0
+            a, e = self.walls[:, 0] - np.array([x, z]), self.walls[:, 1] - self.walls[:, 0]
+            den = d[:, None, 0] * e[None, :, 1] - d[:, None, 1] * e[None, :, 0]
+            safe = np.where(np.abs(den) > 1e-12, den, np.nan)
+            t = (a[None, :, 0] * e[None, :, 1] - a[None, :, 1] * e[None, :, 0]) / safe
+            u = (a[None, :, 0] * d[:, None, 1] - a[None, :, 1] * d[:, None, 0]) / safe
+            best = np.where((t > 0) & (u >= 0) & (u <= 1), t, np.inf).min(1)
+        if self.layout.objects:
+            c = np.array([[o.x - x, o.z - z] for o in self.layout.objects])
+            r2 = np.array([o.cat.radius ** 2 for o in self.layout.objects])
+            proj = d @ c.T  # (N, O)
+            gap = r2[None] - ((c * c).sum(1)[None] - proj ** 2)
+            t = proj - np.sqrt(np.maximum(gap, 0.0))
+            best = np.minimum(best, np.where((gap > 0) & (t > 0), t, np.inf).min(1))
+        best[best > range_max] = np.inf
+        return best
+
+
 def visible(
     instances: list[ObjectInstance],
     cam: tuple[float, float, float],

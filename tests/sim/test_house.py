@@ -347,6 +347,39 @@ def test_the_scan_says_which_headings_a_forward_step_can_take():
         plain.close()
 
 
+def test_a_laser_scan_gives_the_env_scan_through_the_shared_conversion():
+    """What a robot computes (its laser scan -> :func:`free_headings_from_scan`) equals the env's ``scan`` on a
+    walk past walls and furniture (a 360-beam laser at 1 degree, the sim bridge's); a scan narrower than 360
+    degrees reads the headings it does not cover as blocked; a beam hits a wall straight ahead at its distance."""
+    from icrl_ros.geometry import free_headings_from_scan
+
+    angles = np.deg2rad(np.arange(360.0)) - np.pi
+    e = HouseEnv(split="test", scan=True)
+    try:
+        e.reset(seed=3, options={"new_trial": True})
+        rng, bins = np.random.default_rng(0), 0
+        for _ in range(150):
+            obs, _, term, trunc, _ = e.step(int(rng.choice([FORWARD, FORWARD, FORWARD, TURN_LEFT, 3])))
+            if term or trunc:
+                obs, _ = e.reset()
+            ranges = e.nav.laser(e.x, e.z, e.yaw, angles, 10.0)
+            assert np.array_equal(free_headings_from_scan(ranges, angles, e.forward_step, e.agent_radius), obs["scan"])
+            bins += int((obs["scan"] == 0).sum())
+        assert bins > 0  # blocked headings were met
+    finally:
+        e.close()
+    from types import SimpleNamespace
+
+    from icrl_ros.sim.house_nav import NavGrid
+
+    one_wall = SimpleNamespace(walls=np.array([[[2.0, -5.0], [2.0, 5.0]]]), layout=SimpleNamespace(objects=[]))
+    assert NavGrid.laser(one_wall, 0.0, 0.0, 0.0, np.array([0.0, np.pi, 0.1]), 10.0) == pytest.approx(
+        [2.0, np.inf, 2.0 / math.cos(0.1)])  # a wall 2 m ahead (+x): beams ahead hit it, the one behind sees nothing
+    front = np.deg2rad(np.arange(-110.0, 111.0))  # a Fetch-like 220-degree laser, nothing near
+    bits = free_headings_from_scan(np.full(front.size, np.inf), front, 0.25, 0.25)
+    assert bits.tolist() == [1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1]  # 150-210 degrees: behind the laser's span
+
+
 def test_splits_are_disjoint_and_respected():
     train, test = set(house_seeds("train", 400)), set(house_seeds("test", 100))
     assert not train & test
