@@ -98,14 +98,14 @@ class ModelArgs:
     """With ``object_memory``: the runtime keeps a bounded map of the floor the robot stood on and
     hands the policy, as the ``route`` input, the way back over it to where the goal was seen
     (:mod:`icrl_ros.memory.route`); needs ``pose_frame: house`` odometry to mean anything."""
-    route_hidden: int = 0
-    """``route_memory``: 0, the route input enters the token through one linear layer; > 0, through
-    an MLP with this many hidden units whose output is gated by the input's "found" entry (the
-    token is untouched while the route memory has no way to the goal)."""
+    route_skill: int = 0
+    """``route_memory``: > 0 adds a route-following head, an MLP with this many hidden units from the ``route``
+    input (and the ``scan`` with ``scan_input``) to action logits that add to the actor's, gated by the route's
+    "found" entry: where the route memory has no way to the goal the policy acts exactly as without it. 0: none."""
     scan_input: bool = False
-    """With ``route_hidden``: the route MLP also reads the ``scan`` input, which of the 12 headings around
-    the robot a forward step can take (:data:`~icrl_ros.geometry.SCAN_BINS`; the env's ``scan`` option, a
-    laser scan on a robot): following a route round walls needs what is free nearby."""
+    """With ``route_skill``: the head also reads the ``scan`` input, which of the 12 headings around the robot a
+    forward step can take (:data:`~icrl_ros.geometry.SCAN_BINS`; the env's ``scan`` option, a laser scan on a
+    robot): following a route round walls needs what is free nearby."""
     stop_gate: float = 0.0
     """House models with ``object_memory``: when acting, the stop may not be chosen while the frozen
     heads give P(goal in view) below this (0: no gate; :mod:`icrl_ros.models.stop_rule`)."""
@@ -214,11 +214,11 @@ class ModelArgs:
             raise ValueError("model.place_memory: needs model.object_memory (it reads the pose entries that writes)")
         if self.route_memory and not self.object_memory:
             raise ValueError("model.route_memory: needs model.object_memory (it reads the sightings that writes)")
-        if self.route_hidden < 0 or (self.route_hidden and not self.route_memory):
-            raise ValueError(f"model.route_hidden: a width >= 0 for the route input's MLP, used with "
-                             f"model.route_memory, got {self.route_hidden} (route_memory {self.route_memory})")
-        if self.scan_input and not self.route_hidden:
-            raise ValueError("model.scan_input: the scan enters through the route MLP; set model.route_hidden > 0")
+        if self.route_skill < 0 or (self.route_skill and not self.route_memory):
+            raise ValueError(f"model.route_skill: a hidden width >= 0 for the route-following head, used with "
+                             f"model.route_memory, got {self.route_skill} (route_memory {self.route_memory})")
+        if self.scan_input and not self.route_skill:
+            raise ValueError("model.scan_input: the scan is read by the route-following head; set model.route_skill > 0")
         if self.place_memory and self.n_heads < 4:
             raise ValueError(f"model.place_memory: heads 0-2 of layer 0 become fixed; n_heads must be at least 4 "
                              f"(one learnt head left), got {self.n_heads}")

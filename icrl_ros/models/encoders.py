@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from icrl_ros.geometry import SCAN_BINS
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.object_memory import ROUTE_DIM, STRUCT_DIM, object_struct
 
@@ -249,12 +248,7 @@ class StepEncoder(nn.Module):
         self.step = nn.Embedding(a.max_episode_steps, a.d_model)
         self.goal = nn.Embedding(a.n_goals, a.d_model) if a.n_goals else None
         # the route memory's way back to the goal (icrl_ros/memory/route.py); zeroed by ICLPolicy
-        self.route = None
-        if a.route_memory and a.route_hidden:  # nonlinear, gated by "found"
-            self.route = nn.Sequential(nn.Linear(ROUTE_DIM + SCAN_BINS * a.scan_input, a.route_hidden), nn.ReLU(),
-                                       nn.Linear(a.route_hidden, a.d_model))
-        elif a.route_memory:
-            self.route = nn.Linear(ROUTE_DIM, a.d_model)
+        self.route = nn.Linear(ROUTE_DIM, a.d_model) if a.route_memory else None
 
     def load_pretrained(self) -> None:
         """Load and freeze ``model.pretrained_encoder`` (training start only: checkpoints
@@ -305,12 +299,7 @@ class StepEncoder(nn.Module):
         if self.goal is not None:
             x = x + self.goal(inp["goal"])
         if self.route is not None:
-            r = inp["route"].float()
-            if a.route_hidden == 0:
-                x = x + self.route(r)
-            else:
-                z = torch.cat([r, inp["scan"].float()], -1) if a.scan_input else r
-                x = x + r[..., :1] * self.route(z)
+            x = x + self.route(inp["route"].float())
         if a.object_memory:  # the last entries carry what the object memory head reads
             p, xy, _ = self.heads.object_estimates(feat.float(), inp["odom"].float())
             s = object_struct(p, xy, inp["odom"].float(), inp["goal"], OBJECT_SCALE_M).to(x.dtype)

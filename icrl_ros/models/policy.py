@@ -26,6 +26,19 @@ from icrl_ros.models.object_memory import ROUTE_DIM
 STEP_KEYS = ("obs", "prev_action", "prev_reward", "episode_step", "episode_index")  # grid-world inputs
 
 
+def skill_inputs(args: ModelArgs) -> list[str]:
+    """Inputs of ``args``' route-following head (``model.route_skill``), in the heads graph's order."""
+    if not getattr(args, "route_skill", 0):
+        return []
+    return ["route", "scan"] if args.scan_input else ["route"]
+
+
+def skill_logits(head: nn.Module, *inputs: Tensor) -> Tensor:
+    """The route-following head's logits (..., A) from ``route`` (..., ROUTE_DIM) [and ``scan``], zero where the
+    route has no way to the goal (its "found" entry 0)."""
+    return inputs[0][..., :1].float() * head(torch.cat([t.float() for t in inputs], -1))
+
+
 class ICLPolicy(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
@@ -38,16 +51,20 @@ class ICLPolicy(nn.Module):
         self.sink_token = nn.Parameter(torch.randn(args.d_model) * 0.02) if args.sink == "token" else None
         # training only: P(goal seen earlier in the trial) logit and its (forward, left) offset
         self.memory_aux = nn.Linear(args.d_model, 3) if args.memory_aux else None
+        # the route-following head (model.route_skill): route (+ scan) -> logits, added where a route exists
+        self.route_skill = None
+        if args.route_skill:
+            self.route_skill = nn.Sequential(nn.Linear(ROUTE_DIM + SCAN_BINS * args.scan_input, args.route_skill),
+                                             nn.ReLU(), nn.Linear(args.route_skill, args.n_actions))
         self.apply(self._init)
         nn.init.normal_(self.actor.weight, std=0.01)
         nn.init.zeros_(self.actor.bias)
         # inputs that start as none, so a trained model gains them by --init-partial unchanged (self.apply above
         # re-drew the place memory's zeroed read-out: it had started at std 0.02 until 2026-11-28)
-        route = self.encoder.route
-        if isinstance(route, nn.Sequential):  # the MLP's hidden layer at torch's default scale; its output zeroed
-            route[0].reset_parameters()
-            route = route[-1]
-        late = [route] + [b.place_memory.out for b in self.core.blocks if b.place_memory is not None]
+        late = [self.encoder.route] + [b.place_memory.out for b in self.core.blocks if b.place_memory is not None]
+        if self.route_skill is not None:  # its hidden layer at torch's default scale, its output zero
+            self.route_skill[0].reset_parameters()
+            late.append(self.route_skill[-1])
         for m in late:
             if m is not None:
                 nn.init.zeros_(m.weight)
@@ -113,6 +130,17 @@ class ICLPolicy(nn.Module):
         h = self.norm(h)
         return self.actor(h), self.critic(h).squeeze(-1)
 
+    @property
+    def skill_inputs(self) -> list[str]:
+        """The inputs the route-following head reads beside the hidden state (the heads graph's extra inputs)."""
+        return skill_inputs(self.args)
+
+    def with_skill(self, logits: Tensor, inp: dict[str, Tensor]) -> Tensor:
+        """``logits`` plus the route-following head's where the model has one."""
+        if self.route_skill is None:
+            return logits
+        return logits + skill_logits(self.route_skill, *(inp[n] for n in self.skill_inputs)).to(logits.dtype)
+
     def initial_cache(self, batch: int, device=None) -> tuple[Tensor, Tensor]:
         """Keys/values present at a trial start: empty, or the sink token's (L, B, H, 1, hd)."""
         if self.sink_token is None:
@@ -136,6 +164,7 @@ class ICLPolicy(nn.Module):
         else:
             h, k, v = self.core(x, ep, mask)
         logits, value = self.heads(h)
+        logits = self.with_skill(logits, inp)
         if aux:
             if self.memory_aux is None:
                 raise ValueError("forward_sequence(aux=True): the model has no memory_aux head (model.memory_aux)")

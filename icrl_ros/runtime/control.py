@@ -100,7 +100,7 @@ class ControlStep:
         h, k, v, *more = eng.core(x, self.position, mask, past_k, past_v, *mem.core_inputs())
         if commit:
             mem.commit_step(eng, k, v, episode, *more)  # HCAM: + the token's memory-layer inputs; Memo summarises
-        logits, value = eng.heads(h)
+        logits, value = eng.heads(h, *(inputs[n] for n in eng.skill_inputs))  # + the route-following head's
         if self.stop_rule is not None:  # house models: stop on what the camera shows (models/stop_rule.py)
             logits = self.stop_rule(logits, x)
         return logits, value

@@ -61,6 +61,9 @@ class Engine(ABC):
         enc = bundle.specs.get("encoder")
         self.input_names: list[str] = [io["name"] for io in enc["inputs"]] if enc else []
         """The encoder's inputs in order (none without an encoder graph: RA-DT)."""
+        heads = bundle.specs.get("heads")
+        self.skill_inputs: list[str] = [io["name"] for io in heads["inputs"][1:]] if heads else []
+        """The heads graph's inputs after ``hidden``: the route-following head's (``model.route_skill``)."""
 
     @property
     def cache_dtype(self) -> torch.dtype:
@@ -74,7 +77,9 @@ class Engine(ABC):
              ) -> tuple[Tensor, ...]: ...
 
     @abstractmethod
-    def heads(self, hidden: Tensor) -> tuple[Tensor, Tensor]: ...
+    def heads(self, hidden: Tensor, *skill: Tensor) -> tuple[Tensor, Tensor]:
+        """hidden (B, D) and the route-following head's inputs (``route``[, ``scan``], a model with
+        ``route_skill``) -> logits (B, A), value (B,)."""
 
     def summarize(self, mem_k: Tensor, mem_v: Tensor, mem_valid: Tensor, sum_valid: Tensor, pos_base: Tensor,
                   seg_len: Tensor, new_base: Tensor) -> tuple[Tensor, Tensor]:

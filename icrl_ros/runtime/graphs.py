@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from icrl_ros.families import family_of
-from icrl_ros.models.policy import ICLPolicy
+from icrl_ros.models.policy import ICLPolicy, skill_inputs, skill_logits
 
 PRECISIONS = ("fp32", "fp16")
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "bool": torch.bool,
@@ -73,7 +73,8 @@ def shared_graph_specs(policy: ICLPolicy, precision: str = "fp32", window: int |
             "outputs": [io_spec("hidden", "float32", ["batch", D]), io_spec("new_k", f, [L, "batch", H, 1, hd]),
                         io_spec("new_v", f, [L, "batch", H, 1, hd])],
         },
-        "heads": {"inputs": [io_spec("hidden", "float32", ["batch", D])],
+        "heads": {"inputs": [io_spec("hidden", "float32", ["batch", D])]
+                  + [io_spec(n, "float32", ["batch", *policy.input_spec()[n][0]]) for n in skill_inputs(a)],
                   "outputs": [io_spec("logits", "float32", ["batch", a.n_actions]),
                               io_spec("value", "float32", ["batch"])]},
     }
@@ -116,15 +117,20 @@ class CoreGraph(nn.Module):
 
 
 class HeadsGraph(nn.Module):
-    """hidden (B, D) -> logits (B, A), value (B,), both float32."""
+    """hidden (B, D) [, the route-following head's inputs: route (B, 6)[, scan (B, 12)]] -> logits (B, A),
+    value (B,), both float32."""
 
     def __init__(self, policy: ICLPolicy) -> None:
         super().__init__()
         self.norm, self.actor, self.critic = policy.norm, policy.actor, policy.critic
+        self.route_skill = getattr(policy, "route_skill", None)
 
-    def forward(self, hidden: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, hidden: Tensor, *skill: Tensor) -> tuple[Tensor, Tensor]:
         h = self.norm(hidden)
-        return self.actor(h).float(), self.critic(h).squeeze(-1).float()
+        logits = self.actor(h).float()
+        if self.route_skill is not None:
+            logits = logits + skill_logits(self.route_skill, *skill).float()
+        return logits, self.critic(h).squeeze(-1).float()
 
 
 class Autocast(nn.Module):

@@ -107,8 +107,8 @@ class OrtEngine(Engine):
         args = (x, position, mask, *past_k.unbind(0), *past_v.unbind(0), *extra)  # per-layer views of the memory
         return tuple(self._run("core", args, x.shape[0], mask.shape[1]))
 
-    def heads(self, hidden):
-        logits, value = self._run("heads", (hidden,), hidden.shape[0])
+    def heads(self, hidden, *skill):
+        logits, value = self._run("heads", (hidden, *skill), hidden.shape[0])
         return logits, value
 
     def policy(self, *inputs):

@@ -12,6 +12,7 @@ import copy
 import torch
 from torch import Tensor
 
+from icrl_ros.models.policy import skill_inputs
 from icrl_ros.runtime.bundle import Bundle
 from icrl_ros.runtime.engine import Engine, register_backend
 from icrl_ros.runtime.graphs import build_graphs, graph_modules
@@ -75,10 +76,11 @@ class TorchEngine(Engine):
         return self.graphs["core"](*args)
 
     @torch.no_grad()
-    def heads(self, hidden):
+    def heads(self, hidden, *skill):
+        args = (hidden, *skill)
         if self.use_cuda_graphs:
-            return self._graphed("heads", (hidden,), copied=(0,))
-        return self.graphs["heads"](hidden)
+            return self._graphed("heads", args, copied=tuple(range(len(args))))
+        return self.graphs["heads"](*args)
 
     @torch.no_grad()
     def policy(self, *inputs):
@@ -109,6 +111,7 @@ class LiveEngine(Engine):
         self.policy, self.bundle, self.precision = policy, None, "fp32"
         self.device = next(policy.parameters()).device
         self.input_names = list(policy.input_spec())
+        self.skill_inputs = skill_inputs(policy.args)
         self.graphs = graph_modules(policy)
 
     @torch.no_grad()
@@ -120,8 +123,8 @@ class LiveEngine(Engine):
         return self.graphs["core"](x, position, mask, *past_k.unbind(0), *past_v.unbind(0), *extra)
 
     @torch.no_grad()
-    def heads(self, hidden):
-        return self.graphs["heads"](hidden)
+    def heads(self, hidden, *skill):
+        return self.graphs["heads"](hidden, *skill)
 
     @torch.no_grad()
     def summarize(self, mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base):

@@ -181,8 +181,8 @@ class TensorRTEngine(Engine):
     def core(self, x, position, mask, past_k, past_v, *extra):
         return tuple(self._run("core", (x, position, mask, *past_k.unbind(0), *past_v.unbind(0), *extra)))
 
-    def heads(self, hidden):
-        logits, value = self._run("heads", (hidden,))
+    def heads(self, hidden, *skill):
+        logits, value = self._run("heads", (hidden, *skill))
         return logits, value
 
     def policy(self, *inputs):

@@ -42,6 +42,7 @@ from icrl_ros.families import family_of
 from icrl_ros.families.memo.model import segment_schedule
 from icrl_ros.models import build_policy, make_memory, save_checkpoint
 from icrl_ros.models.encoders import OBJECT_SCALE_M
+from icrl_ros.models.policy import skill_logits
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import make_vec
 from icrl_ros.training._cli import fail, load_init_weights
@@ -83,6 +84,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="probability that a teacher-chosen action is replaced by a random one of --noise-actions")
     p.add_argument("--noise-actions", default="",
                    help="comma-separated action indices --noise draws from (default: all; the house: 1,2,3 = no stop)")
+    p.add_argument("--skill-epochs", type=int, default=200,
+                   help="with --set ppo.train_only=[route_skill] (a model with model.route_skill): the head trains on "
+                        "the held network's logits, cached once per iteration, this many passes over the stored route "
+                        "steps per iteration (each pass in ppo.num_minibatches minibatches)")
     p.add_argument("--route-steps-only", action="store_true",
                    help="with --teacher route: the imitation loss counts only the steps labelled from the policy's "
                         "route input (the rest are acted on but not learned from); pair with --set "
@@ -168,7 +173,7 @@ class Imitator:
     def __init__(self, policy, env, cfg: TrainConfig, iterations: int, mix_fraction: float, vf_coef: float,
                  teacher: str | None = None, replay: int = 1, beta: float | None = None, noise: float = 0.0,
                  noise_actions: tuple[int, ...] = (), aux_coef: float = 0.0, hcam_recon: bool = False,
-                 route_steps_only: bool = False) -> None:
+                 route_steps_only: bool = False, skill_epochs: int = 200) -> None:
         self.policy, self.env, self.cfg = policy, env, cfg
         self.teacher = make_teacher(env, teacher, policy) if env is not None else None
         self.reads_inputs = getattr(self.teacher, "reads_inputs", False)  # labels from the policy's inputs (route)
@@ -187,6 +192,11 @@ class Imitator:
         self.heads = getattr(policy.encoder, "heads", None)  # the frozen label heads, when inputs
         self.params = select_trainable(policy, cfg.ppo.train_only)
         self.opt = torch.optim.Adam(self.params, lr=cfg.ppo.lr, eps=1e-5)
+        # only the route-following head trains: the held network's logits are cached once per collected trial
+        # and the head fits on top of them (skill_epochs passes over the route steps), no sequence model per step
+        names = [n for n, p in policy.named_parameters() if p.requires_grad]
+        self.skill_only = bool(names) and all(n.startswith("route_skill.") for n in names)
+        self.skill_epochs = skill_epochs
         self.keys = [*policy.rollout_spec(), "episode_index"]
         self.it = 0
         self.replay = replay
@@ -311,6 +321,8 @@ class Imitator:
         cfg, policy = self.cfg.ppo, self.policy
         self.stored.append(self.with_returns(data))
         del self.stored[:-self.replay]
+        if self.skill_only:
+            return self.update_skill()
         policy.train()
         totals = np.zeros(len(METRICS))
         n = 0
@@ -323,6 +335,51 @@ class Imitator:
         policy.eval()
         self.it += 1
         return dict(zip(METRICS, totals / n))
+
+    @torch.no_grad()
+    def skill_rows(self, d: dict) -> dict[str, torch.Tensor]:
+        """The route steps of stored iteration ``d`` (the head's "found" entry on, and counted by the label mask):
+        the held network's logits without the head (computed once per iteration and kept), the head's inputs, the
+        labels."""
+        policy = self.policy
+        if "skill_base" not in d:
+            policy.eval()
+            base = []
+            for mb in torch.arange(d["label"].shape[0]).chunk(self.cfg.ppo.num_minibatches):
+                inp = {k: d[k][mb] for k in self.keys}
+                logits = policy.forward_sequence(inp, d["schedule"])[0]
+                base.append(logits - skill_logits(policy.route_skill, *(inp[n] for n in policy.skill_inputs)))
+            d["skill_base"] = torch.cat(base)
+        on = d["route"][..., 0] > 0
+        if "label_mask" in d:
+            on &= d["label_mask"] > 0
+        return {"base": d["skill_base"][on], "label": d["label"][on],
+                "inputs": [d[n][on].float() for n in policy.skill_inputs]}
+
+    def update_skill(self) -> dict[str, float]:
+        """``skill_epochs`` passes, in ``num_minibatches`` minibatches, over the route steps of the stored
+        iterations: cross-entropy of (held logits + head) to the labels. Only the head has gradients."""
+        head = self.policy.route_skill
+        rows = [self.skill_rows(d) for d in self.stored]
+        base = torch.cat([r["base"] for r in rows])
+        label = torch.cat([r["label"] for r in rows])
+        inputs = [torch.cat(x) for x in zip(*(r["inputs"] for r in rows))]
+        totals, n = np.zeros(len(METRICS)), 0
+        for group in self.opt.param_groups:
+            group["lr"] = self.lr()
+        head.train()
+        for _ in range(self.skill_epochs if len(label) else 0):
+            for mb in torch.randperm(len(label)).chunk(self.cfg.ppo.num_minibatches):
+                logits = base[mb] + skill_logits(head, *(x[mb] for x in inputs))
+                loss = F.cross_entropy(logits, label[mb])
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                self.opt.step()
+                totals += [loss.item(), 0.0, (logits.argmax(-1) == label[mb]).float().mean().item(), 0.0]
+                n += 1
+        self.policy.eval()
+        self.it += 1
+        return dict(zip(METRICS, totals / max(n, 1)))
 
     def aggregate_update(self, data: dict, pool: list[dict], updates: int, batch: int) -> dict[str, float]:
         """DAgger with the whole dataset: ``updates`` gradient steps, each on ``batch`` trials,
@@ -425,6 +482,8 @@ def main(argv=None) -> int:
     cfg = config_from_cli(args.config, args.set, args.run_dir)
     if not 0.0 <= args.mix_fraction <= 1.0:
         fail(f"--mix-fraction must be in [0, 1], got {args.mix_fraction}")
+    if args.skill_epochs < 1:
+        fail(f"--skill-epochs must be >= 1, got {args.skill_epochs}")
     if args.replay < 1:
         fail(f"--replay must be >= 1, got {args.replay}")
     if args.beta is not None and not 0.0 <= args.beta <= 1.0:
@@ -462,7 +521,7 @@ def main(argv=None) -> int:
     try:
         imitator = Imitator(policy, None if args.offline else env, cfg, iterations, args.mix_fraction, args.vf_coef,
                             args.teacher, args.replay, args.beta, args.noise, noise_actions, args.aux_coef,
-                            args.hcam_recon, args.route_steps_only)
+                            args.hcam_recon, args.route_steps_only, args.skill_epochs)
     except ValueError as e:
         fail(str(e))
     if noise_actions and not all(0 <= x < policy.args.n_actions for x in noise_actions):

@@ -92,7 +92,7 @@ def test_checkpoint_round_trip(tmp_path):
     "field,value,needle",
     [("sink", "kvv", "model.sink"), ("d_model", -4, "model.d_model"), ("n_layers", 0, "model.n_layers"),
      ("kind", "lstm", "model.kind"), ("depth_dropout", 1.5, "model.depth_dropout"),
-     ("route_hidden", 32, "model.route_hidden"), ("scan_input", True, "model.scan_input")],
+     ("route_skill", 32, "model.route_skill"), ("scan_input", True, "model.scan_input")],
 )
 def test_bad_model_args_name_the_field(field, value, needle):
     with pytest.raises(ValueError, match=needle):

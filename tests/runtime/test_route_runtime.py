@@ -73,46 +73,47 @@ def test_the_runner_snapshots_its_map_and_a_new_trial_forgets_it(route_bundle, t
 
 @pytest.fixture(scope="module")
 def scan_bundle(tmp_path_factory):
-    """The shipped ReLIC with the route read by an MLP that also reads the scan (random output weights)."""
+    """The shipped ReLIC with a route-following head that reads the route and the scan (random output weights)."""
     if not SHIPPED.is_file():
         pytest.skip(f"{SHIPPED} is missing")
     from icrl_ros.training.export import export_bundle
 
     shipped, config = load_checkpoint(SHIPPED)
-    policy = ICLPolicy(replace(shipped.args, route_memory=True, route_hidden=16, scan_input=True))
+    policy = ICLPolicy(replace(shipped.args, route_memory=True, route_skill=16, scan_input=True))
     policy.load_state_dict(shipped.state_dict(), strict=False)
-    out = policy.encoder.route[-1]
-    assert not out.weight.any() and not out.bias.any()  # a trained model gains the input as no input
+    out = policy.route_skill[-1]
+    assert not out.weight.any() and not out.bias.any()  # a trained model gains the head as no head
     with torch.no_grad():
         out.weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(0))
     return export_bundle(policy, tmp_path_factory.mktemp("scan") / "bundle", config=config)
 
 
-def test_the_route_mlp_reads_the_scan_only_where_a_route_exists_and_the_bundle_replays_it(scan_bundle):
+def test_the_route_skill_reads_the_scan_only_where_a_route_exists_and_the_bundle_replays_it(scan_bundle):
     from icrl_ros.runtime import PolicyRunner
     from icrl_ros.runtime.bundle import load_bundle
     from icrl_ros.runtime.selfcheck import check_sample
 
     bundle = load_bundle(scan_bundle)
+    assert [io["name"] for io in bundle.specs["heads"]["inputs"]] == ["hidden", "route", "scan"]
     policy = bundle.load_policy()
     g = torch.Generator().manual_seed(1)
     inp = {"rgb_feat": torch.randn(4, 1, policy.args.feature_dim, generator=g), "odom": torch.randn(4, 1, 3, generator=g),
            "prev_action": torch.zeros(4, 1, dtype=torch.long), "episode_step": torch.zeros(4, 1, dtype=torch.long),
-           "goal": torch.zeros(4, 1, dtype=torch.long), "route": torch.randn(4, 1, 6, generator=g),
-           "scan": torch.ones(4, 1, 12)}
+           "episode_index": torch.zeros(4, 1, dtype=torch.long), "goal": torch.zeros(4, 1, dtype=torch.long),
+           "route": torch.randn(4, 1, 6, generator=g), "scan": torch.ones(4, 1, 12)}
     inp["route"][:2, :, 0], inp["route"][2:, :, 0] = 1.0, 0.0  # found in envs 0-1 only
-    other = dict(inp, scan=torch.zeros(4, 1, 12))
     with torch.no_grad():
-        moved = (policy.encode(inp) - policy.encode(other)).abs().amax((1, 2))
+        moved = (policy.forward_sequence(inp)[0] - policy.forward_sequence(dict(inp, scan=torch.zeros(4, 1, 12)))[0])
+    moved = moved.abs().amax((1, 2))
     assert (moved[:2] > 1e-3).all() and (moved[2:] == 0).all()  # gated by "found"
     sample = np.load(scan_bundle / "sample.npz")
     assert sample["scan"].shape[-1] == 12 and set(np.unique(sample["scan"])) <= {0.0, 1.0}
-    assert (sample["route"][..., 0] == 1.0).any()  # the route (and so the scan) fired in it
+    assert (sample["route"][..., 0] == 1.0).any()  # the route (and so the head) fired in it
     report = check_sample(bundle)
     assert report["ok"], report
     runner = PolicyRunner.from_bundle(scan_bundle)
     runner.begin_episode(0)
     obs = {"rgb": np.zeros((64, 64, 3), np.uint8), "odom": np.zeros(3, np.float32)}
-    with pytest.raises(ValueError, match="missing key 'scan'"):  # the bundle reads a scan: an observation without one is refused
+    with pytest.raises(ValueError, match="missing key 'scan'"):  # the bundle reads a scan: an observation without one
         runner.act(obs)
     runner.act({**obs, "scan": np.ones(12, np.float32)})

@@ -192,3 +192,51 @@ def test_label_mask_keeps_unlabelled_steps_out_of_the_loss(tmp_path, capsys, one
     assert "--route-steps-only needs --teacher route" in refused(
         main, ["--config", "config/train/dark_key_to_door.yaml", "--run-dir", str(tmp_path / "r"), "--route-steps-only",
                *TINY], capsys)
+
+
+def test_a_route_skill_alone_trains_on_the_held_networks_cached_logits(one_thread):
+    """``ppo.train_only=[route_skill]``: the imitator caches the held network's logits once per stored iteration
+    (the full model's logits less the head's) and fits the head on the route steps only; nothing else moves, and a
+    label the scan decides is learnt."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from icrl_ros.models import load_checkpoint
+    from icrl_ros.models.policy import ICLPolicy
+    from icrl_ros.training.config import TrainConfig
+    from icrl_ros.training.imitate import Imitator
+
+    shipped_path = Path("checkpoints/house_relic.pt")
+    if not shipped_path.is_file():
+        pytest.skip(f"{shipped_path} is missing")
+    shipped, _ = load_checkpoint(shipped_path)
+    policy = ICLPolicy(replace(shipped.args, route_memory=True, route_skill=16, scan_input=True))
+    policy.load_state_dict(shipped.state_dict(), strict=False)
+    cfg = TrainConfig.load("config/train/house_relic_ppo.yaml", ["ppo.train_only=[route_skill]", "ppo.lr=0.01",
+                                                                "ppo.num_minibatches=2", "ppo.critic_warmup_rollouts=0"])
+    im = Imitator(policy, None, cfg, iterations=1, mix_fraction=0.6, vf_coef=0.5, skill_epochs=60)
+    assert im.skill_only
+    g = torch.Generator().manual_seed(0)
+    B, T = 4, 48
+    data = {"rgb_feat": torch.randn(B, T, policy.args.feature_dim, generator=g), "odom": torch.randn(B, T, 3, generator=g),
+            "prev_action": torch.randint(0, 4, (B, T), generator=g), "episode_step": torch.arange(T).repeat(B, 1),
+            "episode_index": torch.zeros(B, T, dtype=torch.long), "goal": torch.randint(0, 3, (B, T), generator=g),
+            "route": torch.randn(B, T, 6, generator=g), "scan": torch.randint(0, 2, (B, T, 12), generator=g).float(),
+            "reward": torch.zeros(B, T), "done": torch.zeros(B, T), "schedule": None}
+    data["route"][..., 0] = (torch.rand(B, T, generator=g) < 0.7).float()  # a route on ~70% of the steps
+    data["label"] = torch.where(data["scan"][..., 1] > 0, 2, 3)  # left where 30 degrees left is free, else right
+    data["label_mask"] = data["route"][..., 0].clone()
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    on = data["route"][..., 0] > 0
+    with torch.no_grad():
+        held = policy.forward_sequence({k: data[k] for k in im.keys})[0]
+    assert (held.argmax(-1)[on] == data["label"][on]).float().mean() < 0.8
+    stats = im.update(data)
+    stored = im.stored[-1]
+    assert torch.allclose(stored["skill_base"], held, atol=1e-5)  # the head started at zero: base = held logits
+    moved = [n for n, p in policy.named_parameters() if not torch.equal(p, before[n])]
+    assert moved and all(n.startswith("route_skill.") for n in moved)
+    with torch.no_grad():
+        logits = policy.forward_sequence({k: data[k] for k in im.keys})[0]
+    assert (logits.argmax(-1)[on] == data["label"][on]).float().mean() > 0.95 and stats["agreement"] > 0.8
+    assert torch.equal(logits[~on], held[~on])  # steps without a route act as the held network does

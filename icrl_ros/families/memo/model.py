@@ -170,4 +170,4 @@ class MemoPolicy(ICLPolicy):
                 seg_count = 0
             t0 = t1
         state = {"summaries": sums, "n_generated": n_gen, "segment": (seg_k, seg_v), "seg_count": seg_count}
-        return torch.cat(logits, 1), torch.cat(values, 1), state
+        return self.with_skill(torch.cat(logits, 1), inp), torch.cat(values, 1), state
