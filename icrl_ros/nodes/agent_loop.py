@@ -53,7 +53,7 @@ COUNTERS = (
     "bad_image_step", "bad_image_data", "back_dated_images", "time_jumps", "bad_odometry", "unknown_goal",
     "goal_before_image", "image_without_goal", "dropped_stale", "watchdog_trips", "runner_errors",
     "bundle_errors", "config_errors", "memory_resets", "memory_saves", "memory_loads", "memory_errors",
-    "executor_timeouts", "bad_events",
+    "executor_timeouts", "bad_events", "bad_scan",
 )
 
 
@@ -184,10 +184,13 @@ class AgentLoop:
         self._stopped = False  # the policy chose stop; wait for a new goal
         self._seen_image = False
         self._odom: tuple[Pose, float] | None = None  # (pose, stamp)
+        self._scan: tuple[np.ndarray, float] | None = None  # (free headings, stamp): a bundle that reads a scan
+        self.needs_scan = False
         self._pending: tuple[Any, float, float] | None = None  # (frame, stamp, t_in): converted only if used
         self.gate = StampGate(self.params.time_jump_s)
         self._camera_rx = -math.inf
         self._odom_rx = -math.inf
+        self._scan_rx = -math.inf
         self._active_since = self.clock()
         self.stale = False
         self._ready_after = -math.inf
@@ -199,9 +202,11 @@ class AgentLoop:
         self.twist_mode = False  # drive the base through io.twist (else publish discrete actions only)
 
     def attach(self, runner: Any, *, pose_frame: str, image_size: tuple[int, int], goal_names: list[str],
-               kinds: list[ActionKind], executor: ActionExecutor, twist: bool) -> None:
+               kinds: list[ActionKind], executor: ActionExecutor, twist: bool, scan: bool = False) -> None:
         """A configured runner and what its bundle says (the node's configure). ``twist``: the loop
-        drives the base through ``executor`` and ``io.twist`` (else it publishes actions only)."""
+        drives the base through ``executor`` and ``io.twist`` (else it publishes actions only). ``scan``: the
+        bundle reads a laser scan's free headings (``scan`` input); frames then wait for one, and a stale scan
+        stops the base as a stale camera does."""
         with self.lock:
             self.reset_state()
             self.runner = runner
@@ -211,6 +216,7 @@ class AgentLoop:
             self._kinds = list(kinds)
             self.action_executor = executor
             self.twist_mode = bool(twist)
+            self.needs_scan = bool(scan)
 
     def detach(self) -> Any:
         """Forget the runner and every episode state; returns the runner for the caller to close."""
@@ -323,6 +329,17 @@ class AgentLoop:
         if waiting:
             self._request_act()  # the frame waiting for this odometry acts
 
+    def scan(self, free: np.ndarray, stamp: float) -> None:
+        """A laser scan's free headings (:func:`~icrl_ros.geometry.free_headings_from_scan`; cheap, any group)."""
+        with self.lock:
+            self._scan = (free, stamp)
+            self._scan_rx = self.clock()
+            if self.active and self.needs_scan:
+                self.io.rearm("scan")
+            waiting = self._pending is not None
+        if waiting:
+            self._request_act()  # the frame waiting for this scan acts
+
     def image(self, frame: Any, stamp: float, check: Callable[[Any], None] | None = None) -> None:
         """A camera frame: kept (unconverted) as the newest one to act on, then acting is tried.
         ``check`` validates it cheaply first (raising :class:`InputError`)."""
@@ -384,6 +401,12 @@ class AgentLoop:
         pose, odom_stamp = self._odom
         if stamp > 0 and odom_stamp > 0 and odom_stamp + self.params.odom_sync_tolerance_s < stamp:
             return None  # odometry older than the image: wait for the matching one
+        if self.needs_scan:
+            if self._scan is None:
+                return None  # wait for a scan (the watchdog reports if it never comes)
+            scan_stamp = self._scan[1]
+            if stamp > 0 and scan_stamp > 0 and scan_stamp + self.params.odom_sync_tolerance_s < stamp:
+                return None  # a scan older than the image: wait for the matching one
         self._pending = None
         return frame, stamp, t_in, pose
 
@@ -421,6 +444,8 @@ class AgentLoop:
             return
         self.counters["images_converted"] += 1
         obs = {"rgb": rgb, "odom": relative_pose(self._origin, pose)}
+        if self.needs_scan:
+            obs["scan"] = self._scan[0]
         try:
             action, info = self.runner.act(obs)
             action = int(action)
@@ -464,21 +489,25 @@ class AgentLoop:
     # -----------------------------------------------------------------------------------------
     # control group: velocity republish and the watchdog
 
-    def ages(self, now: float) -> tuple[float, float]:
-        """Seconds since the last camera and odometry message (before the first, since activation)."""
-        return now - max(self._camera_rx, self._active_since), now - max(self._odom_rx, self._active_since)
+    def ages(self, now: float) -> dict[str, float]:
+        """Seconds since the last camera, odometry (and, for a bundle that reads one, scan) message (before the
+        first, since activation)."""
+        rx = {"camera": self._camera_rx, "odometry": self._odom_rx}
+        if self.needs_scan:
+            rx["scan"] = self._scan_rx
+        return {k: now - max(t, self._active_since) for k, t in rx.items()}
 
     def watchdog(self, kind: str) -> None:
         """No ``kind`` message for input_timeout_s - watchdog_margin_s: stop now."""
         with self.lock:
             if not self.active:
                 return
-            camera_age, odom_age = self.ages(self.clock())
-            if max(camera_age, odom_age) < self.watch_period() - 1e-3:
+            ages = self.ages(self.clock())
+            if max(ages.values()) < self.watch_period() - 1e-3:
                 return  # a message re-armed it while this callback waited for the lock
-            self._trip(camera_age, odom_age)
+            self._trip(ages)
 
-    def _trip(self, camera_age: float, odom_age: float) -> None:
+    def _trip(self, ages: dict[str, float]) -> None:
         """Inputs stale: abort the step, publish zero (lock held)."""
         if not self.stale:
             self.stale = True
@@ -488,7 +517,7 @@ class AgentLoop:
         self._pending = None
         if self.twist_mode:
             self.io.twist(0.0, 0.0)
-        self.log_throttled("stale", f"inputs stale (camera {camera_age:.2f} s, odometry {odom_age:.2f} s, "
+        self.log_throttled("stale", "inputs stale (" + ", ".join(f"{k} {v:.2f} s" for k, v in ages.items()) + ", "
                            f"timeout {self.params.input_timeout_s} s): robot stopped "
                            f"[watchdog_trips: {self.counters['watchdog_trips']}]")
 
@@ -498,9 +527,9 @@ class AgentLoop:
         with self.lock:
             if not self.active:
                 return
-            camera_age, odom_age = self.ages(self.clock())
-            if max(camera_age, odom_age) >= self.watch_period():
-                self._trip(camera_age, odom_age)
+            ages = self.ages(self.clock())
+            if max(ages.values()) >= self.watch_period():
+                self._trip(ages)
                 return
             if self.stale:
                 self.stale = False

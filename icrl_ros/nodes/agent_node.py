@@ -49,13 +49,15 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.signals import SignalHandlerOptions
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import Image, LaserScan
 from std_msgs.msg import Int32, String
 from std_srvs.srv import Trigger
 
 from icrl_ros.nodes.action_executor import ActionExecutor, ActionKind, ExecutorConfig
 from icrl_ros.nodes.agent_loop import COUNTERS, AgentIO, AgentLoop, clip, executor_config
-from icrl_ros.nodes.convert import InputError, check_image_msg, image_msg_to_rgb, odometry_msg_to_pose, stamp_to_seconds
+from icrl_ros.nodes.convert import (
+    InputError, check_image_msg, image_msg_to_rgb, odometry_msg_to_pose, scan_msg_to_free, stamp_to_seconds,
+)
 from icrl_ros.nodes.dds import use_shipped_profile
 from icrl_ros.nodes.params import AgentParams
 from icrl_ros.nodes.ros_params import declare_params
@@ -105,6 +107,7 @@ class AgentNode(LifecycleNode):
         self._entities: list[tuple[str, Any]] = []
         self._control_timer: Any = None
         self._watchdogs: dict[str, Any] = {}
+        self._scan_step_m = 0.0  # the bundle's forward step (manifest action.forward_m), set at configure
         self._act_trigger: Any = None
         self._status_pubs: list[Any] = []
         self.loop = AgentLoop(params, AgentIO(
@@ -238,6 +241,11 @@ class AgentNode(LifecycleNode):
             action_names = [str(a) for a in manifest.action.names]
             kinds = [ActionKind.from_name(a) for a in action_names]
             trained_frame = str(manifest.observation.frame)
+            specs = getattr(getattr(runner, "bundle", None), "specs", None) or {}
+            reads_scan = any(io["name"] == "scan" for io in specs.get("encoder", {}).get("inputs", []))
+            if reads_scan and not manifest.action.forward_m:
+                raise ValueError("the bundle reads a laser scan ('scan' input) but its manifest has no "
+                                 "action.forward_m (the step the scan's free headings are tested for)")
         except Exception as e:  # BundleError, ValueError, KeyError, OSError, engine errors...
             hint = " (device:=cpu runs without a GPU)" if p.device == "cuda" else ""
             return self._configure_failed(
@@ -263,9 +271,14 @@ class AgentNode(LifecycleNode):
             return self._configure_failed("config_errors", f"configure: bad executor parameters: {e}")
         with self.loop.lock:
             self.loop.attach(runner, pose_frame=trained_frame, image_size=(h, w), goal_names=goal_names, kinds=kinds,
-                             executor=executor, twist=p.action_mode == "twist")
+                             executor=executor, twist=p.action_mode == "twist", scan=reads_scan)
+            self._scan_step_m = float(manifest.action.forward_m or 0.0)
             self._create_entities(p)
         self.loop.last_error = ""
+        if reads_scan:
+            self.get_logger().info(
+                f"the bundle reads a laser scan: sensor_msgs/LaserScan from {p.scan_topic!r} (base frame), headings "
+                f"free for a {self._scan_step_m} m step with {p.scan_clearance_m} m clearance")
         self.get_logger().info(
             f"configured: bundle {bundle!r} ({p.backend} on {p.device}), input {h}x{w}, "
             f"goals {goal_names}, actions {action_names}, mode {p.action_mode}, {p.action_selection} actions")
@@ -288,6 +301,9 @@ class AgentNode(LifecycleNode):
         add(("sub", self.create_subscription(Odometry, p.odom_topic, self._on_odom, qos_profile_sensor_data,
                                              callback_group=control)))
         add(("sub", self.create_subscription(Image, p.camera_topic, self._on_image, qos_profile_sensor_data)))
+        if self.loop.needs_scan:
+            add(("sub", self.create_subscription(LaserScan, p.scan_topic, self._on_scan, qos_profile_sensor_data,
+                                                 callback_group=control)))
         self.pub_action = self.create_lifecycle_publisher(Int32, p.action_topic, 10)
         add(("lpub", self.pub_action))
         self.pub_cmd = None
@@ -297,7 +313,7 @@ class AgentNode(LifecycleNode):
         self._control_timer = self.create_timer(1.0 / p.control_rate_hz, self.loop.control_tick,
                                                 callback_group=control, clock=self._steady)
         add(("timer", self._control_timer))
-        for kind in ("camera", "odometry"):  # one-shot style: re-armed by each message of its kind
+        for kind in ("camera", "odometry", "scan")[:3 if self.loop.needs_scan else 2]:  # re-armed by each message
             timer = self.create_timer(self.loop.watch_period(), lambda k=kind: self.loop.watchdog(k),
                                       callback_group=control, clock=self._steady, autostart=False)
             self._watchdogs[kind] = timer
@@ -400,6 +416,15 @@ class AgentNode(LifecycleNode):
             self.loop.count("bad_odometry", f"odometry dropped: {e}")
             return
         self.loop.odometry(pose, stamp_to_seconds(msg.header.stamp))
+
+    def _on_scan(self, msg: LaserScan) -> None:
+        """Control group: the free headings now (cheap: a few hundred returns), the scan itself is not kept."""
+        try:
+            free = scan_msg_to_free(msg, self._scan_step_m, self.loop.params.scan_clearance_m)
+        except InputError as e:
+            self.loop.count("bad_scan", f"laser scan dropped: {e}")
+            return
+        self.loop.scan(free, stamp_to_seconds(msg.header.stamp))
 
     def _on_image(self, msg: Image) -> None:
         """Keeps the newest usable frame; only a frame the policy then acts on is converted."""

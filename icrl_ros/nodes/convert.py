@@ -227,6 +227,22 @@ def odometry_msg_to_pose(msg: Any) -> tuple[float, float, float]:
     return (float(p.x), float(p.y), yaw)
 
 
+def scan_msg_to_free(msg: Any, step_m: float, clearance_m: float) -> np.ndarray:
+    """``sensor_msgs/LaserScan`` -> the policy's ``scan`` input (:func:`~icrl_ros.geometry.free_headings_from_scan`):
+    which of the 12 headings around the base a ``step_m`` forward step can take with ``clearance_m`` around it.
+    Returns outside ``[range_min, range_max]`` (and NaN / inf) are no return; the scan is assumed to be in the
+    base's frame (forward x, left y). InputError on an empty scan or a bad angle increment."""
+    ranges = np.asarray(msg.ranges, np.float64)
+    n, inc = ranges.size, float(msg.angle_increment)
+    if n == 0:
+        raise InputError("laser scan: no ranges", "scan")
+    if not (math.isfinite(inc) and math.isfinite(float(msg.angle_min))) or (n > 1 and inc == 0.0):
+        raise InputError(f"laser scan: angle_min {msg.angle_min} / angle_increment {inc} unusable", "scan")
+    lo, hi = float(msg.range_min), float(msg.range_max)
+    ranges = np.where((ranges >= lo) & (ranges <= hi), ranges, np.inf)
+    return geometry.free_headings_from_scan(ranges, float(msg.angle_min) + inc * np.arange(n), step_m, clearance_m)
+
+
 def stamp_to_seconds(stamp: Any) -> float:
     """``builtin_interfaces/Time`` -> float seconds."""
     return float(stamp.sec) + 1e-9 * float(stamp.nanosec)

@@ -165,6 +165,13 @@ class AgentParams(ParamsBase):
     # --- topics -------------------------------------------------------------------------------
     camera_topic: str = _conf("camera/image_raw", "sensor_msgs/Image input (sensor-data QoS).")
     odom_topic: str = _conf("odom", "nav_msgs/Odometry input (sensor-data QoS).")
+    scan_topic: str = _conf(
+        "scan", "sensor_msgs/LaserScan input (sensor-data QoS), subscribed only when the bundle reads a scan (its "
+        "'scan' input: which of 12 headings a forward step can take); in the base frame. A stale scan stops the base "
+        "as a stale camera does.")
+    scan_clearance_m: float = _conf(
+        0.25, "Radius around the base after a forward step that must hold no scan return for that heading to count "
+        "as free (the training env's robot radius: 0.25 m for the MiniWorld house).", min=0.0)
     pose_frame: str = _conf(
         "",
         "Frame the policy sees odometry in: 'house' (relative to the pose at the trial's first episode start, "
@@ -279,6 +286,9 @@ class BridgeParams(ParamsBase):
     camera_frame: str = _param("camera_optical_frame", "Image frame id (optical convention).")
     camera_topic: str = _param("camera/image_raw", "sensor_msgs/Image output (rgb8).")
     camera_info_topic: str = _param("camera/camera_info", "sensor_msgs/CameraInfo output.")
+    scan_topic: str = _param(
+        "scan", "sensor_msgs/LaserScan output (360 beams at 1 degree, in base_frame) for envs that have a laser "
+        "(env.laser_scan(): the MiniWorld house), stamped as the image. Empty = off.")
     odom_topic: str = _param(
         "odom", "nav_msgs/Odometry output, in pose_frame (house: one frame per trial; episode: re-anchored at "
         "every episode start).")

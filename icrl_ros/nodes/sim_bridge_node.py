@@ -45,7 +45,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 from rosgraph_msgs.msg import Clock
-from sensor_msgs.msg import CameraInfo, Image
+from sensor_msgs.msg import CameraInfo, Image, LaserScan
 from std_msgs.msg import Float32, Int32, String
 from std_srvs.srv import Trigger
 
@@ -138,6 +138,9 @@ class SimBridgeNode(Node):
         self.pub_image = self.create_publisher(Image, p.camera_topic, 5)
         self.pub_info = self.create_publisher(CameraInfo, p.camera_info_topic, 5)
         self.pub_odom = self.create_publisher(Odometry, p.odom_topic, 10)
+        self.pub_scan = None
+        if p.scan_topic and callable(getattr(self._base, "laser_scan", None)):
+            self.pub_scan = self.create_publisher(LaserScan, p.scan_topic, 10)
         self.pub_map_pose = None
         if p.map_pose_topic and callable(getattr(self._base, "pose_in", None)):
             self.pub_map_pose = self.create_publisher(PoseStamped, p.map_pose_topic, 10)
@@ -355,6 +358,8 @@ class SimBridgeNode(Node):
             transforms.append(_transform(stamp, p.map_frame, p.odom_frame, map_to_odom((mx, my, myaw), (x, y, yaw))))
         if self.pub_tf is not None:
             self.pub_tf.publish(TFMessage(transforms=transforms))
+        if self.pub_scan is not None:  # before the image: an agent that reads a scan acts once both are in
+            self.pub_scan.publish(self._scan_msg(stamp))
         if publish_image:
             fields = rgb_to_image_fields(self._rgb(obs))
             img = Image(**fields)
@@ -362,6 +367,17 @@ class SimBridgeNode(Node):
             img.header.frame_id = p.camera_frame
             self.pub_info.publish(self._camera_info(fields["height"], fields["width"], stamp))
             self.pub_image.publish(img)
+
+    def _scan_msg(self, stamp: Any) -> LaserScan:
+        angle_min, increment, ranges, range_max = self._base.laser_scan()
+        msg = LaserScan()
+        msg.header.stamp = stamp
+        msg.header.frame_id = self.params.base_frame
+        msg.angle_min, msg.angle_increment = float(angle_min), float(increment)
+        msg.angle_max = float(angle_min + increment * (len(ranges) - 1))
+        msg.range_min, msg.range_max = 0.0, float(range_max)
+        msg.ranges = [float(r) for r in ranges]
+        return msg
 
     def _camera_info(self, height: int, width: int, stamp: Any) -> CameraInfo:
         f = (height / 2.0) / math.tan(math.radians(self.params.camera_fov_y_deg) / 2.0)  # square pixels

@@ -43,7 +43,8 @@ import gymnasium as gym
 import numpy as np
 
 from icrl_ros.sim.house_layout import (
-    CATEGORIES, GOAL_NAMES, ODOM_LIMIT_M, HouseLayout, check_split, draw_house_seed, generate_layout, house_split,
+    CATEGORIES, FORWARD_STEP_M, GOAL_NAMES, ODOM_LIMIT_M, TURN_STEP_DEG, HouseLayout, check_split, draw_house_seed,
+    generate_layout, house_split,
 )
 from icrl_ros.geometry import SCAN_BINS, episode_odometry, scan_headings, wrap_angle
 from icrl_ros.sim.house_nav import NavGrid, visible
@@ -54,6 +55,8 @@ from icrl_ros.sim.house_view import MIN_PIXELS
 STOP, FORWARD, TURN_LEFT, TURN_RIGHT = 0, 1, 2, 3
 NO_ACTION = 4
 POSE_FRAMES = ("episode", "house")
+LASER_BEAMS = 360  # the laser_scan: one beam per degree
+LASER_RANGE_M = 10.0
 TEACHERS = ("memory", "wiped")
 # The task before memory was made to matter (goals of any category, starts 1 m away, anywhere).
 OLD_TASK = {"goal_instances": 0, "start_away": False, "min_start_distance": 1.0}
@@ -95,8 +98,8 @@ class HouseEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
     action_names = ("stop", "forward", "turn_left", "turn_right")
     goal_names = GOAL_NAMES
-    forward_step = 0.25  # metres per forward action
-    turn_step = math.radians(30.0)  # radians per turn action
+    forward_step = FORWARD_STEP_M  # metres per forward action
+    turn_step = math.radians(TURN_STEP_DEG)  # radians per turn action
     agent_radius = 0.25
     camera_height_m = CAMERA_HEIGHT
     camera_pitch_deg = CAMERA_PITCH_DEG  # negative: looking down
@@ -359,6 +362,15 @@ class HouseEnv(gym.Env):
         if self.scan:
             obs["scan"] = self.free_headings()
         return obs
+
+    def laser_scan(self) -> tuple[float, float, np.ndarray, float]:
+        """A 360-degree planar laser at the robot (what the sim bridge publishes as ``sensor_msgs/LaserScan``):
+        (angle_min, angle_increment, ranges (LASER_BEAMS,) float32 with ``inf`` = no return, range_max); angles
+        counter-clockwise from straight ahead. Through :func:`~icrl_ros.geometry.free_headings_from_scan` it gives
+        :meth:`free_headings`."""
+        inc = 2 * np.pi / LASER_BEAMS
+        angles = -np.pi + inc * np.arange(LASER_BEAMS)
+        return -np.pi, inc, self.nav.laser(self.x, self.z, self.yaw, angles, LASER_RANGE_M).astype(np.float32), LASER_RANGE_M
 
     def free_headings(self) -> np.ndarray:
         """(SCAN_BINS,) float32: 1 where a full forward step along that heading is collision-free (the test

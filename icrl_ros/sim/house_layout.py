@@ -25,6 +25,8 @@ SPLITS = ("train", "test")
 WALL_THICKNESS = 0.2  # metres between the inner faces of two adjacent rooms
 WALL_HEIGHT = 2.6
 DOOR_HEIGHT = 2.2
+FORWARD_STEP_M = 0.25  # metres per forward action (HouseEnv, HouseVecEnv)
+TURN_STEP_DEG = 30.0  # degrees per turn action
 ODOM_LIMIT_M = 100.0  # bound of odometry x, y: houses are < 35 m across
 _SALT = 0x4F05E  # decorrelates layout streams from other uses of the same integer seed
 

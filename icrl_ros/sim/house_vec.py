@@ -9,6 +9,7 @@ stacked: rgb (N, H, W, 3) uint8, goal (N,), odom (N, 3) float32, prev_action (N,
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import traceback
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from icrl_ros.sim.house_layout import GOAL_NAMES, ODOM_LIMIT_M, check_split
+from icrl_ros.sim.house_layout import FORWARD_STEP_M, GOAL_NAMES, ODOM_LIMIT_M, TURN_STEP_DEG, check_split
 
 OBS_KEYS = ("rgb", "goal", "odom", "prev_action")
 
@@ -100,6 +101,8 @@ class HouseVecEnv:
     n_actions = 4
     action_names = ("stop", "forward", "turn_left", "turn_right")
     goal_names = GOAL_NAMES
+    forward_step = FORWARD_STEP_M  # the step sizes of HouseEnv (bundle manifests record them)
+    turn_step = math.radians(TURN_STEP_DEG)
 
     def __init__(
         self,

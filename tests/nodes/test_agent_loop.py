@@ -229,3 +229,36 @@ def test_saved_memory_and_episode_continue_in_a_new_loop(tmp_path) -> None:
     bad.write_text(json.dumps({"version": 9}))
     assert loop2.load_memory(str(bad))[0] is False and loop2.counters["memory_errors"] == 1
     assert len(runner2.memory) == 4  # a refused snapshot leaves the memory as it was
+
+
+def test_a_bundle_that_reads_a_scan_waits_for_one_acts_on_it_and_stops_when_it_goes_stale() -> None:
+    """``attach(scan=True)``: a frame waits for a scan stamped with it (as for odometry), the policy gets its free
+    headings as ``obs["scan"]``, and a scan that stops coming trips the watchdog like a stale camera."""
+    loop, host, clock, runner = make_loop(twist=True, script=[1], input_timeout_s=0.5, watchdog_margin_s=0.05)
+    p = loop.params
+    loop.attach(runner, pose_frame="episode", image_size=(H, W), goal_names=["chair"],
+                kinds=[ActionKind.from_name(a) for a in NAMES], executor=ActionExecutor(executor_config(p)),
+                twist=True, scan=True)
+    loop.activate()
+    seen = []
+    act = runner.act
+    runner.act = lambda obs: (seen.append(obs.get("scan")), act(obs))[1]
+    loop.goal_message("chair")
+    free = np.ones(12, np.float32)
+    free[3] = 0.0
+    step(loop, clock, 1.0)
+    assert host.actions == []  # no scan yet: the frame waits
+    loop.scan(free, 0.5)
+    assert host.actions == []  # a scan older than the frame: still waiting
+    loop.scan(free, 1.0)  # the matching scan: acts at once (no request_act hook)
+    assert host.actions == [1] and np.array_equal(seen[-1], free)
+    assert "scan" in host.rearmed
+    clock.t += 0.2
+    loop.odometry((0.0, 0.0, 0.0), 2.0)
+    loop.image(frame(), 2.0, check=check)
+    clock.t += 0.26  # camera and odometry fresh, the scan 0.46 s old (the watchdog fires at 0.45)
+    loop.odometry((0.0, 0.0, 0.0), 2.1)
+    loop.image(frame(), 2.1, check=check)
+    loop.control_tick()
+    assert loop.stale and host.twists[-1] == (0.0, 0.0) and loop.counters["watchdog_trips"] == 1
+    assert any("scan 0.46 s" in m for _, m in host.logs)

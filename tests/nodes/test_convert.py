@@ -230,3 +230,24 @@ def test_map_to_odom_composes_back_to_the_map_pose() -> None:
         np.testing.assert_allclose(back[:2], map_pose[:2], atol=1e-5)  # relative_pose is float32
         assert abs(wrap_angle(back[2] - map_pose[2])) < 1e-5
     assert map_to_odom((1.0, 2.0, 0.5), (1.0, 2.0, 0.5)) == pytest.approx((0.0, 0.0, 0.0), abs=1e-6)
+
+
+def test_a_laser_scan_becomes_the_free_headings_and_a_bad_one_is_refused() -> None:
+    from types import SimpleNamespace
+
+    from icrl_ros.nodes.convert import scan_msg_to_free
+
+    def msg(ranges, angle_min=-math.pi, inc=math.radians(1.0), lo=0.05, hi=10.0):
+        return SimpleNamespace(ranges=ranges, angle_min=angle_min, angle_increment=inc, range_min=lo, range_max=hi)
+
+    ranges = [math.inf] * 360
+    for deg in range(177, 184):  # a post 0.48 m straight ahead (beams at -3 .. +3 degrees)
+        ranges[deg] = 0.48
+    ranges[0] = float("nan")  # no return behind: ignored
+    ranges[90] = 0.01  # below range_min (the base itself): ignored
+    free = scan_msg_to_free(msg(ranges), 0.25, 0.25)
+    assert free.dtype == np.float32 and free.tolist() == [0.0] + [1.0] * 11
+    for bad in (msg([]), msg([1.0, 2.0], inc=0.0), msg([1.0], angle_min=math.nan)):
+        with pytest.raises(InputError) as e:
+            scan_msg_to_free(bad, 0.25, 0.25)
+        assert e.value.field == "scan"

@@ -162,6 +162,65 @@ def test_lockstep_house_episodes_with_the_shipped_bundle_memory_carries(ros_cont
     assert agent.counters["bad_odometry"] == 0 and agent.counters["runner_errors"] == 0
 
 
+def test_a_bundle_that_reads_a_scan_gets_the_bridges_laser_as_the_env_scan_it_trained_on(ros_context, tmp_path) -> None:
+    """The bridge publishes the house env's 360-degree laser (``sensor_msgs/LaserScan``); an agent whose bundle reads a
+    ``scan`` subscribes to it, and the free headings it hands the policy are exactly the env's ``scan`` observation
+    (what training fed) at every step."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    import torch
+
+    from icrl_ros.models import load_checkpoint
+    from icrl_ros.models.policy import ICLPolicy
+    from icrl_ros.training.export import env_metadata, export_bundle
+
+    shipped = Path(__file__).resolve().parents[2] / "checkpoints" / "house_relic.pt"
+    if not shipped.is_file():
+        import pytest
+
+        pytest.skip(f"{shipped} is missing")
+    model, blob = load_checkpoint(shipped)
+    config = blob["config"]
+    policy = ICLPolicy(replace(model.args, route_memory=True, route_skill=8, scan_input=True))
+    policy.load_state_dict(model.state_dict(), strict=False)
+    with torch.no_grad():
+        policy.route_skill[-1].weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(0))
+    bundle = export_bundle(policy, tmp_path / "scan_bundle", config=config, env=env_metadata(config["env"]["id"]))
+    ex, bridge, agent, probe = nodes(
+        ros_context, tmp_path, fake=False,
+        bridge={"env_kwargs": '{"split": "test", "scan": true}', "seed": 11, "max_episode_steps": 30,
+                "republish_period_s": 0.3},
+        agent={"bundle_path": str(bundle), "action_mode": "discrete", "sample_seed": 3})
+    try:
+        env_scan: dict[tuple[int, int], np.ndarray] = {}
+        publish_obs = bridge._publish_obs
+
+        def record_obs(obs, publish_image, twist=(0.0, 0.0)):
+            if publish_image:
+                env_scan.setdefault((bridge.episode, bridge.episode_step), np.copy(obs["scan"]))
+            publish_obs(obs, publish_image, twist)
+        bridge._publish_obs = record_obs
+        assert agent.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert agent.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        runner, seen = agent.runner, []
+        act = runner.act
+
+        def rec_act(obs):
+            action, info = act(obs)
+            seen.append((info["episode"], info["step"], np.copy(obs["scan"])))
+            return action, info
+        runner.act = rec_act
+        assert spin_until(ex, lambda: len(seen) >= 25, 90), len(seen)
+    finally:
+        ex.shutdown()
+        for n in (probe, agent, bridge):
+            n.destroy_node()
+    for episode, step, scan in seen:
+        np.testing.assert_array_equal(scan, env_scan[(episode, step)])
+    assert any((scan == 0).any() for _, _, scan in seen) and agent.counters["bad_scan"] == 0
+
+
 def test_twist_executor_reaches_steps_against_realtime_bridge(ros_context, tmp_path) -> None:
     ex, bridge, agent, probe = nodes(
         ros_context, tmp_path,
