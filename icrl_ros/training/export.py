@@ -28,7 +28,8 @@ Bundle directory::
 ``--verify`` replays a recorded rollout (``--verify-steps``, default 2000, crossing
 episode, Memo segment and HCAM chunk boundaries) through ONNX Runtime and the torch engine with an
 exact memory, prints the max |logit diff| against the torch full-sequence forward, and
-exits 1 when it is over tolerance (fp32 1e-4; fp16 2e-2 and >= 99% same greedy action).
+exits 1 when it is over tolerance (fp32 1e-4; fp16 2e-2 and >= 99% same greedy action; relative to a
+logit's size where that exceeds 1).
 RA-DT: the reference is the training-side evaluation loop (``icrl_ros/training/radt_eval.py``, its
 index filling with the rollout's episodes, retrieval every step) on a recorded rollout,
 and the runners replay it (same actions) with their own memory and faiss retrieval.

@@ -351,3 +351,14 @@ def test_benchmark_smoke(tmp_path, capsys):
     assert any(r.startswith("onnxruntime,hcam,1,512,") for r in rows)
     assert not radt or any(r.startswith("onnxruntime,radt,1,512,500,") for r in rows)  # 5 stored 100-step episodes
     assert (tmp_path / "b_bounded.csv").is_file()
+
+
+def test_the_replay_tolerance_is_relative_to_a_large_logit():
+    """fp32: within 1e-4 of each logit, times the logit's size where that exceeds 1 (float rounding of a route
+    head's logits of ~100 is ~1e-5 relative); a small logit keeps the absolute 1e-4."""
+    from icrl_ros.runtime.selfcheck import compare
+
+    ref = np.array([[300.0, 0.5, -2.0]])
+    assert compare(ref, None, ref + [[0.02, 0.0, 0.0]], None, "fp32")["ok"]
+    assert not compare(ref, None, ref + [[0.0, 2e-4, 0.0]], None, "fp32")["ok"]
+    assert not compare(ref, None, ref + [[0.0, 0.0, 3e-4]], None, "fp32")["ok"]
