@@ -117,3 +117,6 @@ def test_the_route_skill_reads_the_scan_only_where_a_route_exists_and_the_bundle
     with pytest.raises(ValueError, match="missing key 'scan'"):  # the bundle reads a scan: an observation without one
         runner.act(obs)
     runner.act({**obs, "scan": np.ones(12, np.float32)})
+    from icrl_ros.training.house_eval import stepper_for
+
+    assert stepper_for(str(scan_bundle))[1]["scan"] is True  # evaluate.py's env gives the bundle its scan
