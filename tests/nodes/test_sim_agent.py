@@ -13,6 +13,7 @@ from __future__ import annotations
 
 
 import numpy as np
+import pytest
 
 from tests.nodes.ros_support import assert_action_steps, require_memo_bundle, require_ros, spin_until
 
@@ -162,6 +163,7 @@ def test_lockstep_house_episodes_with_the_shipped_bundle_memory_carries(ros_cont
     assert agent.counters["bad_odometry"] == 0 and agent.counters["runner_errors"] == 0
 
 
+@pytest.mark.slow  # ~25 s (an export and a house bridge); make test keeps the loop's and the runner's scan tests
 def test_a_bundle_that_reads_a_scan_gets_the_bridges_laser_as_the_env_scan_it_trained_on(ros_context, tmp_path) -> None:
     """The bridge publishes the house env's 360-degree laser (``sensor_msgs/LaserScan``); an agent whose bundle reads a
     ``scan`` subscribes to it, and the free headings it hands the policy are exactly the env's ``scan`` observation
@@ -177,8 +179,6 @@ def test_a_bundle_that_reads_a_scan_gets_the_bridges_laser_as_the_env_scan_it_tr
 
     shipped = Path(__file__).resolve().parents[2] / "checkpoints" / "house_relic.pt"
     if not shipped.is_file():
-        import pytest
-
         pytest.skip(f"{shipped} is missing")
     model, blob = load_checkpoint(shipped)
     config = blob["config"]
