@@ -77,7 +77,7 @@ def free_headings_from_scan(ranges: np.ndarray, angles: np.ndarray, step_m: floa
         raise ValueError(f"scan: {r.size} ranges but {a.size} angles")
     ok = np.isfinite(r) & (r > 0)
     pts = np.stack([r[ok] * np.cos(a[ok]), r[ok] * np.sin(a[ok])], 1)  # (P, 2): forward, left
-    h = np.arange(SCAN_BINS) * (2 * np.pi / SCAN_BINS)
+    h = scan_headings(0.0)
     ends = step_m * np.stack([np.cos(h), np.sin(h)], 1)  # (K, 2)
     hit = (((pts[None] - ends[:, None]) ** 2).sum(-1) < radius_m ** 2).any(1)
     off = np.abs((a[None] - h[:, None] + np.pi) % (2 * np.pi) - np.pi)  # (K, N) angle from bin k to beam i

@@ -399,16 +399,19 @@ class AgentLoop:
         if self._odom is None:
             return None  # wait for odometry (the watchdog reports if it never comes)
         pose, odom_stamp = self._odom
-        if stamp > 0 and odom_stamp > 0 and odom_stamp + self.params.odom_sync_tolerance_s < stamp:
+        if self._behind(odom_stamp, stamp):
             return None  # odometry older than the image: wait for the matching one
         if self.needs_scan:
             if self._scan is None:
                 return None  # wait for a scan (the watchdog reports if it never comes)
-            scan_stamp = self._scan[1]
-            if stamp > 0 and scan_stamp > 0 and scan_stamp + self.params.odom_sync_tolerance_s < stamp:
+            if self._behind(self._scan[1], stamp):
                 return None  # a scan older than the image: wait for the matching one
         self._pending = None
         return frame, stamp, t_in, pose
+
+    def _behind(self, input_stamp: float, image_stamp: float) -> bool:
+        """An input stamped more than ``odom_sync_tolerance_s`` before the image (zero stamps: unset, never behind)."""
+        return image_stamp > 0 and input_stamp > 0 and input_stamp + self.params.odom_sync_tolerance_s < image_stamp
 
     def try_act(self) -> None:
         """Act on the held frame if everything it needs is there: begin a pending episode, convert,

@@ -313,7 +313,8 @@ class AgentNode(LifecycleNode):
         self._control_timer = self.create_timer(1.0 / p.control_rate_hz, self.loop.control_tick,
                                                 callback_group=control, clock=self._steady)
         add(("timer", self._control_timer))
-        for kind in ("camera", "odometry", "scan")[:3 if self.loop.needs_scan else 2]:  # re-armed by each message
+        kinds = ("camera", "odometry") + (("scan",) if self.loop.needs_scan else ())
+        for kind in kinds:  # one-shot style: re-armed by each message of its kind
             timer = self.create_timer(self.loop.watch_period(), lambda k=kind: self.loop.watchdog(k),
                                       callback_group=control, clock=self._steady, autostart=False)
             self._watchdogs[kind] = timer
