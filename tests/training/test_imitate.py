@@ -230,7 +230,9 @@ def test_a_route_skill_alone_trains_on_the_held_networks_cached_logits(one_threa
     on = data["route"][..., 0] > 0
     with torch.no_grad():
         held = policy.forward_sequence({k: data[k] for k in im.keys})[0]
-    assert (held.argmax(-1)[on] == data["label"][on]).float().mean() < 0.8
+    held_agreement = (held.argmax(-1)[on] == data["label"][on]).float().mean().item()
+    assert held_agreement < 0.8
+    torch.manual_seed(0)  # the minibatch order
     stats = im.update(data)
     stored = im.stored[-1]
     assert torch.allclose(stored["skill_base"], held, atol=1e-5)  # the head started at zero: base = held logits
@@ -238,5 +240,6 @@ def test_a_route_skill_alone_trains_on_the_held_networks_cached_logits(one_threa
     assert moved and all(n.startswith("route_skill.") for n in moved)
     with torch.no_grad():
         logits = policy.forward_sequence({k: data[k] for k in im.keys})[0]
-    assert (logits.argmax(-1)[on] == data["label"][on]).float().mean() > 0.95 and stats["agreement"] > 0.8
+    assert (logits.argmax(-1)[on] == data["label"][on]).float().mean() > 0.95
+    assert stats["agreement"] > held_agreement + 0.1  # the mean over all passes, the first ones included
     assert torch.equal(logits[~on], held[~on])  # steps without a route act as the held network does
