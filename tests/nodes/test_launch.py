@@ -142,6 +142,7 @@ def test_agent_launch_autostarts_once_and_obeys_the_operator(ws) -> None:
     assert log.count("activated: acting") == 1, log[-3000:]
 
 
+@pytest.mark.slow  # ~25 s; the agent launch's autostart and parameters stay in make test
 def test_agent_launch_fetch_profile_on_cpu_with_integer_params(ws) -> None:
     params = ws.root / "site.yaml"  # a user's params file: integers where doubles are declared
     params.write_text("/**:\n  ros__parameters:\n    max_linear_speed: 1\n    control_rate_hz: 20\n"

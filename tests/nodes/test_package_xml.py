@@ -18,6 +18,8 @@ import re
 import shutil
 import subprocess
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(REPO, "tests", "nodes", "data", "rosdistro")
 
@@ -73,6 +75,7 @@ def rosdep_simulate(rosdep: str, tmp_path, package_dir: str) -> subprocess.Compl
                           env=env, capture_output=True, text=True)
 
 
+@pytest.mark.slow  # ~25 s (rosdep's own resolution of every key); `make test-all` runs it
 def test_rosdep_resolves_every_key(rosdep_tool, tmp_path) -> None:
     pkg = tmp_path / "src" / "icrl_ros"
     pkg.mkdir(parents=True)
