@@ -358,7 +358,9 @@ class SimBridgeNode(Node):
             transforms.append(_transform(stamp, p.map_frame, p.odom_frame, map_to_odom((mx, my, myaw), (x, y, yaw))))
         if self.pub_tf is not None:
             self.pub_tf.publish(TFMessage(transforms=transforms))
-        if self.pub_scan is not None:  # before the image: an agent that reads a scan acts once both are in
+        # before the image: an agent that reads a scan acts once both are in. Only while someone listens: the
+        # Habitat backend's navmesh laser costs ~0.1 s (an agent without a scan input does not subscribe)
+        if self.pub_scan is not None and self.pub_scan.get_subscription_count() > 0:
             self.pub_scan.publish(self._scan_msg(stamp))
         if publish_image:
             fields = rgb_to_image_fields(self._rgb(obs))

@@ -17,8 +17,8 @@ Protocol (one client at a time, TCP, 127.0.0.1 by default): each message is a 4-
 length and a JSON object; numpy arrays travel as ``{"__nd__": [dtype, shape, base64 bytes]}`` (no
 pickle: the two sides may run different Pythons and numpy majors, and a socket should not unpickle).
 The client's first message carries the server's token (a shared secret from ``--token-file``). Calls:
-``reset``, ``step``, ``observe``, ``move_continuous``, ``pose_in``, ``close``; ``hello`` returns the
-env's spaces and names. The served env must have the object-search observation (``rgb``, ``goal``,
+``reset``, ``step``, ``observe``, ``move_continuous``, ``pose_in``, ``laser_scan`` (where the env has
+one), ``close``; ``hello`` returns the env's spaces and names. The served env must have the object-search observation (``rgb``, ``goal``,
 ``odom``, ``prev_action``: the MiniWorld house and the Habitat backend).
 """
 
@@ -113,6 +113,7 @@ def _hello(env: gym.Env) -> dict:
         "goal_names": list(getattr(base, "goal_names", [])), "action_names": list(getattr(base, "action_names", [])),
         "pose_frame": getattr(base, "pose_frame", None), "move_continuous": hasattr(base, "move_continuous"),
         "pose_in": hasattr(base, "pose_in"), "observe": hasattr(base, "observe"),
+        "laser_scan": callable(getattr(base, "laser_scan", None)), "scan": "scan" in space.spaces,
     }
 
 
@@ -128,6 +129,8 @@ def _call(env: gym.Env, msg: dict) -> Any:
         return bool(base.move_continuous(float(msg["linear_m"]), float(msg["angular_rad"])))
     if op == "pose_in":
         return base.pose_in(str(msg["frame"]))
+    if op == "laser_scan":
+        return list(base.laser_scan())
     if op == "hello":
         return _hello(env)
     raise ValueError(f"unknown op {op!r}")
@@ -195,7 +198,9 @@ class RemoteEnv(gym.Env):
         self.pose_frame = hello["pose_frame"]
         self.action_space = gym.spaces.Discrete(int(hello["n_actions"]))
         self.observation_space = observation_space(int(hello["image_size"]), int(hello["n_goals"]),
-                                                   float(hello["odom_limit"]))
+                                                   float(hello["odom_limit"]), bool(hello.get("scan", False)))
+        if hello.get("laser_scan", False):  # only where the served env has a laser (the bridge publishes it then)
+            self.laser_scan = self._laser_scan
         self._closed = False
 
     def _reply(self) -> Any:
@@ -225,6 +230,10 @@ class RemoteEnv(gym.Env):
 
     def pose_in(self, frame: str) -> np.ndarray:
         return np.asarray(self._ask(op="pose_in", frame=str(frame)), np.float32)
+
+    def _laser_scan(self) -> tuple[float, float, np.ndarray, float]:
+        angle_min, increment, ranges, range_max = self._ask(op="laser_scan")
+        return float(angle_min), float(increment), np.asarray(ranges, np.float32), float(range_max)
 
     def close(self) -> None:
         if not self._closed:

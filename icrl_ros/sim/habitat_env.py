@@ -60,9 +60,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from icrl_ros.sim.house import NO_ACTION, POSE_FRAMES, HouseEnv, forward_tries, observation_space, step_reward
+from icrl_ros.sim.house import (LASER_RANGE_M, NO_ACTION, POSE_FRAMES, HouseEnv, forward_tries,
+                                observation_space, step_reward)
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG  # constants only, no GL
-from icrl_ros.geometry import episode_odometry, wrap_angle
+from icrl_ros.geometry import episode_odometry, scan_headings, wrap_angle
 
 DEFAULT_CONFIG = "benchmark/nav/objectnav/objectnav_hm3d.yaml"
 ACTION_NAMES = ("stop", "move_forward", "turn_left", "turn_right")  # habitat-lab's names, our indices
@@ -70,6 +71,8 @@ ODOM_LIMIT_M = 100.0
 # The MiniWorld house's agent and camera: the same robot in both simulators (habitat-lab's hfov is an int).
 AGENT_RADIUS, FOV_DEG = HouseEnv.agent_radius, int(round(FOV_Y_DEG))
 SENSORS = "habitat.simulator.agents.main_agent.sim_sensors"
+LASER_TOLERANCE_M = 0.01  # the navmesh laser's range resolution (bisection per beam)
+NAVMESH_LASER_BEAMS = 120  # every 3 degrees (the house's laser: 360): each beam costs ~12 navmesh queries
 
 
 def import_habitat():
@@ -166,6 +169,7 @@ class HabitatExtObjNavEnv(gym.Env):
         overrides: list[str] | tuple[str, ...] = (),
         render_mode: str | None = None,
         scene_navmesh: bool | None = None,
+        scan: bool = False,
     ) -> None:
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
             raise ValueError(f"image_size must be an int in [16, 1024], got {image_size!r}")
@@ -223,7 +227,8 @@ class HabitatExtObjNavEnv(gym.Env):
         if not self.scene_ids:
             raise ValueError(f"habitat dataset of {config!r} split {split!r} has no episodes")
         self.action_space = gym.spaces.Discrete(len(ACTION_NAMES))
-        self.observation_space = observation_space(self.image_size, len(self.goal_names), ODOM_LIMIT_M)
+        self.scan = bool(scan)
+        self.observation_space = observation_space(self.image_size, len(self.goal_names), ODOM_LIMIT_M, self.scan)
         self._rng = np.random.default_rng()
         self.scene: str | None = None
         self.episode_index = -1
@@ -438,8 +443,72 @@ class HabitatExtObjNavEnv(gym.Env):
     def _observe(self, obs: dict) -> dict[str, np.ndarray]:
         self._last_rgb = np.ascontiguousarray(np.asarray(obs["rgb"])[..., :3], dtype=np.uint8)
         self._goal = np.int64(np.asarray(obs["objectgoal"]).reshape(-1)[0])
-        return {"rgb": self._last_rgb, "goal": self._goal, "odom": self.odometry(),
-                "prev_action": np.int64(self.prev_action)}
+        out = {"rgb": self._last_rgb, "goal": self._goal, "odom": self.odometry(),
+               "prev_action": np.int64(self.prev_action)}
+        if self.scan:
+            out["scan"] = self.free_headings()
+        return out
+
+    # -- the laser -------------------------------------------------------------------------------
+    def _clear(self, heading: float, distance: float) -> bool:
+        """Whether the agent's centre can move ``distance`` planar metres straight along world ``heading`` on the
+        navmesh, without sliding (the test ``_forward_amount`` makes; habitat-sim's no-sliding step does not stop at
+        the obstacle, it stays put when the straight move is blocked anywhere along it)."""
+        x, z, _ = self._planar()
+        start = np.asarray(self._pos, np.float32)
+        target = np.array([x + distance * math.cos(heading), start[1], z - distance * math.sin(heading)], np.float32)
+        end = np.asarray(self._env.sim.pathfinder.try_step_no_sliding(start, target), np.float32)
+        return float(np.linalg.norm((end - target)[[0, 2]])) < 1e-3
+
+    def _reach(self, heading: float, limit: float, tol: float = LASER_TOLERANCE_M) -> float:
+        """How far (within ``tol``, at most ``limit``) the agent's centre can move straight along ``heading``:
+        bisection on :meth:`_clear` (a clear move's every prefix is clear), ~11 navmesh queries a beam."""
+        if self._clear(heading, limit):
+            return limit
+        lo, hi = 0.0, limit
+        while hi - lo > tol:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if self._clear(heading, mid) else (lo, mid)
+        return lo
+
+    def free_headings(self) -> np.ndarray:
+        """(SCAN_BINS,) float32: 1 where a full forward step along that heading stays on the navmesh (the
+        house's :meth:`~icrl_ros.sim.house.HouseEnv.free_headings` on Habitat), bin 0 straight ahead, CCW."""
+        if self.scene is None:
+            raise RuntimeError("call reset() before free_headings()")
+        return np.array([1.0 if self._clear(float(h), self.forward_step) else 0.0
+                         for h in scan_headings(self._planar()[2])], np.float32)
+
+    def laser_scan(self) -> tuple[float, float, np.ndarray, float]:
+        """A 360-degree planar laser from the navmesh (the house's :meth:`~icrl_ros.sim.house.HouseEnv.laser_scan`:
+        same return, range and angles; a beam every 3 degrees, ~0.13 s a scan here). A beam's range: how far the
+        agent's centre gets along it on the navmesh (to :data:`LASER_TOLERANCE_M`), then out to the obstacle, which
+        lies the agent's radius beyond the navmesh's edge along the edge's normal; ``inf`` past ``range_max``. A
+        doorway or a gap narrower than the agent reads nearer than it is (the navmesh has no floor there for the
+        agent's centre): the laser errs on the blocked side. Drops and holes in the navmesh read as obstacles."""
+        if self.scene is None:
+            raise RuntimeError("call reset() before laser_scan()")
+        inc = 2 * np.pi / NAVMESH_LASER_BEAMS
+        x, z, yaw = self._planar()
+        pf = self._env.sim.pathfinder
+        ranges = np.full(NAVMESH_LASER_BEAMS, np.inf)
+        for i in range(NAVMESH_LASER_BEAMS):
+            h = yaw - np.pi + inc * i
+            t = self._reach(h, LASER_RANGE_M)
+            if t >= LASER_RANGE_M:
+                continue
+            u = np.array([math.cos(h), -math.sin(h)])  # the beam, world (x, z)
+            ranges[i] = t + AGENT_RADIUS
+            # the obstacle lies AGENT_RADIUS beyond the navmesh's edge along the edge's normal: meet that line
+            hit = pf.closest_obstacle_surface_point(np.array([x + t * u[0], self._pos[1], z + t * u[1]], np.float32),
+                                                    2 * LASER_TOLERANCE_M + 0.05)
+            n = np.asarray(hit.hit_normal, np.float64)[[0, 2]]
+            if np.isfinite(hit.hit_dist) and np.linalg.norm(n) > 0.5 and u @ n < -0.2:
+                n = n / np.linalg.norm(n)
+                wall = np.asarray(hit.hit_pos, np.float64)[[0, 2]] - AGENT_RADIUS * n - np.array([x, z])
+                ranges[i] = float(wall @ n / (u @ n))
+        ranges[ranges > LASER_RANGE_M] = np.inf
+        return -np.pi, inc, ranges.astype(np.float32), LASER_RANGE_M
 
     def _info(self) -> dict:
         ep = self._env.current_episode

@@ -39,12 +39,12 @@ def test_remote_house_matches_the_house(tmp_path) -> None:
         pytest.skip("miniworld is not installed")
     from icrl_ros.sim.house import HouseEnv
 
-    local = HouseEnv(split="test", image_size=32)
+    local = HouseEnv(split="test", image_size=32, scan=True)
     (tmp_path / "token").write_text("s3cret\n")
     ready = tmp_path / "port"
     server = subprocess.Popen([sys.executable, "-m", "icrl_ros.sim.env_server",
                                "--env-id", "icrl_ros/MiniWorldHouse-v0",
-                               "--env-kwargs", json.dumps({"split": "test", "image_size": 32}), "--port", "0",
+                               "--env-kwargs", json.dumps({"split": "test", "image_size": 32, "scan": True}), "--port", "0",
                                "--token-file", str(tmp_path / "token"), "--ready-file", str(ready), "--forever"],
                               cwd=ROOT)
     try:
@@ -82,6 +82,9 @@ def _compare(local, port: int) -> None:
         assert remote.move_continuous(0.1, 0.2) == local.move_continuous(0.1, 0.2)
         _assert_same(remote.observe(), local.observe())
         np.testing.assert_allclose(remote.pose_in("house"), local.pose_in("house"))
+        got, want = remote.laser_scan(), local.laser_scan()  # the bridge publishes it as a LaserScan
+        assert got[0] == want[0] and got[1] == want[1] and got[3] == want[3]
+        np.testing.assert_array_equal(got[2], want[2])
         with pytest.raises(ValueError, match="frame"):  # the served env's own error, raised here
             remote.pose_in("moon")
     finally:

@@ -349,3 +349,45 @@ def test_forward_steps_move_as_far_as_the_house_moves(env) -> None:
             n += 1
             x, z = hx, hz
     assert agree >= 0.9 * n, f"{agree} of {n} forward steps moved as the house's"
+
+
+def test_the_navmesh_laser_gives_the_scan_the_house_gives(export) -> None:
+    """With ``scan``: the observation's free headings (a full forward step on the navmesh) are what a robot
+    computes from the navmesh laser (:func:`free_headings_from_scan`, as the agent node does with the bridge's
+    LaserScan), and what the house's own collision model says from the same pose, on nearly every bin. The
+    navmesh laser errs on the blocked side (a doorway's centre line is narrower than its walls)."""
+    from icrl_ros.geometry import free_headings_from_scan, scan_headings
+    from icrl_ros.sim.habitat_env import HabitatExtObjNavEnv
+
+    env = HabitatExtObjNavEnv.for_houses(export[0], scan=True)
+    try:
+        house = 3
+        nav = NavGrid(generate_layout(house), 0.25)
+        rng = np.random.default_rng(7)
+        cells = np.argwhere(nav.free)
+        same_laser, same_house, unsafe, n, blocked = 0, 0, 0, 0, 0
+        while n < 40 * 12:
+            i, j = cells[int(rng.integers(len(cells)))]
+            x, z, yaw = float(nav.xs[j]), float(nav.zs[i]), float(rng.uniform(-math.pi, math.pi))
+            if nav.collides(x, z):
+                continue
+            obs, _ = env.reset(options={"house_seed": house, "start": (x, z, yaw)})
+            assert env.observation_space.contains(obs)
+            angle_min, inc, ranges, range_max = env.laser_scan()
+            assert ranges.shape == (120,) and range_max == 10.0 and np.all(ranges[np.isfinite(ranges)] > 0.2)
+            from_laser = free_headings_from_scan(ranges, angle_min + inc * np.arange(120), env.forward_step, 0.25)
+            house_bits = [0.0 if nav.collides(x + 0.25 * math.cos(h), z - 0.25 * math.sin(h)) else 1.0
+                          for h in scan_headings(yaw)]
+            same_laser += int((from_laser == obs["scan"]).sum())
+            unsafe += int(((from_laser == 1) & (obs["scan"] == 0)).sum())
+            same_house += int((np.array(house_bits) == obs["scan"]).sum())
+            blocked += int((obs["scan"] == 0).sum())
+            n += 12
+    finally:
+        env.close()
+    assert blocked >= 0.1 * n, f"only {blocked} of {n} headings blocked: the poses test nothing"
+    print(f"navmesh laser -> scan agrees on {same_laser} of {n} headings ({unsafe} read free but blocked), "
+          f"the house's collision test on {same_house}")
+    assert same_laser >= 0.92 * n, f"laser -> scan agrees on {same_laser} of {n} headings"
+    assert unsafe <= 0.01 * n, f"the laser reads {unsafe} of {n} blocked headings free"
+    assert same_house >= 0.9 * n, f"the house's collision test agrees on {same_house} of {n} headings"
