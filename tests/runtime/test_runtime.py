@@ -353,12 +353,14 @@ def test_benchmark_smoke(tmp_path, capsys):
     assert (tmp_path / "b_bounded.csv").is_file()
 
 
-def test_the_replay_tolerance_is_relative_to_a_large_logit():
-    """fp32: within 1e-4 of each logit, times the logit's size where that exceeds 1 (float rounding of a route
-    head's logits of ~100 is ~1e-5 relative); a small logit keeps the absolute 1e-4."""
+def test_the_replay_tolerance_is_relative_to_a_steps_large_logits():
+    """fp32: within 1e-4 of each logit, times the step's largest logit size where that exceeds 1 (float rounding
+    of a route head's ~100s is ~1e-5 relative, and it lands on every logit of the step: the head adds to all);
+    a step of small logits keeps the absolute 1e-4."""
     from icrl_ros.runtime.selfcheck import compare
 
-    ref = np.array([[300.0, 0.5, -2.0]])
-    assert compare(ref, None, ref + [[0.02, 0.0, 0.0]], None, "fp32")["ok"]
-    assert not compare(ref, None, ref + [[0.0, 2e-4, 0.0]], None, "fp32")["ok"]
-    assert not compare(ref, None, ref + [[0.0, 0.0, 3e-4]], None, "fp32")["ok"]
+    ref = np.array([[300.0, 0.5, -2.0], [0.9, 0.5, -0.7]])
+    assert compare(ref, None, ref + [[0.02, 3e-4, -0.02], [0.0, 0.0, 0.0]], None, "fp32")["ok"]
+    assert not compare(ref, None, ref + [[0.04, 0.0, 0.0], [0.0, 0.0, 0.0]], None, "fp32")["ok"]
+    assert not compare(ref, None, ref + [[0.0, 0.0, 0.0], [0.0, 2e-4, 0.0]], None, "fp32")["ok"]
+    assert not compare(ref, None, ref + [[0.0, 0.0, 0.0], [3e-4, 0.0, 0.0]], None, "fp32")["ok"]
