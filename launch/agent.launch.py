@@ -3,10 +3,10 @@
     ros2 launch icrl_ros agent.launch.py bundle:=/path/to/bundle robot:=fetch
     ros2 launch icrl_ros agent.launch.py robot:=fetch device:=cpu backend:=onnxruntime   # no GPU here
     ros2 launch icrl_ros agent.launch.py bundle:=... backend:=tensorrt namespace:=robot1
-    ros2 launch icrl_ros agent.launch.py        # the shipped house_relic bundle (an imitated student)
+    ros2 launch icrl_ros agent.launch.py        # the shipped default bundle (house_memo), as the node's empty bundle_path
 
 Arguments
-  bundle        export bundle directory; default: the shipped share/icrl_ros/bundles/house_relic
+  bundle        export bundle directory; default: the node's (empty bundle_path: the shipped house_memo)
   backend       onnxruntime | torch | tensorrt; empty = the profile's value
   device        cpu | cuda; empty = the profile's value (fetch: cuda)
   robot         sim (config/agent.yaml) | fetch (config/agent.yaml + config/fetch.yaml)
@@ -48,11 +48,13 @@ def _agent(context, *args, **kwargs):
     parameters = [os.path.join(config, name) for name in PROFILES[robot]]
     if arg["params_file"]:
         parameters.append(arg["params_file"])
-    overrides = {"bundle_path": arg["bundle"] or os.path.join(share, "bundles", "house_relic"),
-                 "use_sim_time": arg["use_sim_time"].lower() in TRUE}
-    for key in ("backend", "device", "action_mode"):
+    # bundle:= empty leaves bundle_path to the profile / params_file (empty there = the node's shipped default,
+    # icrl_ros.nodes.shipped), as backend, device and action_mode are left
+    overrides = {"use_sim_time": arg["use_sim_time"].lower() in TRUE}
+    for key, param in (("bundle", "bundle_path"), ("backend", "backend"), ("device", "device"),
+                       ("action_mode", "action_mode")):
         if arg[key]:
-            overrides[key] = arg[key]
+            overrides[param] = arg[key]
     parameters.append(overrides)
 
     node = LifecycleNode(
@@ -84,7 +86,7 @@ def _agent(context, *args, **kwargs):
 def generate_launch_description():
     return LaunchDescription([
         DeclareLaunchArgument("bundle", default_value="",
-                              description="Export bundle directory (default: share/icrl_ros/bundles/house_relic)"),
+                              description="Export bundle directory (default: the node's shipped default, house_memo)"),
         DeclareLaunchArgument("backend", default_value="", description="onnxruntime | torch | tensorrt"),
         DeclareLaunchArgument("device", default_value="", description="cpu | cuda (default: the profile's)"),
         DeclareLaunchArgument("robot", default_value="sim", choices=["sim", "fetch"], description="Parameter profile"),

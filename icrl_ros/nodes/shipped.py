@@ -49,7 +49,7 @@ def package_roots() -> list[Path]:
 
 
 def default_bundle_path() -> str:
-    """``bundles/house_relic`` of the checkout, else of the installed share directory; '' if neither."""
+    """``bundles/<DEFAULT_BUNDLE>`` of the checkout, else of the installed share directory; '' if neither."""
     for root in package_roots():
         candidate = root / "bundles" / DEFAULT_BUNDLE
         if (candidate / "manifest.yaml").is_file():
