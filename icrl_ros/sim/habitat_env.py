@@ -356,16 +356,8 @@ class HabitatExtObjNavEnv(gym.Env):
         """Set this forward action's length as ``HouseEnv._forward`` moves (``house.forward_tries``): the
         full step if the straight move is free, else the longest free one 5 cm shorter each time, else none. (habitat-sim's own
         step, sliding off, would stop exactly at the navmesh edge: up to 5 cm further than the house.)"""
-        x, z, yaw = self._planar()
-        start = np.asarray(self._pos, np.float32)
-        fx, fz = math.cos(yaw), -math.sin(yaw)
-        amount = 0.0
-        for d in forward_tries(self.forward_step):
-            target = np.array([x + d * fx, start[1], z + d * fz], np.float32)
-            end = np.asarray(self._env.sim.pathfinder.try_step_no_sliding(start, target), np.float32)
-            if float(np.linalg.norm((end - target)[[0, 2]])) < 1e-3:
-                amount = d
-                break
+        yaw = self._planar()[2]
+        amount = next((d for d in forward_tries(self.forward_step) if self._clear(yaw, d)), 0.0)
         specs = self._env.sim.get_agent(0).agent_config.action_space  # {habitat action id: ActionSpec}
         next(spec for spec in specs.values() if spec.name == "move_forward").actuation.amount = amount
 
