@@ -38,7 +38,7 @@ test-habitat: venv
 	bash scripts/habitat_prepare.sh
 	ICRL_REQUIRE_HABITAT=1 $(PY) -m pytest -q -m "" tests/habitat
 
-# The ROS 2 demo: sim bridge + agent node (shipped Memo bundle bundles/house_memo, ONNX Runtime) as two processes,
+# The ROS 2 demo: sim bridge + agent node (shipped ReLIC bundle bundles/house_relic_scan, ONNX Runtime) as two processes,
 # DDS on loopback, one trial of 8 episodes in an unseen house -> table + demo_out/.
 demo: venv
 	OMP_NUM_THREADS=1 $(PY) training/demo_ros.py

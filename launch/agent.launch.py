@@ -3,10 +3,10 @@
     ros2 launch icrl_ros agent.launch.py bundle:=/path/to/bundle robot:=fetch
     ros2 launch icrl_ros agent.launch.py robot:=fetch device:=cpu backend:=onnxruntime   # no GPU here
     ros2 launch icrl_ros agent.launch.py bundle:=... backend:=tensorrt namespace:=robot1
-    ros2 launch icrl_ros agent.launch.py        # the shipped default bundle (house_memo), as the node's empty bundle_path
+    ros2 launch icrl_ros agent.launch.py        # the shipped default bundle (house_relic_scan), as the node's empty bundle_path
 
 Arguments
-  bundle        export bundle directory; default: the node's (empty bundle_path: the shipped house_memo)
+  bundle        export bundle directory; default: the node's (empty bundle_path: the shipped house_relic_scan)
   backend       onnxruntime | torch | tensorrt; empty = the profile's value
   device        cpu | cuda; empty = the profile's value (fetch: cuda)
   robot         sim (config/agent.yaml) | fetch (config/agent.yaml + config/fetch.yaml)
@@ -86,7 +86,7 @@ def _agent(context, *args, **kwargs):
 def generate_launch_description():
     return LaunchDescription([
         DeclareLaunchArgument("bundle", default_value="",
-                              description="Export bundle directory (default: the node's shipped default, house_memo)"),
+                              description="Export bundle directory (default: the node's shipped default, house_relic_scan)"),
         DeclareLaunchArgument("backend", default_value="", description="onnxruntime | torch | tensorrt"),
         DeclareLaunchArgument("device", default_value="", description="cpu | cuda (default: the profile's)"),
         DeclareLaunchArgument("robot", default_value="sim", choices=["sim", "fetch"], description="Parameter profile"),

@@ -1,11 +1,11 @@
 """Simulator bridge + agent: the agent tested against a simulated house before a robot.
 
-    ros2 launch icrl_ros sim.launch.py                                  # the shipped default bundle (house_memo)
+    ros2 launch icrl_ros sim.launch.py                                  # the shipped default bundle (house_relic_scan)
     ros2 launch icrl_ros sim.launch.py bundle:=/path/to/bundle
     ros2 launch icrl_ros sim.launch.py bundle:=... mode:=realtime      # cmd_vel through the executor
 
 Arguments
-  bundle       export bundle directory; default: the node's shipped default (house_memo)
+  bundle       export bundle directory; default: the node's shipped default (house_relic_scan)
   backend      onnxruntime | torch | tensorrt; empty = config/agent.yaml's value
   device       cpu | cuda; empty = config/agent.yaml's value (cpu)
   env_id       registered Gymnasium id (default: the MiniWorld house)
@@ -62,7 +62,7 @@ def _nodes(context, *args, **kwargs):
 def generate_launch_description():
     return LaunchDescription([
         DeclareLaunchArgument("bundle", default_value="",
-                              description="Export bundle directory (default: the node's shipped default, house_memo)"),
+                              description="Export bundle directory (default: the node's shipped default, house_relic_scan)"),
         DeclareLaunchArgument("backend", default_value="", description="onnxruntime | torch | tensorrt"),
         DeclareLaunchArgument("device", default_value="", description="cpu | cuda"),
         DeclareLaunchArgument("env_id", default_value="icrl_ros/MiniWorldHouse-v0", description="Gymnasium id"),

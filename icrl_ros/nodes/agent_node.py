@@ -1,7 +1,7 @@
 """``agent_node``: the in-context RL policy as a ROS 2 lifecycle node.
 
 configure  load the bundle (``PolicyRunner.from_bundle``: backend, device, memory policy and
-           budget from parameters; an empty ``bundle_path`` = the shipped ``house_memo``),
+           budget from parameters; an empty ``bundle_path`` = the shipped ``house_relic_scan``),
            create topics, timers and services
 activate   start acting on camera + odometry + goal
 deactivate stop: abort the current step and publish a zero velocity

@@ -115,7 +115,8 @@ class AgentParams(ParamsBase):
     bundle_path: str = _conf(
         "",
         "Export bundle directory written by training/export.py. Empty = the shipped default "
-        "(bundles/house_memo of a checkout, else share/icrl_ros/bundles/house_memo); a relative path is "
+        "(bundles/house_relic_scan of a checkout, else share/icrl_ros/bundles/house_relic_scan; it reads a laser "
+        "scan: a robot without one runs bundles/house_memo); a relative path is "
         "tried against the working directory, the checkout and share/icrl_ros.",
     )
     backend: str = _conf("onnxruntime", "Inference engine.", choices=BACKENDS)

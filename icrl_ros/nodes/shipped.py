@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 PACKAGE = "icrl_ros"
-DEFAULT_BUNDLE = "house_memo"
-"""The shipped default: a Memo policy for the MiniWorld house with the object and place memories and
-a stop rule, imitating the in-context house teacher (offline cloning, from the ReLIC student, then a
-fine-tune on a teacher with a coarse memory). On the same held-out trials it finds the goal as often
-as ``house_relic`` over episodes 10-20 (BENCHMARKS.md, issue 12), more often in later episodes than
-in the first, but still in a minority of them."""
+DEFAULT_BUNDLE = "house_relic_scan"
+"""The shipped default: a ReLIC policy for the MiniWorld house with the object, place and route memories,
+a stop rule and a route-following head that reads a laser scan (``sensor_msgs/LaserScan``; the sim
+bridges publish one), a student of the in-context house teacher. Held out it finds the goal in 0.20 of
+first episodes and 0.47 over episodes 10-20 (BENCHMARKS.md, issue 12). A robot without a laser runs
+``house_memo`` (images and odometry only)."""
 
 
 def checkout_root() -> Path | None:

@@ -1,7 +1,7 @@
 """agent_node over real rclpy / DDS on loopback.
 
-With the real ``PolicyRunner`` and the shipped default bundle (``bundles/house_memo``,
-ONNX Runtime): lifecycle transitions (through the standard lifecycle services), a bundle path that
+With the real ``PolicyRunner`` and the shipped camera-and-odometry bundle (``bundles/house_memo``,
+ONNX Runtime; the default ``house_relic_scan`` also reads a laser scan, fed in test_sim_agent / the demo test): lifecycle transitions (through the standard lifecycle services), a bundle path that
 does not exist, every kind of bad input (counted, logged once per throttle period, memory
 untouched), and memory saved -> node process killed -> new process -> memory loaded -> the
 same next action. The watchdog test keeps the scripted ``FakeRunner``: it needs the robot to
@@ -37,12 +37,12 @@ from icrl_ros.nodes.agent_node import AgentNode  # noqa: E402
 from icrl_ros.runtime import PolicyRunner  # noqa: E402
 from tests.nodes.fake_runner import FakeRunner, write_fake_bundle  # noqa: E402
 from tests.nodes.probe import Probe  # noqa: E402
-from tests.nodes.ros_support import REPO, require_house_bundle  # noqa: E402
+from tests.nodes.ros_support import REPO, require_house_bundle, require_memo_bundle  # noqa: E402
 
 
 def make_agent(ctx, tmp_path, name: str = "icrl_agent", **params) -> AgentNode:
-    """An agent on the shipped house bundle with the real runner."""
-    values = {"bundle_path": require_house_bundle(), "memory_path": str(tmp_path / "mem" / "snapshot.npz"),
+    """An agent on the shipped Memo house bundle (camera + odometry) with the real runner."""
+    values = {"bundle_path": require_memo_bundle(), "memory_path": str(tmp_path / "mem" / "snapshot.npz"),
               "log_throttle_s": 0.5, "status_rate_hz": 10.0} | params
     return AgentNode(name, context=ctx, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
 
@@ -124,14 +124,14 @@ def test_lifecycle_transitions_and_missing_bundle(ros_context, tmp_path) -> None
         assert not change(ex, change_client, Transition.TRANSITION_CONFIGURE)
         assert agent.counters["bundle_errors"] == 2 and agent.runner is None
 
-        # empty = the shipped default bundle (bundles/house_memo of this checkout)
+        # empty = the shipped default bundle (bundles/house_relic_scan of this checkout)
         agent.set_parameters([Parameter("bundle_path", value="")])
-        # loading a real bundle (Memo: five ONNX Runtime sessions) took over 5 s on a loaded machine
+        # loading a real bundle (several ONNX Runtime sessions) took over 5 s on a loaded machine
         assert change(ex, change_client, Transition.TRANSITION_CONFIGURE, timeout=60.0)
         runner = agent.runner
         assert isinstance(runner, PolicyRunner) and runner.memory_policy == runner.bundle.manifest.memory.policy
         assert os.path.samefile(runner.bundle.path, require_house_bundle())
-        assert runner.greedy is False  # action_selection "": the bundle's (house_memo: sample, seeded)
+        assert runner.greedy is False  # action_selection "": the bundle's (house_relic_scan: sample, seeded)
         assert state_id(ex, get_client) == State.PRIMARY_STATE_INACTIVE
         assert change(ex, change_client, Transition.TRANSITION_ACTIVATE)
         assert state_id(ex, get_client) == State.PRIMARY_STATE_ACTIVE and agent.active
@@ -295,7 +295,7 @@ def test_watchdog_stops_on_stale_input_and_resumes(ros_context, tmp_path) -> Non
 def agent_process(tmp_path, namespace: str, name: str, *params: str) -> subprocess.Popen:
     """``python -m icrl_ros.nodes.agent_node`` (what the console script runs) in its own process."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
-    args = [f"bundle_path:={require_house_bundle()}", f"memory_path:={tmp_path / 'mem' / 'snapshot.npz'}",
+    args = [f"bundle_path:={require_memo_bundle()}", f"memory_path:={tmp_path / 'mem' / 'snapshot.npz'}",
             "status_rate_hz:=20.0", "input_timeout_s:=60.0", "sample_seed:=5", "idle_after_stop:=false", *params]
     log = open(tmp_path / f"{name}.log", "wb")
     cmd = [sys.executable, "-m", "icrl_ros.nodes.agent_node", "--ros-args", "-r", f"__ns:={namespace}"]
@@ -336,7 +336,7 @@ def test_memory_saved_process_killed_restarted_loaded_same_next_action(ros_conte
         assert os.path.exists(str(tmp_path / "mem" / "snapshot.npz") + ".node.json")
         expected = step(70)  # what the original node does next
         # the reference: a PolicyRunner with the same seed fed the same 71 inputs
-        ref = PolicyRunner.from_bundle(require_house_bundle())
+        ref = PolicyRunner.from_bundle(require_memo_bundle())
         ref.greedy = False
         ref.generator.manual_seed(5)
         ref.begin_episode("blue_box")
@@ -356,7 +356,7 @@ def test_memory_saved_process_killed_restarted_loaded_same_next_action(ros_conte
         assert abs(info["value"] - expected_value) < 1e-5
         # (the shipped policy nearly always samples stop, so actions alone would hardly tell a
         # lost memory; its value does: without the 70 steps of memory it differs)
-        fresh = PolicyRunner.from_bundle(require_house_bundle())
+        fresh = PolicyRunner.from_bundle(require_memo_bundle())
         fresh.begin_episode("blue_box")
         fresh.step_in_episode, fresh.prev_action = 70, ref_actions[69]
         assert abs(fresh.act(obs)[1]["value"] - expected_value) > 1e-3
@@ -468,7 +468,7 @@ def test_pose_frame_other_than_the_bundles_is_refused_at_configure(ros_context, 
     bundle's own frame configures."""
     import yaml
 
-    trained = yaml.safe_load(open(os.path.join(require_house_bundle(), "manifest.yaml")))["observation"]["pose_frame"]
+    trained = yaml.safe_load(open(os.path.join(require_memo_bundle(), "manifest.yaml")))["observation"]["pose_frame"]
     other = "episode" if trained == "house" else "house"
     for value, ok in (("", True), (trained, True), (other, False)):
         agent = make_agent(ros_context, tmp_path, name=f"pose_{value or 'default'}", pose_frame=value)

@@ -1,5 +1,6 @@
 """A short `make demo` (training/demo_ros.py): bridge and agent processes over loopback DDS, the
-shipped Memo bundle, 2 episodes of at most 20 steps; the table, the plots and the GIF."""
+shipped default bundle (it reads the bridge's laser scan), 2 episodes of at most 20 steps; the table, the plots and
+the GIF."""
 
 from __future__ import annotations
 

@@ -38,8 +38,9 @@ def test_snapshot_restores_the_action_sampler(tmp_path) -> None:
 
     bundle = require_house_bundle()
     rng = np.random.default_rng(0)
-    obs = [{"rgb": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), "odom": rng.normal(size=3).astype(np.float32)}
-           for _ in range(80)]
+    # (a scan too: the default reads one; a bundle without a scan input ignores it)
+    obs = [{"rgb": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), "odom": rng.normal(size=3).astype(np.float32),
+            "scan": rng.integers(0, 2, 12).astype(np.float32)} for _ in range(80)]
     a = PolicyRunner.from_bundle(bundle)
     a.greedy = False
     a.generator.manual_seed(7)
