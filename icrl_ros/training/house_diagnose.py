@@ -3,6 +3,7 @@
     python training/house_diagnose.py checkpoints/house_relic.pt --trials 12 --episodes 8 --seed 100
     python training/house_diagnose.py bundles/house_relic --trials 12 --episodes 8   # the deployed bundle
     python training/house_diagnose.py bundles/house_relic --teacher-forced --trials 20 --episodes 5
+    python training/house_diagnose.py bundles/house_relic_scan --handover 3 --trials 20 --episodes 5 --seed 300
 
 ``--teacher-forced`` (ReLIC): the teacher drives and the policy reads its trial twice, with memory
 and with memory wiped at every episode start; per episode, how well it predicts the teacher's
@@ -18,6 +19,10 @@ the goal at the episode start, the table says whether the policy fails to *use* 
 was known, the policy still searched or stopped wrongly) or to *explore*; agreement with the
 teacher on the policy's own states shows the distribution shift imitation on the teacher's states
 leaves. Writes ``diagnosis.json``.
+
+``--handover K``: the teacher drives each trial's first K episodes (the policy's memory, or its
+memory-wiped ablation, reads them), then the policy drives as deployed (stop rule on); success, SPL
+and steps per episode and the paired gain of memory over the policy's episodes. Writes ``handover.json``.
 
 ``--stop-views`` (a checkpoint): at every stop the policy makes, what its frozen label heads said
 of the current image: P(goal category in view) and its expected distance; split by right and wrong
@@ -48,7 +53,7 @@ import torch
 from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.sim.house import STOP
 from icrl_ros.training._cli import fail
-from icrl_ros.training.house_eval import run_house_trials, stepper_for
+from icrl_ros.training.house_eval import check_wipe_batch, run_house_trials, stepper_for
 
 OUTCOMES = ("success", "wrong_stop", "timeout")
 
@@ -341,6 +346,9 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"], help="bundles: the engine")
     p.add_argument("--teacher-forced", action="store_true",
                    help="the teacher drives; compare the policy's prediction of its actions with and without memory")
+    p.add_argument("--handover", type=int, default=0, metavar="K",
+                   help="the teacher drives each trial's first K episodes, the policy (as deployed, stop rule on) the "
+                        "rest, with memory and wiped; the paired gain of memory over the policy's episodes")
     p.add_argument("--stop-views", action="store_true",
                    help="a checkpoint: record the frozen heads' P(goal in view) and distance at every stop")
     p.add_argument("--stop-gate", type=float, default=0.0, metavar="P",
@@ -362,6 +370,8 @@ def main(argv=None) -> int:
         fail(f"--temperature must be positive, got {args.temperature}")
     if args.teacher_forced:
         return teacher_forced(args)
+    if args.handover:
+        return handover(args)
     try:
         stepper, options, desc = stepper_for(args.policy, args.backend)
     except (FileNotFoundError, ValueError, KeyError) as e:
@@ -454,6 +464,50 @@ def teacher_forced(args) -> int:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "teacher_forced.json").write_text(json.dumps(out, indent=1))
         print(f"wrote {Path(args.out) / 'teacher_forced.json'}")
+    return 0
+
+
+def handover(args) -> int:
+    """``--handover K``: the teacher lives in the house for K episodes (the policy's memory, or its wiped
+    ablation, reads them), then the policy drives; its success, SPL and steps from episode K + 1 on."""
+    K = args.handover
+    if not 0 < K < args.episodes:
+        fail(f"--handover {K}: needs 0 < K < --episodes ({args.episodes}), so the policy drives at least one episode")
+    got, desc = {}, None
+    for wipe in (False, True):
+        try:
+            stepper, options, d = stepper_for(args.policy, args.backend, wipe=wipe)
+            check_wipe_batch(stepper, args.batch)
+        except (FileNotFoundError, ValueError, KeyError) as e:
+            fail(f"{args.policy}: {e}")
+        desc = desc or d
+        res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split,
+                               greedy=args.greedy, temperature=args.temperature, batch=args.batch,
+                               env_options=options, teacher="memory", drive="teacher", teacher_episodes=K)
+        got["wiped" if wipe else "memory"] = {k: res[k] for k in ("success", "spl", "steps")}
+    m, w = got["memory"], got["wiped"]
+    print(f"{Path(args.policy).name}: the teacher drives episodes 1-{K}, the policy {K + 1}-{args.episodes} "
+          f"({args.trials} trials, seed {args.seed})")
+    print(f"  {'episode':>7} | {'success memory':>14} {'wiped':>6} | {'SPL memory':>10} {'wiped':>6} | "
+          f"{'steps memory':>12} {'wiped':>6}")
+    for e in range(args.episodes):
+        print(f"  {e + 1:>7}{'*' if e >= K else ' '}| {m['success'][:, e].mean():>14.3f} {w['success'][:, e].mean():>6.3f} | "
+              f"{m['spl'][:, e].mean():>10.3f} {w['spl'][:, e].mean():>6.3f} | "
+              f"{m['steps'][:, e].mean():>12.1f} {w['steps'][:, e].mean():>6.1f}")
+    out = {"policy": desc, "trials": args.trials, "episodes": args.episodes, "handover": K, "seed": args.seed,
+           "batch": args.batch}
+    for k in ("success", "spl", "steps"):
+        gain = m[k][:, K:].mean(1) - w[k][:, K:].mean(1)
+        mu, ci = mean_ci(gain)
+        out[f"{k}_gain"] = {"mean": mu, "ci95": ci, "sd": float(gain.std(ddof=1)) if len(gain) > 1 else 0.0,
+                            "per_trial": gain.tolist()}
+        print(f"  memory - wiped, policy's episodes {K + 1}-{args.episodes}, per trial: {k} {mu:+.3f} +- {ci:.3f} "
+              f"(n={args.trials})")
+    out.update({k: {kk: vv.tolist() for kk, vv in v.items()} for k, v in got.items()})
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "handover.json").write_text(json.dumps(out, indent=1))
+        print(f"wrote {Path(args.out) / 'handover.json'}")
     return 0
 
 

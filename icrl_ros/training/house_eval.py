@@ -101,7 +101,7 @@ class BundleStepper:
 def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: str = "test",
                      greedy: bool = False, temperature: float = 1.0, batch: int = 25, workers: int = 2,
                      env_options: dict | None = None, teacher: str | None = None, observer=None,
-                     drive: str = "policy") -> dict:
+                     drive: str = "policy", teacher_episodes: int | None = None) -> dict:
     """``trials`` trials of ``episodes`` episodes each, ``batch`` trials at a time. Returns the
     (trials, episodes) matrices ``success``, ``spl``, ``steps`` and run figures.
 
@@ -113,11 +113,15 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
 
     ``drive="teacher"``: the teacher's actions are executed and the policy only reads the states
     (teacher forcing: its memory holds the teacher's trial, the same for every policy); the matrices
-    are then the teacher's results."""
+    are then the teacher's results. ``teacher_episodes`` N (with ``drive="teacher"``): the teacher drives
+    each trial's first N episodes only and the policy the rest, on a memory that holds the teacher's
+    (the policy's draws are made at every step either way, so runs stay paired draw for draw)."""
     if drive not in ("policy", "teacher"):
         raise ValueError(f"drive: {drive!r} is not 'policy' or 'teacher'")
     if drive == "teacher" and teacher is None:
         raise ValueError("drive='teacher' needs teacher='memory' or 'wiped'")
+    if teacher_episodes is not None and drive != "teacher":
+        raise ValueError("teacher_episodes: the teacher drives only with drive='teacher'")
     a = stepper.args
     forget = stepper.wipe_each_episode
     check_wipe_batch(stepper, batch)
@@ -154,7 +158,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                 logits = stepper.logits(cur)
                 action = choose_actions(logits, greedy, temperature, g)
                 if drive == "teacher":
-                    action = torch.as_tensor(env.teacher_action, dtype=torch.long)
+                    taught = torch.as_tensor(done_eps < (episodes if teacher_episodes is None else teacher_episodes))
+                    action = torch.where(taught, torch.as_tensor(env.teacher_action, dtype=torch.long), action)
                 action = torch.where(torch.as_tensor(done_eps >= episodes), STOP, action)
                 before = (env.teacher_action.copy(), env.teacher_goal_known.copy())
                 obs, reward, done, info = env.step(action.numpy())

@@ -80,6 +80,20 @@ def test_teacher_likelihood_per_episode_and_drive_checks():
         run_house_trials(None, 1, 1, drive="robot")
     with pytest.raises(ValueError, match="teacher="):
         run_house_trials(None, 1, 1, drive="teacher")
+    with pytest.raises(ValueError, match="teacher_episodes"):
+        run_house_trials(None, 1, 1, teacher_episodes=1)
+
+
+def test_handover_needs_an_episode_for_the_policy(capsys):
+    import pytest
+
+    from icrl_ros.training.house_diagnose import main
+
+    for k in ("3", "-1"):
+        with pytest.raises(SystemExit) as e:
+            main(["bundles/house_relic_scan", "--handover", k, "--episodes", "3"])
+        assert e.value.code != 0
+        assert "needs 0 < K < --episodes (3)" in capsys.readouterr().err
 
 
 def test_stop_views_read_the_heads_at_each_stop_and_the_gate_masks_blind_stops():
