@@ -14,7 +14,8 @@ import pytest
 from tests.nodes.ros_support import REPO, require_bundle, require_house_bundle
 
 
-@pytest.mark.parametrize("name,kind", [("house_relic", "relic"), ("house_memo", "memo"), ("house_relic_scan", "relic")])
+@pytest.mark.parametrize("name,kind", [("house_relic", "relic"), ("house_memo", "memo"), ("house_relic_scan", "relic"),
+                                       ("house_memo_scan", "memo")])
 def test_shipped_bundle_is_the_shipped_checkpoint_and_passes_its_self_check(name, kind) -> None:
     bundle = require_bundle(name)
     from icrl_ros.models import load_checkpoint
