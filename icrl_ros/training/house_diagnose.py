@@ -417,10 +417,7 @@ def main(argv=None) -> int:
     if readout:
         print_readout(d["memory_readout"])
     print(f"  success {d['success_rate']:.3f}, SPL {d['spl']:.3f} over {args.trials} x {args.episodes} episodes")
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "diagnosis.json").write_text(json.dumps(d, indent=1))
-        print(f"wrote {Path(args.out) / 'diagnosis.json'}")
+    write_out(args, "diagnosis.json", d)
     return 0
 
 
@@ -430,14 +427,30 @@ def mean_ci(x: np.ndarray) -> tuple[float, float]:
     return float(x.mean()), float(1.96 * x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
 
 
+def write_out(args, name: str, data: dict) -> None:
+    """``data`` as ``--out``/``name`` (JSON), when ``--out`` is given."""
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / name).write_text(json.dumps(data, indent=1))
+        print(f"wrote {Path(args.out) / name}")
+
+
+def kept_and_wiped(args, **kw):
+    """(wiped, stepper, env options, description): the policy with its memory, then with memory wiped at
+    every episode start; a CLI failure, before any trial runs, when it does not load or the batch does not fit."""
+    for wipe in (False, True):
+        try:
+            stepper, options, desc = stepper_for(args.policy, args.backend, wipe=wipe, **kw)
+            check_wipe_batch(stepper, args.batch)
+        except (FileNotFoundError, ValueError, KeyError) as e:
+            fail(f"{args.policy}: {e}")
+        yield wipe, stepper, options, desc
+
+
 def teacher_forced(args) -> int:
     """``--teacher-forced``: the policy with memory and wiped on the teacher's trials (same states)."""
     got, desc = {}, None
-    for wipe in (False, True):
-        try:
-            stepper, options, d = stepper_for(args.policy, args.backend, wipe=wipe, stop_rule=False)
-        except (FileNotFoundError, ValueError, KeyError) as e:
-            fail(f"{args.policy}: {e}")
+    for wipe, stepper, options, d in kept_and_wiped(args, stop_rule=False):
         desc = desc or d
         tally = TeacherLikelihood(args.trials, args.episodes)
         res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split,
@@ -460,10 +473,7 @@ def teacher_forced(args) -> int:
                   f"(smallest {gain.min():+.3f}, n={args.trials})")
     out.update({k: {kk: (vv.tolist() if isinstance(vv, np.ndarray) else vv) for kk, vv in v.items()}
                 for k, v in got.items()})
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "teacher_forced.json").write_text(json.dumps(out, indent=1))
-        print(f"wrote {Path(args.out) / 'teacher_forced.json'}")
+    write_out(args, "teacher_forced.json", out)
     return 0
 
 
@@ -474,12 +484,7 @@ def handover(args) -> int:
     if not 0 < K < args.episodes:
         fail(f"--handover {K}: needs 0 < K < --episodes ({args.episodes}), so the policy drives at least one episode")
     got, desc = {}, None
-    for wipe in (False, True):
-        try:
-            stepper, options, d = stepper_for(args.policy, args.backend, wipe=wipe)
-            check_wipe_batch(stepper, args.batch)
-        except (FileNotFoundError, ValueError, KeyError) as e:
-            fail(f"{args.policy}: {e}")
+    for wipe, stepper, options, d in kept_and_wiped(args):
         desc = desc or d
         res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split,
                                greedy=args.greedy, temperature=args.temperature, batch=args.batch,
@@ -491,7 +496,8 @@ def handover(args) -> int:
     print(f"  {'episode':>7} | {'success memory':>14} {'wiped':>6} | {'SPL memory':>10} {'wiped':>6} | "
           f"{'steps memory':>12} {'wiped':>6}")
     for e in range(args.episodes):
-        print(f"  {e + 1:>7}{'*' if e >= K else ' '}| {m['success'][:, e].mean():>14.3f} {w['success'][:, e].mean():>6.3f} | "
+        print(f"  {e + 1:>7}{'*' if e >= K else ' '}| "
+              f"{m['success'][:, e].mean():>14.3f} {w['success'][:, e].mean():>6.3f} | "
               f"{m['spl'][:, e].mean():>10.3f} {w['spl'][:, e].mean():>6.3f} | "
               f"{m['steps'][:, e].mean():>12.1f} {w['steps'][:, e].mean():>6.1f}")
     out = {"policy": desc, "trials": args.trials, "episodes": args.episodes, "handover": K, "seed": args.seed,
@@ -504,10 +510,7 @@ def handover(args) -> int:
         print(f"  memory - wiped, policy's episodes {K + 1}-{args.episodes}, per trial: {k} {mu:+.3f} +- {ci:.3f} "
               f"(n={args.trials})")
     out.update({k: {kk: vv.tolist() for kk, vv in v.items()} for k, v in got.items()})
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "handover.json").write_text(json.dumps(out, indent=1))
-        print(f"wrote {Path(args.out) / 'handover.json'}")
+    write_out(args, "handover.json", out)
     return 0
 
 

@@ -130,6 +130,7 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     if teacher is not None:
         options["teacher"] = teacher
     max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))
+    taught_episodes = episodes if teacher_episodes is None else teacher_episodes  # drive="teacher": its episodes
     out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps")}
     houses, total, t0 = [], 0, time.perf_counter()
     env = None
@@ -158,7 +159,7 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                 logits = stepper.logits(cur)
                 action = choose_actions(logits, greedy, temperature, g)
                 if drive == "teacher":
-                    taught = torch.as_tensor(done_eps < (episodes if teacher_episodes is None else teacher_episodes))
+                    taught = torch.as_tensor(done_eps < taught_episodes)
                     action = torch.where(taught, torch.as_tensor(env.teacher_action, dtype=torch.long), action)
                 action = torch.where(torch.as_tensor(done_eps >= episodes), STOP, action)
                 before = (env.teacher_action.copy(), env.teacher_goal_known.copy())
