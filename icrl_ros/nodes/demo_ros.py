@@ -41,6 +41,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -410,6 +411,17 @@ def main(argv: list[str] | None = None) -> int:
         "bundle_path": str(bundle.resolve()), "backend": args.backend, "autostart": True, "action_mode": "discrete",
         "action_selection": "", "sample_seed": args.sample_seed, "status_rate_hz": 2.0,  # "": the bundle's choice
         "input_timeout_s": 30.0, "memory_path": str((out / "memory.npz").resolve())})
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    # The monitor subscribes before the nodes start and spins in its own thread, so it sees every camera frame
+    # (the bridge keeps 5 in its history: a monitor that only spun between checks could fall behind and lose one).
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    monitor = make_monitor()
+    ex = SingleThreadedExecutor()
+    ex.add_node(monitor)
+    spinner = threading.Thread(target=ex.spin, name="demo_monitor", daemon=True)
+    spinner.start()
     config = REPO_ROOT / "config"
     procs = {
         "agent": start_node("agent_node", [config / "agent.yaml", agent_params], out / "logs" / "agent.log", env),
@@ -417,19 +429,12 @@ def main(argv: list[str] | None = None) -> int:
                              env),
     }
 
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-
-    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
-    monitor = make_monitor()
-    ex = SingleThreadedExecutor()
-    ex.add_node(monitor)
     rows: dict[int, dict] = {}
     started = False
     try:
         deadline = time.monotonic() + args.timeout
         while len(rows) < args.episodes:
-            ex.spin_once(timeout_sec=0.05)
+            time.sleep(0.05)
             for name, proc in procs.items():
                 if proc.poll() is not None:
                     log = (out / "logs" / f"{name}.log").read_text(errors="replace")[-3000:]
@@ -452,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             stop_server(server)
         ex.shutdown()
+        spinner.join(timeout=5.0)
         monitor.destroy_node()
         rclpy.try_shutdown()
     run_s = time.monotonic() - t0

@@ -205,9 +205,9 @@ def test_watchdog_zero_velocity_within_input_timeout(ros_context, tmp_path) -> N
             while not (arrivals and arrivals[-1][1] > 0.0) and time.monotonic() < t_wait:
                 feed(0.05)
             assert arrivals and arrivals[-1][1] > 0.0, "not driving before the cut"
+            q0 = len(passes)  # from the pass that sends the last messages: it may be the one that stalls
             t_last = feed(0.0001)  # one more message of each kind, then the cut
             n0, p0 = len(arrivals), len(published)
-            q0 = len(passes)
             feed(timeout + 0.25, camera=cut == "odometry", odom=cut == "camera")
             zero = next((t for t, v, w in published[p0:] if v == 0.0 and w == 0.0), None)
             assert zero is not None, cut
