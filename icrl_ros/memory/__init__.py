@@ -47,13 +47,13 @@ def memory_class(name: str) -> type[Memory]:
 
 def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim: int, batch: int = 1,
                   n_prefix: int = 0, l_seg: int = 0, l_sum: int = 0, variant: str = "memo",
-                  n_mem_layers: int = 0, chunk: int = 0, top_k: int = 0,
+                  n_mem_layers: int = 0, chunk: int = 0, top_k: int = 0, episode_rope: bool = False,
                   dtype=torch.float32, device=None, budget_bytes: int | None = None, **cfg) -> Memory:
     """Build a memory by policy name for a model of ``kind`` ("relic" | "memo" | "hcam" | "radt").
 
     ``cfg``: ``capacity`` and ``on_full`` (full), ``window`` (window), ``max_sets`` and
-    ``on_full`` (memo), ``max_chunks`` (hcam; its model gives ``n_mem_layers``, ``chunk``
-    and ``top_k``), ``max_episodes`` and ``on_full`` (retrieval; its model gives
+    ``on_full`` (memo), ``max_chunks`` (hcam; its model gives ``n_mem_layers``, ``chunk``,
+    ``top_k`` and ``episode_rope``), ``max_episodes`` and ``on_full`` (retrieval; its model gives
     ``key_proj``, ``context``, ``horizon``, ``n_actions``, ``obs_features`` (image models) and the re-ranking weights
     ``relevance_weight`` / ``utility_weight``; the KV dims are ignored). A size field left
     out (None) is derived from ``budget_bytes`` (the largest memory that fits); a given
@@ -63,7 +63,7 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
     cls = family_of(kind).memory_class(name)
     dims = dict(n_layers=n_layers, batch=batch, n_heads=n_heads, head_dim=head_dim)
     model = dict(n_prefix=n_prefix, l_seg=l_seg, l_sum=l_sum, variant=variant, n_mem_layers=n_mem_layers,
-                 chunk=chunk, top_k=top_k)
+                 chunk=chunk, top_k=top_k, episode_rope=episode_rope)
     return cls.create(dims, model, cfg, dict(dtype=dtype, device=device, budget_bytes=budget_bytes))
 
 
@@ -73,7 +73,8 @@ def model_dims(args) -> dict:
     return dict(kind=args.kind, n_layers=args.n_layers, n_heads=args.n_heads, head_dim=args.head_dim,
                 l_seg=getattr(args, "l_seg", 0), l_sum=getattr(args, "l_sum", 0),
                 variant=getattr(args, "memo_variant", "memo"), n_mem_layers=len(getattr(args, "memory_layers", ())),
-                chunk=getattr(args, "hcam_chunk", 0), top_k=getattr(args, "hcam_top_k", 0))
+                chunk=getattr(args, "hcam_chunk", 0), top_k=getattr(args, "hcam_top_k", 0),
+                episode_rope=bool(getattr(args, "hcam_episode_rope", False)))
 
 
 def trial_sizes(name: str, args, steps: int, schedule: list[int] | None = None) -> dict:

@@ -72,7 +72,7 @@ class Memory:
     def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> Memory:
         """Build from :func:`icrl_ros.memory.create_memory`'s arguments: ``dims`` (n_layers, batch,
         n_heads, head_dim), ``model`` (the model's fields a memory needs: n_prefix, l_seg, l_sum,
-        variant, n_mem_layers, chunk, top_k), ``cfg`` (this policy's own settings), ``common``
+        variant, n_mem_layers, chunk, top_k, episode_rope), ``cfg`` (this policy's own settings), ``common``
         (dtype, device, budget_bytes)."""
         raise NotImplementedError(f"{cls.__name__}.create")
 

@@ -158,6 +158,13 @@ class ModelArgs:
     """HCAM: indices of the layers that get a chunk-memory block; empty = every layer."""
     hcam_recon_weight: float = 0.3
     """HCAM: weight of the input-reconstruction auxiliary loss (paper: 0.3 or 1)."""
+    hcam_episode_rope: bool = False
+    """HCAM: the chunk read knows which episode each stored step came from: RoPE on episode indices
+    (as the local attention's) rotates the read's queries by the current episode and the stored steps'
+    keys by theirs, and the relevance query and each chunk's summary key likewise (a chunk by its last
+    step's episode). Without it a chunk's content cannot say whether it is from this episode or an
+    earlier one (on Dark-Key-To-Door: whether the key was picked up in this episode). The memory then
+    stores each step's episode index beside its inputs (``chunk_episode``)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.hcam_layers, list):  # from YAML / JSON

@@ -33,11 +33,14 @@ def boost_memory(policy: HCAMPolicy) -> None:
                 blk.memory.relevance.weight.mul_(20)
 
 
-@pytest.mark.parametrize("sink,weights", [("kv0", "softmax"), ("none", "softmax"), ("kv", "softmax"), ("kv0", "continuous")])
+@pytest.mark.parametrize("sink,weights,episode_rope", [("kv0", "softmax", False), ("none", "softmax", False),
+                                                        ("kv", "softmax", False), ("kv0", "continuous", False),
+                                                        ("kv0", "softmax", True)])
 @pytest.mark.parametrize("layers,top_k,max_chunks", [((), 2, None), ((1,), 3, None), ((), 2, 3)])
-def test_cached_hcam_matches_full_sequence(sink, weights, layers, top_k, max_chunks):
+def test_cached_hcam_matches_full_sequence(sink, weights, episode_rope, layers, top_k, max_chunks):
     torch.manual_seed(0)
-    args = hcam_args(sink=sink, hcam_layers=layers, hcam_top_k=top_k, hcam_weights=weights)
+    args = hcam_args(sink=sink, hcam_layers=layers, hcam_top_k=top_k, hcam_weights=weights,
+                     hcam_episode_rope=episode_rope)
     policy = HCAMPolicy(args).eval()
     boost_memory(policy)
     inp = random_trial(args, batch=2, steps=43, episode_len=9)  # 10 chunks, 5 episode boundaries
@@ -62,7 +65,7 @@ def test_dense_sequence_read_equals_the_gathered_one_with_its_gradients(weights)
         mem.slot.normal_()
     x = torch.randn(2, 37, args.d_model)
     u = torch.randn(2, 37, args.d_model, requires_grad=True)
-    cx, ck, cm = sequence_chunks(x, args.hcam_chunk, args.hcam_top_k)
+    cx, ck, cm, _ = sequence_chunks(x, args.hcam_chunk, args.hcam_top_k)
     dense = mem.forward_sequence(u, cx, ck, cm)
     g_dense = torch.autograd.grad(dense.pow(2).sum(), [u, *mem.parameters()])
     h = mem.norm_q(u)
@@ -165,13 +168,32 @@ def test_top_k_picks_the_chunks_aligned_with_the_query():
     assert torch.equal(w, torch.zeros_like(w))
 
 
+def test_episode_rope_read_tells_a_chunk_of_this_episode_from_the_same_content_earlier():
+    """With ``hcam_episode_rope`` the read depends on which episode a stored chunk came from (the same
+    contents one episode later read differently); without it the read sees contents only."""
+    torch.manual_seed(0)
+    outs = {}
+    for rope in (False, True):
+        mod = ChunkMemoryAttention(hcam_args(hcam_episode_rope=rope)).eval()
+        with torch.no_grad():
+            mod.relevance.weight.mul_(20)
+        x = torch.randn(1, 12, 32)
+        cx, ck, cm, ce = sequence_chunks(x, 4, 2, episode=torch.zeros(1, 12, dtype=torch.long))
+        q_ep = torch.full((1, 12), 2, dtype=torch.long)
+        with torch.no_grad():
+            a = mod.forward_sequence(x, cx, ck, cm, q_ep, ce)
+            b = mod.forward_sequence(x, cx, ck, cm, q_ep, ce + 1)  # the same chunks, one episode later
+        outs[rope] = (a[:, 8:] - b[:, 8:]).abs().max().item()  # steps that see stored chunks
+    assert outs[False] == 0.0 and outs[True] > 1e-3, outs
+
+
 def test_sequence_chunks_visibility_and_eviction():
     x = torch.randn(1, 14, 4)
-    cx, key, vis = sequence_chunks(x, chunk=4, top_k=5)
+    cx, key, vis, _ = sequence_chunks(x, chunk=4, top_k=5)
     assert cx.shape == (1, 5, 4, 4) and torch.allclose(key[0, 1], x[0, 4:8].mean(0))
     assert vis[0, 7].tolist() == [True, False, False, False, False]  # chunk 0 complete at t=4
     assert vis[0, 8].tolist() == [True, True, False, False, False]
-    _, _, vis = sequence_chunks(x, chunk=4, top_k=1, max_chunks=1)
+    _, _, vis, _ = sequence_chunks(x, chunk=4, top_k=1, max_chunks=1)
     assert vis[0, 13].tolist() == [False, False, True]
     assert window_mask(torch.zeros(1, 6, dtype=torch.long), 2)[0, 5].tolist() == [False] * 3 + [True] * 3
 
@@ -522,3 +544,39 @@ def test_fp16_bundle_within_2e_2_and_99_percent_same_action(tmp_path):
     assert runner.memory.chunk_x.dtype == torch.float16 and load_bundle(half).precision == "fp16"
     r = compare(*reference_outputs(policy, inp), *replay(runner, inp), "fp16")
     assert r["max_logit_diff"] <= 2e-2 and r["greedy_agreement"] >= 0.99, r
+
+
+def test_episode_rope_bundle_replays_on_both_engines_and_snapshots(tmp_path):
+    """``hcam_episode_rope``: the core graph reads ``chunk_episode``; ONNX Runtime and torch replay the
+    whole-sequence forward over chunk and episode ends, the memory's snapshot keeps the episodes, and the
+    read depends on them (the same bundle without the rotation acts differently)."""
+    from icrl_ros.runtime import load_bundle
+    from icrl_ros.runtime.selfcheck import check_sample, compare, replay
+    from icrl_ros.training.export import export_bundle, record_rollout, reference_outputs
+
+    torch.manual_seed(2)
+    policy = HCAMPolicy(hcam_args(n_obs=30, max_episode_steps=40, hcam_chunk=CHUNK, hcam_top_k=3,
+                                  hcam_episode_rope=True)).eval()
+    boost_memory(policy)
+    with torch.no_grad():
+        policy.actor.weight.normal_(0, 0.5)
+    path = export_bundle(policy, tmp_path / "bundle")
+    b = load_bundle(path)
+    assert [io["name"] for io in b.specs["core"]["inputs"]][-2:] == ["chunk_valid", "chunk_episode"]
+    assert check_sample(b)["ok"]
+    inp = record_rollout(b.load_policy(), 200, EPISODE, seed=3)
+    ref_l, ref_v = reference_outputs(b.load_policy(), inp)
+    for backend in ("onnxruntime", "torch"):
+        runner = hcam_runner(path, backend)
+        logits, values = replay(runner, inp)
+        r = compare(ref_l, ref_v, logits, values, "fp32")
+        assert r["max_logit_diff"] <= 1e-4 and r["max_value_diff"] <= 1e-4, (backend, r)
+    runner.snapshot(tmp_path / "m.npz")
+    fresh = hcam_runner(path, "onnxruntime")
+    fresh.restore(tmp_path / "m.npz")
+    assert torch.equal(fresh.memory.chunk_episode, runner.memory.chunk_episode)
+    assert int(runner.memory.chunk_episode.max()) == (200 // CHUNK * CHUNK - 1) // EPISODE  # stored as stepped
+    plain = HCAMPolicy(hcam_args(n_obs=30, max_episode_steps=40, hcam_chunk=CHUNK, hcam_top_k=3)).eval()
+    plain.load_state_dict(b.load_policy().state_dict())
+    with torch.no_grad():
+        assert (plain.forward_sequence(inp)[0].double().numpy() - ref_l).__abs__().max() > 1e-3

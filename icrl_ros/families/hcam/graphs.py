@@ -13,21 +13,24 @@ from icrl_ros.runtime.graphs import CoreGraph, cache_dtype, dtype_name, io_spec,
 class HCAMCoreGraph(CoreGraph):
     """HCAM's core: as :class:`CoreGraph` over the local window (P = C slots), then the
     chunk store: Lm ``chunk_x`` (B, N, C, D), Lm ``chunk_key`` (B, N, D), ``chunk_valid``
-    (B, N). Also returns the token's memory-layer inputs ``x_mem`` (Lm, B, 1, D), which
+    (B, N), and with ``hcam_episode_rope`` ``chunk_episode`` (B, N, C). Also returns the token's memory-layer inputs ``x_mem`` (Lm, B, 1, D), which
     :meth:`HCAMMemory.commit` writes into the current chunk.
     """
 
     def __init__(self, policy: HCAMPolicy) -> None:
         super().__init__(policy)
         self.n_mem = len(policy.args.memory_layers)
+        self.episode_rope = policy.args.hcam_episode_rope
 
     def forward(self, x: Tensor, position: Tensor, mask: Tensor, *rest: Tensor
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         L, Lm = self.n_layers, self.n_mem
+        chunk_episode = rest[-1] if self.episode_rope else None
+        rest = rest[:-1] if self.episode_rope else rest
         kv, chunk_x, chunk_key, chunk_valid = rest[:2 * L], rest[2 * L:2 * L + Lm], rest[2 * L + Lm:-1], rest[-1]
         full = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)[:, None]  # (B, 1, C + 1)
         h, k, v, x_mem = self.core(x[:, None], position[:, None], full, list(kv[:L]), list(kv[L:]), list(chunk_x),
-                                   list(chunk_key), chunk_valid[:, None, :])
+                                   list(chunk_key), chunk_valid[:, None, :], chunk_episode=chunk_episode)
         return h[:, 0], k, v, x_mem.to(chunk_x[0].dtype)
 
 
@@ -40,7 +43,9 @@ def graph_specs(policy: HCAMPolicy, precision: str = "fp32") -> dict:
     specs = shared_graph_specs(policy, precision, window=C)
     specs["core"]["inputs"] += ([io_spec(f"chunk_x_{j}", f, ["batch", "cache", C, D]) for j in range(Lm)]
                                 + [io_spec(f"chunk_key_{j}", f, ["batch", "cache", D]) for j in range(Lm)]
-                                + [io_spec("chunk_valid", "bool", ["batch", "cache"])])
+                                + [io_spec("chunk_valid", "bool", ["batch", "cache"])]
+                                + ([io_spec("chunk_episode", "int64", ["batch", "cache", C])] if a.hcam_episode_rope
+                                   else []))
     specs["core"]["outputs"].append(io_spec("x_mem", f, [Lm, "batch", 1, D]))
     return specs
 

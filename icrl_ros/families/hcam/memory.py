@@ -7,7 +7,9 @@ What :class:`~icrl_ros.families.hcam.model.HCAMPolicy` attends to between steps:
 * ``cur_x`` (Lm, B, C, D): the current, incomplete chunk of memory-layer inputs;
 * ``chunk_x`` (Lm, B, N, C, D), ``chunk_key`` (Lm, B, N, D) mean-pooled summaries,
   ``chunk_valid`` (B, N): the completed chunks, a ring over ``N = max_chunks`` slots
-  (the oldest chunk is evicted when full; chunk j lives in slot j % N).
+  (the oldest chunk is evicted when full; chunk j lives in slot j % N);
+* with ``episode_rope`` (``model.hcam_episode_rope``) also ``chunk_episode`` (B, N, C) and
+  ``cur_episode`` (B, C): each stored step's episode index, which the chunk read rotates by.
 
 Chunks are counted from the trial start: step t fills slot t % C of the current chunk,
 and after step (j + 1) C - 1 the chunk j is stored with its summary. The one counter is
@@ -24,10 +26,11 @@ from icrl_ros.memory.base import DEFAULT_STEPS, MemoryBudgetError, slot_bytes
 from icrl_ros.memory.kv_cache import KVCache
 
 
-def chunk_bytes(n_mem_layers: int, chunk: int, d_model: int, dtype) -> int:
-    """Bytes one stored chunk costs per env: contents + summary key + validity flag."""
+def chunk_bytes(n_mem_layers: int, chunk: int, d_model: int, dtype, episode_rope: bool = False) -> int:
+    """Bytes one stored chunk costs per env: contents + summary key + validity flag (+ its steps'
+    episode indices, int64, with ``episode_rope``)."""
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return n_mem_layers * (chunk + 1) * d_model * itemsize + 1
+    return n_mem_layers * (chunk + 1) * d_model * itemsize + 1 + (8 * chunk if episode_rope else 0)
 
 
 class HCAMMemory(KVCache):
@@ -41,7 +44,7 @@ class HCAMMemory(KVCache):
     @classmethod
     def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> HCAMMemory:
         return cls(**dims, n_mem_layers=model["n_mem_layers"], chunk=model["chunk"], top_k=model["top_k"],
-                   max_chunks=cfg.get("max_chunks"), **common)
+                   max_chunks=cfg.get("max_chunks"), episode_rope=model.get("episode_rope", False), **common)
 
     @classmethod
     def bundle_defaults(cls, args) -> dict:
@@ -55,15 +58,16 @@ class HCAMMemory(KVCache):
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, n_mem_layers: int, chunk: int,
                  top_k: int, max_chunks: int | None = None, dtype=torch.float32, device=None,
-                 budget_bytes: int | None = None) -> None:
+                 budget_bytes: int | None = None, episode_rope: bool = False) -> None:
         if chunk <= 0 or top_k <= 0 or n_mem_layers <= 0:
             raise ValueError(f"HCAMMemory: chunk, top_k and n_mem_layers must be > 0, got {chunk}, {top_k}, "
                              f"{n_mem_layers}")
         d_model = n_heads * head_dim
         itemsize = torch.empty((), dtype=dtype).element_size()
         fixed = batch * (chunk * slot_bytes(n_layers, n_heads, head_dim, dtype)  # local window
-                         + n_mem_layers * chunk * d_model * itemsize)  # current chunk
-        per_chunk = batch * chunk_bytes(n_mem_layers, chunk, d_model, dtype)
+                         + n_mem_layers * chunk * d_model * itemsize  # current chunk
+                         + (chunk * 8 if episode_rope else 0))  # its episode indices
+        per_chunk = batch * chunk_bytes(n_mem_layers, chunk, d_model, dtype, episode_rope)
         if max_chunks is None:
             if budget_bytes is None:
                 raise ValueError("max_chunks: give max_chunks or memory_budget_bytes")
@@ -89,6 +93,10 @@ class HCAMMemory(KVCache):
         self.chunk_key = torch.zeros(n_mem_layers, batch, max_chunks, d_model, dtype=dtype, device=device)
         self.chunk_valid = torch.zeros(batch, max_chunks, dtype=torch.bool, device=device)
         self.cur_x = torch.zeros(n_mem_layers, batch, chunk, d_model, dtype=dtype, device=device)
+        self.episode_rope = episode_rope
+        if episode_rope:
+            self.chunk_episode = torch.zeros(batch, max_chunks, chunk, dtype=torch.long, device=device)
+            self.cur_episode = torch.zeros(batch, chunk, dtype=torch.long, device=device)
 
     # -- sizes --------------------------------------------------------------------
     @property
@@ -108,14 +116,17 @@ class HCAMMemory(KVCache):
 
     @property
     def live_bytes(self) -> int:
-        per_chunk = self.batch * chunk_bytes(self.n_mem_layers, self.chunk, self.d_model, self.k.dtype)
+        per_chunk = self.batch * chunk_bytes(self.n_mem_layers, self.chunk, self.d_model, self.k.dtype,
+                                             self.episode_rope)
         return super().live_bytes + self.chunks * per_chunk
 
     # -- reads / writes -----------------------------------------------------------
     def core_inputs(self) -> tuple[Tensor, ...]:
         """The chunk store as the deploy core graph reads it, after the window: ``chunk_x``
-        and ``chunk_key`` one view per memory layer (bound by address), then ``chunk_valid``."""
-        return (*self.chunk_x.unbind(0), *self.chunk_key.unbind(0), self.chunk_valid)
+        and ``chunk_key`` one view per memory layer (bound by address), then ``chunk_valid``, then with
+        ``episode_rope`` ``chunk_episode``."""
+        ep = (self.chunk_episode,) if self.episode_rope else ()
+        return (*self.chunk_x.unbind(0), *self.chunk_key.unbind(0), self.chunk_valid, *ep)
 
     def reset(self) -> None:
         super().reset()
@@ -128,13 +139,18 @@ class HCAMMemory(KVCache):
             raise ValueError("HCAMMemory.commit: x_mem (the step's memory-layer inputs) is required")
         t = self.count
         self.cur_x[:, :, t % self.chunk] = x_mem[:, :, 0].to(self.cur_x.dtype)
+        if self.episode_rope:
+            self.cur_episode[:, t % self.chunk] = episode
         super().commit(k, v, episode)
         if (t + 1) % self.chunk == 0:
-            self._write_chunk(t // self.chunk, self.cur_x)
+            self._write_chunk(t // self.chunk, self.cur_x, self.cur_episode if self.episode_rope else None)
 
-    def _write_chunk(self, j: int, x: Tensor) -> None:
-        """Chunk number j (from the trial start) with contents x (Lm, B, C, D) -> slot j % N."""
+    def _write_chunk(self, j: int, x: Tensor, episode: Tensor | None = None) -> None:
+        """Chunk number j (from the trial start) with contents x (Lm, B, C, D) and, with
+        ``episode_rope``, its steps' episode indices (B, C) -> slot j % N."""
         s = j % self.max_chunks
+        if self.episode_rope:
+            self.chunk_episode[:, s] = episode
         self.chunk_x[:, :, s] = x
         self.chunk_key[:, :, s] = x.mean(2)
         self.chunk_valid[:, s] = True
@@ -143,30 +159,36 @@ class HCAMMemory(KVCache):
         """Adopt a recomputed trial prefix: k/v (L, B, H, T, hd), x_mem (Lm, B, T, D)
         (``HCAMPolicy.forward_sequence``'s ``layer_inputs``), episode (B, T)."""
         super().load_sequence(k, v, episode)  # resets, places the window, count = T
-        self._load_chunks(x_mem.to(self.chunk_x.dtype), k.shape[3])
+        self._load_chunks(x_mem.to(self.chunk_x.dtype), k.shape[3], episode=episode)
 
-    def _load_chunks(self, x_mem: Tensor, T: int, t0: int = 0) -> None:
-        """Store the chunks of steps 0 .. T-1 that a bounded store keeps; x_mem covers t0 .. T-1."""
+    def _load_chunks(self, x_mem: Tensor, T: int, t0: int = 0, episode: Tensor | None = None) -> None:
+        """Store the chunks of steps 0 .. T-1 that a bounded store keeps; x_mem (and ``episode``
+        (B, T - t0), the steps' episode indices) cover t0 .. T-1."""
         C = self.chunk
         n = T // C
+        ep = lambda a, b: episode[:, a - t0:b - t0] if self.episode_rope else None  # noqa: E731
         for j in range(max(0, n - self.max_chunks), n):
-            self._write_chunk(j, x_mem[:, :, j * C - t0:(j + 1) * C - t0])
+            self._write_chunk(j, x_mem[:, :, j * C - t0:(j + 1) * C - t0], ep(j * C, (j + 1) * C))
         r = T - n * C
         if r:
             self.cur_x[:, :, :r] = x_mem[:, :, n * C - t0:T - t0]
+            if self.episode_rope:
+                self.cur_episode[:, :r] = ep(n * C, T)
 
     def fill_synthetic(self, steps: int, generator: torch.Generator | None = None, episode_len: int = 500) -> None:
         super().fill_synthetic(steps, generator, episode_len)
         n, C = steps // self.chunk, self.chunk
         first = max(0, n - self.max_chunks)
         x = torch.randn(self.n_mem_layers, self.batch, steps - first * C, self.d_model, generator=generator)
-        self._load_chunks(x.to(self.chunk_x), steps, first * C)
+        ep = (torch.arange(first * C, steps) // episode_len).expand(self.batch, -1).to(self.chunk_x.device)
+        self._load_chunks(x.to(self.chunk_x), steps, first * C, episode=ep)
 
     # -- snapshot contract ------------------------------------------------------------
     def tensors(self) -> dict[str, Tensor]:
+        ep = {"chunk_episode": self.chunk_episode, "cur_episode": self.cur_episode} if self.episode_rope else {}
         return {**super().tensors(), "chunk_x": self.chunk_x, "chunk_key": self.chunk_key,
-                "chunk_valid": self.chunk_valid, "cur_x": self.cur_x}
+                "chunk_valid": self.chunk_valid, "cur_x": self.cur_x, **ep}
 
     def config(self) -> dict:
         return {**super().config(), "chunk": self.chunk, "top_k": self.top_k, "max_chunks": self.max_chunks,
-                "n_mem_layers": self.n_mem_layers, "d_model": self.d_model}
+                "n_mem_layers": self.n_mem_layers, "d_model": self.d_model, "episode_rope": self.episode_rope}

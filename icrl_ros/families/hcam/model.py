@@ -13,6 +13,11 @@ between the local attention and the MLP:
   from the normed stored inputs plus a learnt within-chunk slot embedding);
 * the relevance-weighted sum is added to the residual (``u`` = layer input + local attention).
 
+With ``hcam_episode_rope`` the read also knows each stored step's episode: the relevance query and
+the read's queries are rotated (RoPE) by the current episode index, each chunk's summary key by its
+last step's and each stored step's key by its own, so scores depend on how many episodes back a
+chunk lies (the local attention's positions are the same episode indices).
+
 A chunk becomes visible once complete: step t sees chunk j iff (j + 1) C <= t, and with
 ``max_chunks`` only the newest ``max_chunks`` complete chunks (the memory's ring).
 
@@ -32,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icrl_ros.models.attention import MASK_NEG, RMSNorm, rope_angles
+from icrl_ros.models.attention import MASK_NEG, RMSNorm, apply_rope, rope_angles
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.core import Block, TransformerCore
 from icrl_ros.models.policy import ICLPolicy
@@ -58,27 +63,31 @@ def gather_chunks(store: Tensor, idx: Tensor) -> Tensor:
     return g.reshape(B, T, k, *rest)
 
 
-def sequence_chunks(x: Tensor, chunk: int, top_k: int, max_chunks: int | None = None
-                    ) -> tuple[Tensor, Tensor, Tensor]:
+def sequence_chunks(x: Tensor, chunk: int, top_k: int, max_chunks: int | None = None,
+                    episode: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """Chunk store of a whole trial from its layer inputs x (B, T, D), gradient-stopped.
 
-    Returns contents (B, N, C, D), summary keys (B, N, D) and the visibility mask
-    (B, T, N); N = max(T // C, top_k) (zero chunks pad to k, never visible).
+    Returns contents (B, N, C, D), summary keys (B, N, D), the visibility mask (B, T, N) and,
+    given the steps' ``episode`` indices (B, T), the stored steps' (B, N, C) (else None);
+    N = max(T // C, top_k) (zero chunks pad to k, never visible).
     """
     B, T, D = x.shape
     n = T // chunk
     xs = x.detach()[:, : n * chunk].reshape(B, n, chunk, D)  # stop-gradient into memory
     key = xs.mean(2)
+    ep = None if episode is None else episode[:, : n * chunk].reshape(B, n, chunk)
     N = max(n, top_k)
     if N > n:
         xs = torch.cat([xs, xs.new_zeros(B, N - n, chunk, D)], 1)
         key = torch.cat([key, key.new_zeros(B, N - n, D)], 1)
+        if ep is not None:
+            ep = torch.cat([ep, ep.new_zeros(B, N - n, chunk)], 1)
     t = torch.arange(T, device=x.device)[:, None]
     j = torch.arange(N, device=x.device)[None, :]
     vis = (j + 1) * chunk <= t  # complete before t (implies j < n)
     if max_chunks is not None:
         vis = vis & (j >= t // chunk - max_chunks)  # only the newest max_chunks complete chunks
-    return xs, key, vis.expand(B, T, N)
+    return xs, key, vis.expand(B, T, N), ep
 
 
 class ChunkMemoryAttention(nn.Module):
@@ -89,6 +98,7 @@ class ChunkMemoryAttention(nn.Module):
         d = a.d_model
         self.n_heads, self.head_dim, self.chunk, self.top_k = a.n_heads, a.head_dim, a.hcam_chunk, a.hcam_top_k
         self.continuous = a.hcam_weights == "continuous"
+        self.episode_rope, self.rope_base = a.hcam_episode_rope, a.rope_base
         self.norm_q = RMSNorm(d)  # "the input is normalized"
         self.norm_m = RMSNorm(d)  # stored layer inputs are raw residual-stream values
         self.relevance = nn.Linear(d, d, bias=False)  # Q in R = softmax(Q(normed input) . S)
@@ -103,10 +113,22 @@ class ChunkMemoryAttention(nn.Module):
         kv = self.kv(m).unflatten(-1, (2, self.n_heads, self.head_dim))
         return kv[..., 0, :, :], kv[..., 1, :, :]
 
-    def select(self, h: Tensor, chunk_key: Tensor, chunk_mask: Tensor) -> tuple[Tensor, Tensor]:
-        """h (B, T, D) normed queries; chunk_key (B, N, D); chunk_mask (B, T, N) bool.
+    def rotate(self, x: Tensor, episode: Tensor | None) -> Tensor:
+        """x (B, S, [H,] E) rotated by the episode indices (B, S) (RoPE over E); as is without them."""
+        if episode is None:
+            return x
+        cos, sin = rope_angles(episode, x.shape[-1], self.rope_base)  # (B, 1, S, E/2)
+        if x.dim() == 3:
+            return apply_rope(x[:, None], cos, sin)[:, 0]
+        return apply_rope(x.transpose(1, 2), cos, sin).transpose(1, 2)
+
+    def select(self, h: Tensor, chunk_key: Tensor, chunk_mask: Tensor, q_ep: Tensor | None = None,
+               key_ep: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """h (B, T, D) normed queries; chunk_key (B, N, D); chunk_mask (B, T, N) bool; with episode RoPE
+        the queries' episodes q_ep (B, T) and the chunks' key_ep (B, N).
         Returns the chosen chunk indices (B, T, k) and their weights (B, T, k)."""
-        logits = torch.matmul(self.relevance(h), chunk_key.transpose(1, 2)) * h.shape[-1] ** -0.5  # (B, T, N)
+        rel, chunk_key = self.rotate(self.relevance(h), q_ep), self.rotate(chunk_key, key_ep)
+        logits = torch.matmul(rel, chunk_key.transpose(1, 2)) * h.shape[-1] ** -0.5  # (B, T, N)
         logits = logits + torch.where(chunk_mask, 0.0, MASK_NEG).to(logits.dtype)
         if self.continuous:
             # the (k+1)-th relevance is the threshold; a padded column below every chunk (even an
@@ -122,40 +144,50 @@ class ChunkMemoryAttention(nn.Module):
         # a selected invalid chunk (fewer valid than k) gets 0
         return idx, w * torch.gather(chunk_mask, 2, idx).to(h.dtype)
 
-    def read(self, h: Tensor, w: Tensor, keys: Tensor, vals: Tensor) -> Tensor:
-        """h (B, T, D); w (B, T, k); keys/vals of the selected chunks (B, T, k, C, H, hd) -> (B, T, D)."""
+    def read(self, h: Tensor, w: Tensor, keys: Tensor, vals: Tensor, q_ep: Tensor | None = None) -> Tensor:
+        """h (B, T, D); w (B, T, k); keys/vals of the selected chunks (B, T, k, C, H, hd) (keys rotated
+        by their steps' episodes with episode RoPE, the queries then by q_ep (B, T)) -> (B, T, D)."""
         B, T, D = h.shape
-        q = self.q(h).view(B, T, self.n_heads, self.head_dim) * self.head_dim ** -0.5
+        q = self.rotate(self.q(h).view(B, T, self.n_heads, self.head_dim), q_ep) * self.head_dim ** -0.5
         s = torch.einsum("bthe,btkche->btkhc", q, keys)  # (B, T, k, H, C)
         y = torch.einsum("btkhc,btkche->btkhe", torch.softmax(s, dim=-1), vals)  # per-chunk results
         y = (w[..., None, None] * y).sum(2)  # relevance-weighted sum (B, T, H, hd)
         return self.proj(y.reshape(B, T, D))
 
-    def forward_sequence(self, u: Tensor, chunk_x: Tensor, chunk_key: Tensor, chunk_mask: Tensor) -> Tensor:
+    def forward_sequence(self, u: Tensor, chunk_x: Tensor, chunk_key: Tensor, chunk_mask: Tensor,
+                         q_ep: Tensor | None = None, chunk_ep: Tensor | None = None) -> Tensor:
         """Whole trial, the same sum as :meth:`read` written densely: every query scores every chunk's
         steps (two batched matmuls over all N C stored steps, about what full attention costs), each
         chunk's softmax is scaled by its relevance weight, which is 0 for chunks not in the top k.
         Gathering the k selected chunks per query instead copied (B, T, k, C, D) keys and values
         forward and scatter-added them backward: 7x ReLIC's training step on Darkroom (BENCHMARKS)."""
         h = self.norm_q(u)
-        idx, w = self.select(h, chunk_key, chunk_mask)
+        q_ep, chunk_ep = (q_ep, chunk_ep) if self.episode_rope else (None, None)
+        idx, w = self.select(h, chunk_key, chunk_mask, q_ep, None if chunk_ep is None else chunk_ep[:, :, -1])
         k, v = self.project(chunk_x)  # (B, N, C, H, hd)
         B, T, D = h.shape
         N, C, H, hd = k.shape[1:]
         weight = h.new_zeros(B, T, N).scatter(2, idx, w)  # top-k indices are distinct
-        q = self.q(h).view(B, T, H, hd).transpose(1, 2) * hd ** -0.5  # (B, H, T, hd)
-        keys = k.permute(0, 3, 1, 2, 4).reshape(B, H, N * C, hd)
+        q = self.rotate(self.q(h).view(B, T, H, hd), q_ep).transpose(1, 2) * hd ** -0.5  # (B, H, T, hd)
+        k = self.rotate(k.reshape(B, N * C, H, hd), None if chunk_ep is None else chunk_ep.reshape(B, N * C))
+        keys = k.view(B, N, C, H, hd).permute(0, 3, 1, 2, 4).reshape(B, H, N * C, hd)
         vals = v.permute(0, 3, 1, 2, 4).reshape(B, H, N * C, hd)
         p = torch.softmax((q @ keys.transpose(-1, -2)).view(B, H, T, N, C), dim=-1) * weight[:, None, :, :, None]
         y = p.view(B, H, T, N * C) @ vals  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, D))
 
-    def forward_step(self, u: Tensor, chunk_x: Tensor, chunk_key: Tensor, chunk_mask: Tensor) -> Tensor:
+    def forward_step(self, u: Tensor, chunk_x: Tensor, chunk_key: Tensor, chunk_mask: Tensor,
+                     q_ep: Tensor | None = None, chunk_ep: Tensor | None = None) -> Tensor:
         """Cached step: gather the k selected raw chunks, project only those (O(N + kC))."""
         h = self.norm_q(u)
-        idx, w = self.select(h, chunk_key, chunk_mask)
+        q_ep, chunk_ep = (q_ep, chunk_ep) if self.episode_rope else (None, None)
+        idx, w = self.select(h, chunk_key, chunk_mask, q_ep, None if chunk_ep is None else chunk_ep[:, :, -1])
         k, v = self.project(gather_chunks(chunk_x, idx))  # (B, T, k, C, H, hd)
-        return self.read(h, w, k, v)
+        if chunk_ep is not None:
+            B, T, kk, C, H, hd = k.shape
+            ep = gather_chunks(chunk_ep, idx).reshape(B, T * kk * C)  # (B, T, k, C) -> the keys' episodes
+            k = self.rotate(k.reshape(B, T * kk * C, H, hd), ep).view(B, T, kk, C, H, hd)
+        return self.read(h, w, k, v, q_ep)
 
 
 class HCAMBlock(Block):
@@ -186,14 +218,15 @@ class HCAMCore(TransformerCore):
 
     def forward(self, x: Tensor, rope_pos: Tensor, mask: Tensor, past_k: Tensor | None = None,
                 past_v: Tensor | None = None, chunk_x: Tensor | None = None, chunk_key: Tensor | None = None,
-                chunk_mask: Tensor | None = None, max_chunks: int | None = None
+                chunk_mask: Tensor | None = None, max_chunks: int | None = None, chunk_episode: Tensor | None = None
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """x (B, T, D); rope_pos (B, T); mask (B, T, P + T) bool (local window); past_k/v (L, B, H, P, hd).
 
         Full trial (``chunk_x`` None): each memory layer's chunks come from its own inputs
         in this pass (detached), visible per :func:`sequence_chunks`.
         Cached (``chunk_x`` given): chunk_x (Lm, B, N, C, D), chunk_key (Lm, B, N, D),
-        chunk_mask (B, T, N) from the memory.
+        chunk_mask (B, T, N) from the memory, and with ``hcam_episode_rope`` chunk_episode (B, N, C), the
+        stored steps' episode indices (``rope_pos`` holds the queries').
         Returns hidden (B, T, D), new_k / new_v (L, B, H, T, hd) and the memory layers'
         inputs (Lm, B, T, D) (what the memory stores).
         """
@@ -214,10 +247,12 @@ class HCAMCore(TransformerCore):
             if blk.memory is not None:
                 xin.append(x)
                 if chunk_x is None:
-                    cx, ck, cm = sequence_chunks(x, a.hcam_chunk, a.hcam_top_k, max_chunks)
-                    read = lambda mod, u, cx=cx, ck=ck, cm=cm: mod.forward_sequence(u, cx, ck, cm)  # noqa: E731
+                    cx, ck, cm, ce = sequence_chunks(x, a.hcam_chunk, a.hcam_top_k, max_chunks, rope_pos)
+                    read = lambda mod, u, cx=cx, ck=ck, cm=cm, ce=ce: mod.forward_sequence(  # noqa: E731
+                        u, cx, ck, cm, rope_pos, ce)
                 else:
-                    read = lambda mod, u, j=m: mod.forward_step(u, chunk_x[j], chunk_key[j], chunk_mask)  # noqa: E731
+                    read = lambda mod, u, j=m: mod.forward_step(  # noqa: E731
+                        u, chunk_x[j], chunk_key[j], chunk_mask, rope_pos, chunk_episode)
                 m += 1
             x, k, v = blk(x, cos, sin, mask_add, past_k[i], past_v[i], keep, read)
             ks.append(k)
