@@ -4,7 +4,8 @@
 # episode) and the teacher whose memory is wiped at every episode start.
 #   scripts/house_nomem_ablation.sh [RUN_DIR]     (default runs/house_nomem; a step whose output exists is skipped)
 # Measured on the 2-core VM beside 2-3 other jobs (2026-11-27): collection 1,754 s, offline cloning 2,439 s,
-# DAgger 1,437 s; the later steps are as long as the ReLIC's. Final weights: RUN_DIR/nm_ppo2/checkpoints/final.pt
+# DAgger 1,437 s; the later steps are as long as the ReLIC's. Weights: RUN_DIR/nm_ppo2/checkpoints/final.pt (house_relic's
+# ablation), RUN_DIR/nm_skill/checkpoints/final.pt (house_relic_scan's)
 set -e
 cd "$(dirname "$0")/.."
 R=${1:-runs/house_nomem}
@@ -42,5 +43,15 @@ fi
 if step $R/nm_ppo2/checkpoints/final.pt; then
   $P training/train.py --config config/train/house_relic_ppo.yaml --set model.iea=false $(start $R/nm_ppo/checkpoints/final.pt $R/nm_ppo2) \
     --run-dir $R/nm_ppo2 --set ppo.rollout_length=2048 --set env.num_envs=16 --set total_steps=393216 --set ppo.critic_warmup_rollouts=0 --no-progress >> $R/nm_ppo2.log 2>&1
+fi
+# the default's last stage on the ablation: the route memory and the route-following head on the scan (house_relic_scan's
+# skill_K step with the two settings; 618 s on 2026-11-29 -> checkpoints/house_relic_scan_nomem.pt)
+if step $R/nm_skill/checkpoints/final.pt; then
+  $P training/imitate.py --config config/train/house_relic_ppo.yaml $A --init $R/nm_ppo2/checkpoints/final.pt --init-partial \
+    --run-dir $R/nm_skill --set model.route_memory=true --set model.route_skill=64 --set model.scan_input=true \
+    --set env.options.scan=true --set ppo.shuffle_episodes=false --set env.num_envs=16 --set ppo.rollout_length=1024 \
+    --set total_steps=98304 --set threads=1 --set seed=43 --set ppo.critic_warmup_rollouts=0 \
+    --set "ppo.train_only=[route_skill]" --set ppo.lr=3e-3 --teacher route --route-steps-only --replay 4 --skill-epochs 200 \
+    > $R/nm_skill.log 2>&1
 fi
 echo done
