@@ -48,7 +48,7 @@ def forward_with_topk(policy, inp: dict[str, torch.Tensor]) -> tuple[torch.Tenso
         return out
 
     for m in blocks:  # an instance attribute over the class's method, removed again below
-        m.select = lambda h, k, c, sel=m.select: keep(sel(h, k, c))
+        m.select = lambda *a, sel=m.select: keep(sel(*a))
     try:
         logits = policy.forward_sequence(inp)[0]
     finally:
