@@ -13,8 +13,9 @@ from icrl_ros.runtime.graphs import CoreGraph, cache_dtype, dtype_name, io_spec,
 class HCAMCoreGraph(CoreGraph):
     """HCAM's core: as :class:`CoreGraph` over the local window (P = C slots), then the
     chunk store: Lm ``chunk_x`` (B, N, C, D), Lm ``chunk_key`` (B, N, D), ``chunk_valid``
-    (B, N), and with ``hcam_episode_rope`` ``chunk_episode`` (B, N, C). Also returns the token's memory-layer inputs ``x_mem`` (Lm, B, 1, D), which
-    :meth:`HCAMMemory.commit` writes into the current chunk.
+    (B, N), and with ``hcam_episode_rope`` ``chunk_episode`` (B, N, C). Also returns the token's
+    memory-layer inputs ``x_mem`` (Lm, B, 1, D), which :meth:`HCAMMemory.commit` writes into the
+    current chunk.
     """
 
     def __init__(self, policy: HCAMPolicy) -> None:
@@ -25,8 +26,9 @@ class HCAMCoreGraph(CoreGraph):
     def forward(self, x: Tensor, position: Tensor, mask: Tensor, *rest: Tensor
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         L, Lm = self.n_layers, self.n_mem
-        chunk_episode = rest[-1] if self.episode_rope else None
-        rest = rest[:-1] if self.episode_rope else rest
+        chunk_episode = None
+        if self.episode_rope:  # the last input (HCAMMemory.core_inputs)
+            rest, chunk_episode = rest[:-1], rest[-1]
         kv, chunk_x, chunk_key, chunk_valid = rest[:2 * L], rest[2 * L:2 * L + Lm], rest[2 * L + Lm:-1], rest[-1]
         full = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)[:, None]  # (B, 1, C + 1)
         h, k, v, x_mem = self.core(x[:, None], position[:, None], full, list(kv[:L]), list(kv[L:]), list(chunk_x),

@@ -26,11 +26,14 @@ from icrl_ros.memory.base import DEFAULT_STEPS, MemoryBudgetError, slot_bytes
 from icrl_ros.memory.kv_cache import KVCache
 
 
+EPISODE_ITEM = torch.empty((), dtype=torch.long).element_size()  # one stored step's episode index (int64)
+
+
 def chunk_bytes(n_mem_layers: int, chunk: int, d_model: int, dtype, episode_rope: bool = False) -> int:
     """Bytes one stored chunk costs per env: contents + summary key + validity flag (+ its steps'
     episode indices, int64, with ``episode_rope``)."""
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return n_mem_layers * (chunk + 1) * d_model * itemsize + 1 + (8 * chunk if episode_rope else 0)
+    return n_mem_layers * (chunk + 1) * d_model * itemsize + 1 + (chunk * EPISODE_ITEM if episode_rope else 0)
 
 
 class HCAMMemory(KVCache):
@@ -66,7 +69,7 @@ class HCAMMemory(KVCache):
         itemsize = torch.empty((), dtype=dtype).element_size()
         fixed = batch * (chunk * slot_bytes(n_layers, n_heads, head_dim, dtype)  # local window
                          + n_mem_layers * chunk * d_model * itemsize  # current chunk
-                         + (chunk * 8 if episode_rope else 0))  # its episode indices
+                         + (chunk * EPISODE_ITEM if episode_rope else 0))  # its episode indices
         per_chunk = batch * chunk_bytes(n_mem_layers, chunk, d_model, dtype, episode_rope)
         if max_chunks is None:
             if budget_bytes is None:

@@ -122,11 +122,17 @@ class ChunkMemoryAttention(nn.Module):
             return apply_rope(x[:, None], cos, sin)[:, 0]
         return apply_rope(x.transpose(1, 2), cos, sin).transpose(1, 2)
 
+    def episodes(self, q_ep: Tensor | None, chunk_ep: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+        """The queries' and the stored steps' episode indices where this read rotates by them, else None."""
+        return (q_ep, chunk_ep) if self.episode_rope else (None, None)
+
     def select(self, h: Tensor, chunk_key: Tensor, chunk_mask: Tensor, q_ep: Tensor | None = None,
-               key_ep: Tensor | None = None) -> tuple[Tensor, Tensor]:
+               chunk_ep: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """h (B, T, D) normed queries; chunk_key (B, N, D); chunk_mask (B, T, N) bool; with episode RoPE
-        the queries' episodes q_ep (B, T) and the chunks' key_ep (B, N).
+        the queries' episodes q_ep (B, T) and the stored steps' chunk_ep (B, N, C) (a chunk's summary
+        rotates by its last step's).
         Returns the chosen chunk indices (B, T, k) and their weights (B, T, k)."""
+        key_ep = None if chunk_ep is None else chunk_ep[:, :, -1]
         rel, chunk_key = self.rotate(self.relevance(h), q_ep), self.rotate(chunk_key, key_ep)
         logits = torch.matmul(rel, chunk_key.transpose(1, 2)) * h.shape[-1] ** -0.5  # (B, T, N)
         logits = logits + torch.where(chunk_mask, 0.0, MASK_NEG).to(logits.dtype)
@@ -162,8 +168,8 @@ class ChunkMemoryAttention(nn.Module):
         Gathering the k selected chunks per query instead copied (B, T, k, C, D) keys and values
         forward and scatter-added them backward: 7x ReLIC's training step on Darkroom (BENCHMARKS)."""
         h = self.norm_q(u)
-        q_ep, chunk_ep = (q_ep, chunk_ep) if self.episode_rope else (None, None)
-        idx, w = self.select(h, chunk_key, chunk_mask, q_ep, None if chunk_ep is None else chunk_ep[:, :, -1])
+        q_ep, chunk_ep = self.episodes(q_ep, chunk_ep)
+        idx, w = self.select(h, chunk_key, chunk_mask, q_ep, chunk_ep)
         k, v = self.project(chunk_x)  # (B, N, C, H, hd)
         B, T, D = h.shape
         N, C, H, hd = k.shape[1:]
@@ -180,8 +186,8 @@ class ChunkMemoryAttention(nn.Module):
                      q_ep: Tensor | None = None, chunk_ep: Tensor | None = None) -> Tensor:
         """Cached step: gather the k selected raw chunks, project only those (O(N + kC))."""
         h = self.norm_q(u)
-        q_ep, chunk_ep = (q_ep, chunk_ep) if self.episode_rope else (None, None)
-        idx, w = self.select(h, chunk_key, chunk_mask, q_ep, None if chunk_ep is None else chunk_ep[:, :, -1])
+        q_ep, chunk_ep = self.episodes(q_ep, chunk_ep)
+        idx, w = self.select(h, chunk_key, chunk_mask, q_ep, chunk_ep)
         k, v = self.project(gather_chunks(chunk_x, idx))  # (B, T, k, C, H, hd)
         if chunk_ep is not None:
             B, T, kk, C, H, hd = k.shape
@@ -247,7 +253,8 @@ class HCAMCore(TransformerCore):
             if blk.memory is not None:
                 xin.append(x)
                 if chunk_x is None:
-                    cx, ck, cm, ce = sequence_chunks(x, a.hcam_chunk, a.hcam_top_k, max_chunks, rope_pos)
+                    cx, ck, cm, ce = sequence_chunks(x, a.hcam_chunk, a.hcam_top_k, max_chunks,
+                                                     rope_pos if a.hcam_episode_rope else None)
                     read = lambda mod, u, cx=cx, ck=ck, cm=cm, ce=ce: mod.forward_sequence(  # noqa: E731
                         u, cx, ck, cm, rope_pos, ce)
                 else:
