@@ -48,7 +48,7 @@ from icrl_ros.sim import make_vec
 from icrl_ros.training._cli import fail, load_init_weights
 from icrl_ros.training.config import TrainConfig, config_from_cli
 from icrl_ros.training.ppo import cosine_lr, next_step_inputs, select_trainable, trial_start_inputs
-from icrl_ros.training.teachers import make_teacher, observe_teacher
+from icrl_ros.training.teachers import PolicyTeacher, RouteFollower, make_teacher, observe_teacher
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -64,6 +64,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "'route' (a model with model.route_memory, env.options.teacher=memory): on steps where the "
                    "policy's route memory has a way to the goal, a follower of its waypoint that senses free "
                    "headings (in the env workers); elsewhere the env's teacher. Reports route_label_share")
+    p.add_argument("--teacher-checkpoint", metavar="PATH",
+                   help="a trained policy's checkpoint as the teacher instead of a scripted one (policy distillation): "
+                        "it steps on the student's inputs with a memory of its own; the loss is cross-entropy to its "
+                        "action probabilities; its model must read the student's inputs")
     p.add_argument("--vf-coef", type=float, default=0.5, help="weight of the value regression")
     p.add_argument("--aux-coef", type=float, default=0.0,
                    help="weight of the memory_aux loss (model.memory_aux): predict whether the goal was seen "
@@ -173,10 +177,14 @@ class Imitator:
     def __init__(self, policy, env, cfg: TrainConfig, iterations: int, mix_fraction: float, vf_coef: float,
                  teacher: str | None = None, replay: int = 1, beta: float | None = None, noise: float = 0.0,
                  noise_actions: tuple[int, ...] = (), aux_coef: float = 0.0, hcam_recon: bool = False,
-                 route_steps_only: bool = False, skill_epochs: int = 200) -> None:
+                 route_steps_only: bool = False, skill_epochs: int = 200, teacher_checkpoint: str | None = None) -> None:
         self.policy, self.env, self.cfg = policy, env, cfg
-        self.teacher = make_teacher(env, teacher, policy) if env is not None else None
+        if teacher_checkpoint and env is not None:
+            self.teacher = PolicyTeacher(teacher_checkpoint, env.num_envs, cfg.ppo.rollout_length, policy)
+        else:
+            self.teacher = make_teacher(env, teacher, policy) if env is not None else None
         self.reads_inputs = getattr(self.teacher, "reads_inputs", False)  # labels from the policy's inputs (route)
+        self.routes = isinstance(self.teacher, RouteFollower)
         if route_steps_only and env is not None and not self.reads_inputs:
             raise ValueError("--route-steps-only needs --teacher route (the steps it labels from the route memory)")
         self.route_steps_only = route_steps_only
@@ -216,7 +224,8 @@ class Imitator:
         env, policy, T = self.env, self.policy, self.cfg.ppo.rollout_length
         a, B = policy.args, env.num_envs
         schedule = segment_schedule(T, a.l_seg, a.seg_jitter) if family_of(policy).segments else None
-        buf = {k: [] for k in (*self.keys, "label", "label_mask", "reward", "done")}
+        soft = isinstance(self.teacher, PolicyTeacher)  # its action probabilities are the labels
+        buf = {k: [] for k in (*self.keys, "label", "label_mask", "reward", "done", *(("soft",) if soft else ()))}
         obs = env.reset_trial()
         self.teacher.reset()
         cur = policy.rollout_inputs(trial_start_inputs(env, obs, a.n_actions, "cpu"))
@@ -231,7 +240,9 @@ class Imitator:
             # the route teacher reads cur["route"], which this step's route memory wrote
             label = self.teacher.act(cur if self.reads_inputs else np.asarray(obs))
             counted = np.ones(B, bool)
-            if self.reads_inputs:
+            if soft:
+                buf["soft"].append(self.teacher.probs)
+            if self.routes:
                 on_route = self.teacher.goal_known()
                 routed.append(float(on_route.mean()))
                 if self.route_steps_only:
@@ -278,7 +289,7 @@ class Imitator:
         return out
 
     def data_keys(self, data: dict) -> tuple[str, ...]:
-        return (*self.keys, "label", "return", *(k for k in (*AUX_KEYS, "label_mask") if k in data))
+        return (*self.keys, "label", "return", *(k for k in (*AUX_KEYS, "label_mask", "soft") if k in data))
 
     def losses(self, data: dict, mb: torch.Tensor, schedule) -> tuple[torch.Tensor, ...]:
         """Cross-entropy to the teacher, value regression, agreement and the auxiliary loss (memory_aux with
@@ -291,7 +302,12 @@ class Imitator:
         # the steps whose labels count (--route-steps-only; trials saved before it have no mask: all)
         mask = data["label_mask"][mb] if "label_mask" in data else torch.ones(label.shape)
         n = mask.sum().clamp(min=1)
-        ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), label.reshape(-1), reduction="none")
+        if "soft" in data:  # a policy teacher: cross-entropy to its action probabilities, agreement with its mode
+            soft = data["soft"][mb]
+            ce = -(soft * F.log_softmax(logits.float(), -1)).sum(-1).reshape(-1)
+            label = soft.argmax(-1)
+        else:
+            ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), label.reshape(-1), reduction="none")
         bc = (ce * mask.reshape(-1)).sum() / n
         vl = 0.5 * (values - data["return"][mb]).pow(2).mean()
         if self.hcam_recon:
@@ -495,6 +511,8 @@ def main(argv=None) -> int:
     except ValueError:
         fail(f"--noise-actions must be comma-separated action indices, got {args.noise_actions!r}")
     offline_files: list[Path] = []
+    if args.teacher_checkpoint and args.teacher:
+        fail("--teacher and --teacher-checkpoint: give one (a scripted teacher or a trained policy)")
     if args.offline and args.pool:
         fail("--offline and --pool: give one (--offline trains on saved trials only, --pool collects as well)")
     if args.offline:
@@ -521,8 +539,8 @@ def main(argv=None) -> int:
     try:
         imitator = Imitator(policy, None if args.offline else env, cfg, iterations, args.mix_fraction, args.vf_coef,
                             args.teacher, args.replay, args.beta, args.noise, noise_actions, args.aux_coef,
-                            args.hcam_recon, args.route_steps_only, args.skill_epochs)
-    except ValueError as e:
+                            args.hcam_recon, args.route_steps_only, args.skill_epochs, args.teacher_checkpoint)
+    except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     if noise_actions and not all(0 <= x < policy.args.n_actions for x in noise_actions):
         fail(f"--noise-actions {args.noise_actions}: indices must be in [0, {policy.args.n_actions})")

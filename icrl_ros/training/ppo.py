@@ -54,11 +54,18 @@ def env_inputs(obs, device, final_obs=None) -> dict[str, Tensor]:
             "last_obs": torch.as_tensor(obs if final_obs is None else final_obs, device=device)}
 
 
+def episode_steps(env, device) -> Tensor:
+    """The env's within-episode step counters, copied: the grid worlds count in place in one array, which
+    ``torch.as_tensor`` would share, so a kept step's input changed with every later env step (imitation
+    stored every step of a trial with the trial's last counters: trained on other inputs than it acted on)."""
+    return torch.tensor(np.asarray(env.episode_step), dtype=torch.long, device=device)
+
+
 def trial_start_inputs(env, obs, n_actions: int, device) -> dict[str, Tensor]:
     """Policy inputs of a trial's first step: no previous action (index ``n_actions``) or reward."""
     B = env.num_envs
     return {**env_inputs(obs, device), "prev_action": torch.full((B,), n_actions, dtype=torch.long, device=device),
-            "prev_reward": torch.zeros(B, device=device), "episode_step": torch.as_tensor(env.episode_step, device=device),
+            "prev_reward": torch.zeros(B, device=device), "episode_step": episode_steps(env, device),
             "episode_index": torch.zeros(B, dtype=torch.long, device=device)}
 
 
@@ -69,7 +76,7 @@ def next_step_inputs(env, obs, action: Tensor, reward, done, cur: dict[str, Tens
     token sees how the last one ended); ``done`` advances the episode index."""
     final = info.get("final_obs") if isinstance(info, dict) else None  # grid worlds; the house's info is a list
     return {**env_inputs(obs, device, final), "prev_action": action, "prev_reward": torch.as_tensor(reward, device=device),
-            "episode_step": torch.as_tensor(env.episode_step, device=device),
+            "episode_step": episode_steps(env, device),
             "episode_index": cur["episode_index"] + torch.as_tensor(done, device=device).long()}
 
 

@@ -271,6 +271,49 @@ class RouteFollower:
         """Nothing to do: the env workers observe every step."""
 
 
+class PolicyTeacher:
+    """A trained policy as the teacher (policy distillation, as Algorithm Distillation distils a learner):
+    it steps on the student's own inputs beside it, with a memory of its own for the whole trial, so
+    it labels the student's history (DAgger) as the scripted teachers do. Its labels are its action
+    probabilities (:attr:`probs`, soft targets: what it would sample), its executed action a sample.
+    A trained policy's actions are a function of the history it reads, so a student that reads the
+    same inputs can represent them exactly where its memory holds what the teacher's does."""
+
+    reads_inputs = True
+
+    def __init__(self, path: str, batch: int, steps: int, policy=None) -> None:
+        import torch
+
+        from icrl_ros.models.checkpoint import load_checkpoint
+
+        self.policy, _ = load_checkpoint(path)
+        self.batch, self.steps, self._torch = batch, steps, torch
+        if policy is not None:
+            a, b = self.policy.args, policy.args
+            for field in ("n_obs", "n_actions", "obs_type", "use_reward", "n_goals"):
+                if getattr(a, field) != getattr(b, field):
+                    raise ValueError(f"teacher checkpoint {path}: model.{field} is {getattr(a, field)!r}, the "
+                                     f"student's {getattr(b, field)!r}: a teacher must read the student's inputs")
+        self.probs = None
+        self.reset()
+
+    def reset(self, idx: np.ndarray | None = None) -> None:
+        """A fresh memory for a new trial (``idx`` ignored: every env's trial starts together)."""
+        from icrl_ros.models.stepping import make_memory
+        from icrl_ros.runtime.control import ControlStep
+
+        self.step = ControlStep.live(self.policy, make_memory(self.policy, self.batch, self.steps))
+
+    def act(self, inputs: dict) -> np.ndarray:
+        with self._torch.no_grad():
+            logits, _ = self.step(inputs)
+        self.probs = self._torch.softmax(logits.float(), -1)
+        return self._torch.distributions.Categorical(probs=self.probs).sample().numpy()
+
+    def observe(self, final_cells, reward, done, actions=None) -> None:
+        """Nothing to do: the next step's inputs carry the reward, the action and the episode's end."""
+
+
 TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer, "room": RoomExplorer, "memory": HouseEnvTeacher,
             "wiped": HouseEnvTeacher, "route": RouteFollower}
 # The first is the default. The house's "memory" and "wiped" name the env's teacher mode; "route" reads
@@ -307,7 +350,7 @@ def make_teacher(env, name: str | None = None, policy=None):
 def observe_teacher(teacher, info, reward, done, actions) -> None:
     """After an env step: the grid teachers read where each env arrived (``info["final_obs"]``);
     the house teacher has already observed inside the env."""
-    if isinstance(teacher, (HouseEnvTeacher, RouteFollower)):
+    if isinstance(teacher, (HouseEnvTeacher, RouteFollower, PolicyTeacher)):
         return
     teacher.observe(info["final_obs"], reward, done, actions)
 

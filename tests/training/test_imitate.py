@@ -243,3 +243,69 @@ def test_a_route_skill_alone_trains_on_the_held_networks_cached_logits(one_threa
     assert (logits.argmax(-1)[on] == data["label"][on]).float().mean() > 0.95
     assert stats["agreement"] > held_agreement + 0.1  # the mean over all passes, the first ones included
     assert torch.equal(logits[~on], held[~on])  # steps without a route act as the held network does
+
+
+def _tiny_policy(config: str, extra: tuple[str, ...] = ()):
+    from icrl_ros.models import build_policy
+    from icrl_ros.sim import make_vec
+    from icrl_ros.training.config import TrainConfig
+
+    cfg = TrainConfig.load(config, ["model.d_model=32", "model.n_layers=1", "model.n_heads=4", "ppo.rollout_length=60",
+                                    "model.depth_dropout=0.0", *extra])
+    env = make_vec(cfg.env.id, 3, seed=0)
+    return cfg, env, build_policy(cfg.model_args(**env.model_fields()))
+
+
+def test_collected_trials_keep_each_steps_own_inputs(one_thread):
+    """A stored step keeps the inputs it was acted on: the grid worlds count episode steps in place in one
+    array, and the inputs shared it, so every stored step read the trial's last counters (imitation trained
+    on inputs it never acted on). Darkroom's episodes are 100 steps: step t of a trial is t mod 100."""
+    from icrl_ros.training.imitate import Imitator
+
+    cfg, env, policy = _tiny_policy("config/train/darkroom.yaml", ("ppo.rollout_length=130",))
+    data, _ = Imitator(policy, env, cfg, iterations=1, mix_fraction=0.6, vf_coef=0.5).collect(np.random.default_rng(0))
+    t = torch.arange(130)
+    assert torch.equal(data["episode_step"], (t % 100).expand(3, 130))
+    assert torch.equal(data["episode_index"], (t // 100).expand(3, 130))
+
+
+def test_a_trained_policy_teaches_by_its_action_probabilities(tmp_path, capsys, one_thread):
+    """``--teacher-checkpoint``: a ReLIC checkpoint labels an HCAM student's own trials with its action
+    probabilities, computed by stepping its own memory on the student's inputs: they equal its whole-trial
+    pass over the same history (so it labels what it would do there); the loss is the cross-entropy to
+    them and falls as the student fits them; a teacher that reads other inputs, or a scripted teacher as
+    well, is refused with what to fix."""
+    from icrl_ros.models import save_checkpoint
+    from icrl_ros.training.imitate import Imitator, main
+
+    torch.manual_seed(0)
+    _, _, teacher = _tiny_policy("config/train/dark_key_to_door.yaml")
+    with torch.no_grad():
+        teacher.actor.weight.mul_(30.0)  # a decided teacher: near-uniform labels leave nothing to fit
+    path = tmp_path / "teacher.pt"
+    save_checkpoint(path, teacher)
+    cfg, env, student = _tiny_policy("config/train/dark_key_to_door_hcam_imitate.yaml",
+                                     ("model.hcam_chunk=8", "model.hcam_top_k=2"))
+    im = Imitator(student, env, cfg, iterations=4, mix_fraction=0.6, vf_coef=0.5, teacher_checkpoint=str(path))
+    data, stats = im.collect(np.random.default_rng(0))
+    soft = data["soft"]
+    assert soft.shape == (3, 60, student.args.n_actions) and torch.allclose(soft.sum(-1), torch.ones(3, 60))
+    with torch.no_grad():
+        whole = torch.softmax(im.teacher.policy.forward_sequence({k: data[k] for k in im.keys})[0].float(), -1)
+    assert torch.allclose(soft, whole, atol=1e-4), (soft - whole).abs().max()
+    assert "trial_return_normalised" in stats
+    d = im.with_returns(data)
+    mb = torch.arange(3)
+    bc, _, agree, _ = im.losses(d, mb, None)
+    with torch.no_grad():
+        logp = torch.log_softmax(student.forward_sequence({k: d[k] for k in im.keys})[0].float(), -1)
+    assert torch.allclose(bc, -(soft * logp).sum(-1).mean(), atol=1e-5)
+    for _ in range(3):
+        im.update(data)
+    assert im.losses(d, mb, None)[0] < bc - 0.05  # fits the teacher's distribution
+    args = ["--config", "config/train/dark_key_to_door_hcam_imitate.yaml", "--run-dir", str(tmp_path / "r"), *TINY]
+    dr = tmp_path / "darkroom.pt"
+    save_checkpoint(dr, _tiny_policy("config/train/darkroom.yaml")[2])
+    assert "must read the student's inputs" in refused(main, [*args, "--teacher-checkpoint", str(dr)], capsys)
+    assert "give one" in refused(main, [*args, "--teacher-checkpoint", str(path), "--teacher", "cycle"], capsys)
+    assert "no such file" in refused(main, [*args, "--teacher-checkpoint", str(tmp_path / "none.pt")], capsys)
