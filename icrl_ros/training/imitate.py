@@ -10,7 +10,9 @@ labelled with the teacher's action for the student's own history (DAgger: the st
 learns to recover from its own mistakes). The loss is cross-entropy to the teacher's
 actions over whole trials (the same sequence forward as PPO's, Memo's random segment
 schedule included), plus a value regression on the trial's discounted returns so the
-critic is ready for PPO fine-tuning. Checkpoints are the trainer's format, so
+critic is ready for PPO fine-tuning. With ``--teacher-checkpoint`` a trained policy is the teacher
+(:class:`~icrl_ros.training.teachers.PolicyTeacher`): the labels are its action probabilities on the
+student's history and the loss the cross-entropy to them. Checkpoints are the trainer's format, so
 ``training/evaluate.py``, ``training/export.py`` and ``train.py --init`` take them.
 
 Offline phase (cheap where env steps are dear, as on the house: ~100-300 env steps/s against

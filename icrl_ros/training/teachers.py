@@ -18,6 +18,9 @@ trial (``python training/teachers.py``).
 cell not yet visited without the key; once it is known, walk straight to it. With the key,
 the same for the door over the cells visited while holding the key. On held-out tasks it
 scores ~0.86 of the oracle (``python training/teachers.py``).
+
+:class:`PolicyTeacher` (``imitate.py --teacher-checkpoint``): a trained policy, stepping its own memory on
+the student's inputs, labels by its action probabilities (policy distillation).
 """
 
 from __future__ import annotations
