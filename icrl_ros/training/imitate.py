@@ -185,9 +185,9 @@ class Imitator:
             self.teacher = PolicyTeacher(teacher_checkpoint, env.num_envs, cfg.ppo.rollout_length, policy)
         else:
             self.teacher = make_teacher(env, teacher, policy) if env is not None else None
-        self.reads_inputs = getattr(self.teacher, "reads_inputs", False)  # labels from the policy's inputs (route)
+        self.reads_inputs = getattr(self.teacher, "reads_inputs", False)  # labels from the policy's inputs
         self.routes = isinstance(self.teacher, RouteFollower)
-        if route_steps_only and env is not None and not self.reads_inputs:
+        if route_steps_only and env is not None and not self.routes:
             raise ValueError("--route-steps-only needs --teacher route (the steps it labels from the route memory)")
         self.route_steps_only = route_steps_only
         self.fixed_beta, self.noise = beta, noise

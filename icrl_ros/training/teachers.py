@@ -27,7 +27,11 @@ from __future__ import annotations
 
 
 import numpy as np
+import torch
 
+from icrl_ros.models.checkpoint import load_checkpoint
+from icrl_ros.models.stepping import make_memory
+from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim.gridworlds import DarkKeyToDoorVecEnv, DarkroomVecEnv, VecTrialEnv
 
 # Action indices of the grid moves (icrl_ros.sim.gridworlds._MOVES_5): +y, -y, -x, +x, stay (Darkroom only).
@@ -285,12 +289,8 @@ class PolicyTeacher:
     reads_inputs = True
 
     def __init__(self, path: str, batch: int, steps: int, policy=None) -> None:
-        import torch
-
-        from icrl_ros.models.checkpoint import load_checkpoint
-
         self.policy, _ = load_checkpoint(path)
-        self.batch, self.steps, self._torch = batch, steps, torch
+        self.batch, self.steps = batch, steps
         if policy is not None:
             a, b = self.policy.args, policy.args
             for field in ("n_obs", "n_actions", "obs_type", "use_reward", "n_goals"):
@@ -302,16 +302,13 @@ class PolicyTeacher:
 
     def reset(self, idx: np.ndarray | None = None) -> None:
         """A fresh memory for a new trial (``idx`` ignored: every env's trial starts together)."""
-        from icrl_ros.models.stepping import make_memory
-        from icrl_ros.runtime.control import ControlStep
-
         self.step = ControlStep.live(self.policy, make_memory(self.policy, self.batch, self.steps))
 
+    @torch.no_grad()
     def act(self, inputs: dict) -> np.ndarray:
-        with self._torch.no_grad():
-            logits, _ = self.step(inputs)
-        self.probs = self._torch.softmax(logits.float(), -1)
-        return self._torch.distributions.Categorical(probs=self.probs).sample().numpy()
+        logits, _ = self.step(inputs)
+        self.probs = torch.softmax(logits.float(), -1)
+        return torch.distributions.Categorical(probs=self.probs).sample().numpy()
 
     def observe(self, final_cells, reward, done, actions=None) -> None:
         """Nothing to do: the next step's inputs carry the reward, the action and the episode's end."""
