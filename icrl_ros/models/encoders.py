@@ -59,19 +59,50 @@ class ImageEncoder(nn.Module):
         return self.fc(self.net(x).flatten(1)).reshape(*lead, -1)
 
 
-class FeatureEncoder(nn.Module):
-    """uint8 (B, H, W, 3) -> (B, F) features: three strided convs to an (H/8 x W/8) map of 64
-    channels (small objects keep a cell of their own), a hidden layer, then F features."""
+def feature_trunk_channels(image_size: int) -> tuple[int, ...]:
+    """Channels of :class:`FeatureEncoder`'s strided convs. Up to 64 px: three convs to an
+    (H/8 x W/8) map. A larger image gets one more conv per doubling, so the map stays 8x8
+    cells of the same field of view (the linear layer keeps its size) while each cell sees
+    the object at a higher resolution: 128 px = (32, 32, 64, 64)."""
+    extra = max(0, math.ceil(math.log2(image_size / 64))) if image_size > 64 else 0
+    return (32,) * (1 + extra) + (64, 64) if extra else (32, 64, 64)
 
-    def __init__(self, d_feat: int, image_size: int, d_hidden: int = 256) -> None:
+
+class FeatureEncoder(nn.Module):
+    """uint8 (B, H, W, 3) -> (B, F) features: strided convs to a map of 64 channels (H/8 x W/8
+    up to 64 px, 8x8 above; small objects keep a cell of their own), a hidden layer, then F
+    features.
+
+    ``pooled`` > 0 gives the last ``pooled`` features a path of their own: a per-cell 1x1 conv
+    head whose maximum over the map is the feature, so evidence of an object counts wherever in
+    the view it is (a linear layer on the flattened map must learn it once per cell)."""
+
+    def __init__(self, d_feat: int, image_size: int, d_hidden: int = 256, pooled: int = 0) -> None:
         super().__init__()
-        self.net = strided_convs((32, 64, 64))
-        self.out = nn.Sequential(nn.Linear(64 * conv_side(image_size, 3) ** 2, d_hidden), nn.GELU(),
-                                 nn.Linear(d_hidden, d_feat), nn.GELU())
+        if not 0 <= pooled < d_feat:
+            raise ValueError(f"pooled features: expected 0 <= pooled < d_feat ({d_feat}), got {pooled}")
+        channels = feature_trunk_channels(image_size)
+        self.net = strided_convs(channels)
+        self.out = nn.Sequential(nn.Linear(64 * conv_side(image_size, len(channels)) ** 2, d_hidden), nn.GELU(),
+                                 nn.Linear(d_hidden, d_feat - pooled), nn.GELU())
+        self.cells = (nn.Sequential(nn.Conv2d(64, 64, 1), nn.GELU(), nn.Conv2d(64, pooled, 1)) if pooled
+                      else None)
 
     def forward(self, rgb: Tensor) -> Tensor:
         x, lead = as_images(rgb)
-        return self.out(self.net(x).flatten(1)).reshape(*lead, -1)
+        m = self.net(x)  # (N, 64, h, w)
+        f = self.out(m.flatten(1))
+        if self.cells is not None:
+            f = torch.cat([f, self.cells(m).amax(dim=(2, 3))], -1)  # (N, F - pooled) + (N, pooled)
+        return f.reshape(*lead, -1)
+
+
+def feature_encoder_for(state: dict, image_size: int) -> FeatureEncoder:
+    """An unloaded :class:`FeatureEncoder` shaped like the weights in ``state`` (an encoder file's
+    state dict): its feature size and pooled path are read from the tensors' shapes."""
+    pooled = state["cells.2.weight"].shape[0] if "cells.2.weight" in state else 0
+    d_feat = state["out.2.weight"].shape[0] + pooled
+    return FeatureEncoder(d_feat, image_size, d_hidden=state["out.0.weight"].shape[0], pooled=pooled)
 
 
 BEARING_BINS = 5  # left to right across the view

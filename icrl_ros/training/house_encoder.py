@@ -39,6 +39,7 @@ from icrl_ros.models.encoders import BEARING_BINS, DIST_BINS, FREE_BANDS, Featur
 from icrl_ros.sim.house_layout import CATEGORIES
 
 N_CAT = len(CATEGORIES)
+LABELS = ("present", "size_px", "metres", "bearing", "dist", "free", "blocked")
 DIST_EDGES, BANDS = (1.0, 2.0, 3.5, 6.0), FREE_BANDS
 assert len(DIST_EDGES) + 1 == DIST_BINS
 
@@ -49,17 +50,23 @@ def _labels(env, view) -> dict[str, np.ndarray]:
     from icrl_ros.sim.house_view import _camera_rays
 
     present = np.zeros(N_CAT, np.float32)
+    size_px = np.zeros(N_CAT, np.float32)  # the category's largest instance, pixels of a 64x64 frame
+    metres = np.full(N_CAT, np.nan, np.float32)  # and its distance to the camera (m, surface)
     bearing = np.full(N_CAT, -1, np.int64)  # -1: no label (category not resolved)
     dist = np.full(N_CAT, -1, np.int64)
     pix = view.pixels
     res = view.resolved()
     half = math.radians(FOV_Y_DEG) / 2
     for k in np.argsort(-pix):  # largest first: it names the category's bearing / distance
-        if not res[k]:
+        if pix[k] <= 0:
             break
         o = env.layout.objects[k]
         c = o.category
-        if present[c]:
+        if size_px[c] > 0:
+            continue
+        size_px[c] = pix[k]
+        metres[c] = math.hypot(o.x - env.x, o.z - env.z) - o.cat.radius
+        if not res[k]:
             continue
         present[c] = 1
         b = math.atan2(-(o.z - env.z), o.x - env.x) - env.yaw
@@ -78,20 +85,20 @@ def _labels(env, view) -> dict[str, np.ndarray]:
     band = np.minimum(col.reshape(BANDS, -1).min(axis=1), 12.0)
     step = 0.25
     blocked = env.nav.collides(env.x + step * math.cos(env.yaw), env.z - step * math.sin(env.yaw))
-    return {"present": present, "bearing": bearing, "dist": dist,
+    return {"present": present, "size_px": size_px, "metres": metres, "bearing": bearing, "dist": dist,
             "free": np.log1p(band).astype(np.float32), "blocked": np.float32(blocked)}
 
 
 def _collect(job: tuple) -> dict[str, np.ndarray]:
-    split, seed, n_frames, per_house = job
+    split, seed, n_frames, per_house, image_size = job
     os.environ.setdefault("LP_NUM_THREADS", "1")
     from icrl_ros.sim.house import HouseEnv
     from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
     from icrl_ros.sim.house_view import cast_view
 
     rng = np.random.default_rng(seed)
-    env = HouseEnv(split=split, goal_instances=0, start_away=False, min_start_distance=0.0)
-    out: dict[str, list] = {k: [] for k in ("rgb", "present", "bearing", "dist", "free", "blocked")}
+    env = HouseEnv(split=split, image_size=image_size, goal_instances=0, start_away=False, min_start_distance=0.0)
+    out: dict[str, list] = {k: [] for k in ("rgb", *LABELS)}
     env.reset(seed=seed)
     t_render = t_label = 0.0
     for i in range(n_frames):
@@ -121,10 +128,14 @@ def _collect(job: tuple) -> dict[str, np.ndarray]:
     return res
 
 
-def collect(split: str, n: int, seed: int, workers: int, per_house: int = 200) -> tuple[dict, dict]:
+def collect(split: str, n: int, seed: int, workers: int, per_house: int = 200,
+            image_size: int = 64) -> tuple[dict, dict]:
+    """``n`` labelled frames of ``split`` houses rendered at ``image_size``. The poses depend on
+    ``seed`` and ``n`` only, so two image sizes collected with the same arguments show the
+    same scenes (labels are always cast at 64x64)."""
     jobs, per = [], math.ceil(n / max(workers * 4, 1))
     for k in range(0, n, per):
-        jobs.append((split, seed * 1000 + k, min(per, n - k), per_house))
+        jobs.append((split, seed * 1000 + k, min(per, n - k), per_house, image_size))
     t0 = time.perf_counter()
     with mp.get_context("forkserver").Pool(workers) as pool:
         parts = pool.map(_collect, jobs, chunksize=1)
@@ -134,6 +145,15 @@ def collect(split: str, n: int, seed: int, workers: int, per_house: int = 200) -
              "render_ms": 1e3 * sum(float(p["t_render"]) for p in parts) / n,
              "label_ms": 1e3 * sum(float(p["t_label"]) for p in parts) / n}
     return data, rates
+
+
+def jitter(x: torch.Tensor, amount: float, gen: torch.Generator) -> torch.Tensor:
+    """uint8 (B, H, W, 3) -> the same images under a random brightness and per-channel gain
+    each, drawn uniformly in [1 - amount, 1 + amount] (lighting and white balance)."""
+    b = x.shape[0]
+    gain = 1 + amount * (2 * torch.rand(b, 1, 1, 3, generator=gen) - 1)
+    gain = gain * (1 + amount * (2 * torch.rand(b, 1, 1, 1, generator=gen) - 1))
+    return (x.float() * gain).clamp(0, 255).to(torch.uint8)
 
 
 class Probe(FeatureHeads):
@@ -205,6 +225,12 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--feature-dim", type=int, default=128)
+    p.add_argument("--pooled", type=int, default=0,
+                   help="features read as the maximum of a per-cell head over the conv map (0: none)")
+    p.add_argument("--image-size", type=int, default=64,
+                   help="camera resolution the frames are rendered at (a policy on this encoder sets model.image_size)")
+    p.add_argument("--jitter", type=float, default=0.0,
+                   help="photometric augmentation: per-image brightness and per-channel gains drawn in [1 - j, 1 + j]")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
@@ -222,13 +248,18 @@ def main(argv=None) -> int:
         train = {k[6:]: z[k] for k in z.files if k.startswith("train_")}
         test = {k[5:]: z[k] for k in z.files if k.startswith("test_")}
     else:
-        train, report["collect_train"] = collect("train", args.frames, args.seed, args.workers)
+        train, report["collect_train"] = collect("train", args.frames, args.seed, args.workers,
+                                                 image_size=args.image_size)
         print(f"collected {args.frames:,} train frames: {report['collect_train']}", flush=True)
-        test, report["collect_test"] = collect("test", args.test_frames, args.seed + 1, args.workers)
+        test, report["collect_test"] = collect("test", args.test_frames, args.seed + 1, args.workers,
+                                               image_size=args.image_size)
         print(f"collected {args.test_frames:,} test frames: {report['collect_test']}", flush=True)
         np.savez(out / "frames.npz", **{f"train_{k}": v for k, v in train.items()},
                  **{f"test_{k}": v for k, v in test.items()})
-    enc, probe = FeatureEncoder(args.feature_dim, 64), Probe(args.feature_dim)
+    size = train["rgb"].shape[1]
+    if size != args.image_size:
+        raise SystemExit(f"--image-size {args.image_size} but the frames in {args.data} are {size} px: pass --image-size {size}")
+    enc, probe = FeatureEncoder(args.feature_dim, size, pooled=args.pooled), Probe(args.feature_dim)
     if args.init:
         state = torch.load(Path(args.init) / "encoder.pt", weights_only=True)
         enc.load_state_dict({k: v for k, v in state.items() if not k.startswith("heads.")})
@@ -250,6 +281,8 @@ def main(argv=None) -> int:
                 x = x.flip(2)
                 y["bearing"] = torch.where(y["bearing"] >= 0, BEARING_BINS - 1 - y["bearing"], y["bearing"])
                 y["free"] = y["free"].flip(1)
+            if args.jitter > 0:
+                x = jitter(x, args.jitter, torch.Generator().manual_seed(int(g.integers(2**31))))
             ls = losses(probe(enc(x)), y)
             loss = sum(ls.values())
             opt.zero_grad(set_to_none=True)

@@ -1,0 +1,83 @@
+"""The house encoder's larger-image and pooled trunks, its size labels, and the recall-by-size report."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from icrl_ros.models.encoders import FeatureEncoder, as_images, feature_encoder_for
+
+
+@pytest.mark.parametrize("size,side", [(24, 3), (64, 8), (96, 6), (128, 8)])
+def test_feature_trunk_map_keeps_8x8_cells_above_64_px(size, side):
+    enc = FeatureEncoder(16, size)
+    m = enc.net(as_images(torch.zeros(1, size, size, 3, dtype=torch.uint8))[0])
+    assert m.shape == (1, 64, side, side)
+    assert enc(torch.zeros(2, size, size, 3, dtype=torch.uint8)).shape == (2, 16)
+
+
+def test_pooled_features_are_the_per_cell_head_maximum_and_rebuild_from_a_file(tmp_path):
+    torch.manual_seed(0)
+    enc = FeatureEncoder(16, 64, pooled=5).eval()
+    rgb = torch.randint(0, 256, (3, 64, 64, 3), dtype=torch.uint8)
+    with torch.no_grad():
+        f = enc(rgb)
+        m = enc.net(as_images(rgb)[0])  # (3, 64, 8, 8)
+        per_cell = torch.stack([enc.cells(m[:, :, i:i + 1, j:j + 1]).flatten(1)
+                                for i in range(8) for j in range(8)], 1)  # (3, 64 cells, 5)
+    assert f.shape == (3, 16)
+    assert torch.allclose(f[:, -5:], per_cell.max(1).values, atol=1e-6)
+    torch.save(enc.state_dict(), tmp_path / "e.pt")
+    again = feature_encoder_for(torch.load(tmp_path / "e.pt", weights_only=True), 64)
+    again.load_state_dict(torch.load(tmp_path / "e.pt", weights_only=True))
+    with torch.no_grad():
+        assert torch.equal(again.eval()(rgb), f)
+    with pytest.raises(ValueError, match="pooled"):
+        FeatureEncoder(16, 64, pooled=16)
+
+
+def test_size_labels_agree_with_presence_and_two_image_sizes_show_the_same_scenes():
+    from icrl_ros.training.house_encoder import _collect
+
+    a = _collect(("test", 7, 24, 12, 64))
+    b = _collect(("test", 7, 24, 12, 96))
+    assert a["rgb"].shape == (24, 64, 64, 3) and b["rgb"].shape == (24, 96, 96, 3)
+    for k in ("present", "size_px", "bearing", "dist", "free", "blocked"):
+        assert np.array_equal(a[k], b[k]), k
+    np.testing.assert_array_equal(a["metres"], b["metres"])
+    assert np.array_equal(a["present"] > 0.5, a["size_px"] >= 10)
+    seen = a["size_px"] > 0
+    assert seen.sum() > a["present"].sum() > 0  # some categories in view below the 10-pixel mark
+    assert np.isfinite(a["metres"][seen]).all() and np.isnan(a["metres"][~seen]).all()
+
+
+def test_recall_table_bins_sizes_and_distances():
+    from icrl_ros.training.encoder_recall import recall_table, wilson
+
+    size = np.array([[0, 3, 12], [18, 50, 0], [100, 7, 25]], np.float32)
+    metres = np.where(size > 0, 2.5, np.nan).astype(np.float32)
+    p = np.array([[0.9, 0.1, 0.6], [0.2, 0.7, 0.1], [0.8, 0.6, 0.3]])
+    r = recall_table(p, size, metres)
+    rates = {tuple(row["px"]): (row["n"], row["rate"]) for row in r["by_size_px"]}
+    assert rates[(0.0, 5.0)] == (1, 0.0) and rates[(5.0, 10.0)] == (1, 1.0)
+    assert rates[(10.0, 15.0)] == (1, 1.0) and rates[(15.0, 20.0)] == (1, 0.0)
+    assert rates[(20.0, 40.0)] == (1, 0.0) and rates[(40.0, 80.0)] == (1, 1.0) and rates[(80.0, math.inf)] == (1, 1.0)
+    assert r["recall_10_20px"]["n"] == 2 and r["recall_10_20px"]["rate"] == 0.5
+    assert r["recall_resolved"]["rate"] == pytest.approx(3 / 5)
+    assert r["false_positive_not_in_view"] == {"n": 2, "rate": 0.5, "ci95": list(wilson(1, 2))}
+    assert r["by_metres_resolved"][2]["n"] == 5  # all at 2.5 m
+    lo, hi = wilson(13, 100)
+    assert lo < 0.13 < hi and hi - lo == pytest.approx(0.137, abs=0.01)
+
+
+def test_recall_cli_refuses_a_bad_encoder_spec_in_one_line(tmp_path):
+    for spec, words in (("checkpoints/house_encoder.pt", "expected NAME=PATH@IMAGE_SIZE"),
+                        (f"x={tmp_path / 'none.pt'}@64", "is not a file")):
+        r = subprocess.run([sys.executable, "training/encoder_recall.py", "--encoder", spec, "--out", str(tmp_path)],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
