@@ -429,6 +429,18 @@ class HouseEnv(gym.Env):
         near = np.array([math.hypot(o.x - self.x, o.z - self.z) - o.cat.radius <= self.success_distance for o in inst])
         return bool((near & self.visible_targets()).any())
 
+    def goal_sight(self) -> tuple[float, bool]:
+        """(pixels of a 64x64 frame the largest goal instance covers in the current camera view,
+        whether a goal instance is within ``success_distance`` and visible): privileged, for
+        diagnostics that ask whether a failed episode ever showed or reached its goal."""
+        from icrl_ros.sim.house_view import cast_view
+
+        view = cast_view(self.layout, self.nav.walls, self.x, self.z, self.yaw, 64, CAMERA_HEIGHT, CAMERA_PITCH_DEG,
+                         FOV_Y_DEG)
+        px = view.pixels
+        goal = [k for k, o in enumerate(self.layout.objects) if o.category == self.goal]
+        return float(px[goal].max()) if goal else 0.0, self.target_visible_in_reach()
+
     def oracle_action(self) -> int:
         """The action of a shortest-path follower (see ``house_oracle``); for tests, sanity
         checks and baselines."""

@@ -4,6 +4,7 @@
     python training/house_diagnose.py bundles/house_relic --trials 12 --episodes 8   # the deployed bundle
     python training/house_diagnose.py bundles/house_relic --teacher-forced --trials 20 --episodes 5
     python training/house_diagnose.py bundles/house_relic_scan --handover 3 --trials 20 --episodes 5 --seed 300
+    python training/house_diagnose.py bundles/house_relic_scan --census --trials 50 --episodes 20 --late-from 10
 
 ``--teacher-forced`` (ReLIC): the teacher drives and the policy reads its trial twice, with memory
 and with memory wiped at every episode start; per episode, how well it predicts the teacher's
@@ -53,6 +54,7 @@ import torch
 from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.sim.house import STOP
 from icrl_ros.training._cli import fail
+from icrl_ros.training.house_census import Census, print_census
 from icrl_ros.training.house_eval import check_wipe_batch, run_house_trials, stepper_for
 
 OUTCOMES = ("success", "wrong_stop", "timeout")
@@ -360,8 +362,11 @@ def main(argv=None) -> int:
     p.add_argument("--memory-readout", action="store_true",
                    help="a checkpoint with an object memory: what it reads at each episode start, and how close "
                         "the policy came, by outcome")
+    p.add_argument("--census", action="store_true",
+                   help="classify every episode: success, wrong stop, or a timeout with the goal remembered / never "
+                        "seen / seen but not recognised by the encoder / recognised but not reached / reached")
     p.add_argument("--late-from", type=int, default=6, metavar="K",
-                   help="--memory-readout: also split out episodes K and later (default 6)")
+                   help="--memory-readout, --census: also split out episodes K and later (default 6)")
     p.add_argument("--out", help="directory for diagnosis.json (teacher_forced.json)")
     args = p.parse_args(argv)
     if args.trials <= 0 or args.episodes <= 0:
@@ -389,6 +394,22 @@ def main(argv=None) -> int:
         def observer(*a):
             tally(*a)
             views(*a)
+    census = None
+    if args.census:
+        if views is not None or args.memory_readout:
+            fail("--census goes alone (without --stop-views / --stop-gate / --stop-auto / --memory-readout)")
+        if not 1 <= args.late_from <= args.episodes:
+            fail(f"--late-from must be within 1..{args.episodes}, got {args.late_from}")
+        a = stepper.args
+        if not (a.obs_type == "image" and a.pretrained_encoder and Path(a.pretrained_encoder).is_file()):
+            fail(f"--census scores frames with the policy's frozen encoder: {args.policy} names none that exists "
+                 f"(model.pretrained_encoder {a.pretrained_encoder!r})")
+        census = Census(args.trials, args.episodes, a.pretrained_encoder, a.image_size)
+
+        def observer(*a):
+            tally(*a)
+            census(*a)
+        observer.bind_env, observer.see = census.bind_env, census.see
     readout = None
     if args.memory_readout:
         if views is not None or not hasattr(stepper, "policy"):
@@ -409,13 +430,16 @@ def main(argv=None) -> int:
                            temperature=args.temperature, batch=args.batch, env_options=options, teacher="memory",
                            observer=observer)
     d = {**tally.summary(), **({"stop_views": views.summary()} if views else {}),
-         **({"memory_readout": readout.summary(tally, args.late_from - 1)} if readout else {}), "policy": desc,
+         **({"memory_readout": readout.summary(tally, args.late_from - 1)} if readout else {}),
+         **({"census": census.summary(args.late_from - 1)} if census else {}), "policy": desc,
          "trials": args.trials, "episodes": args.episodes, "seed": args.seed,
          "greedy": args.greedy, "temperature": None if args.greedy else args.temperature,
          "success_rate": float(res["success"].mean()), "spl": float(res["spl"].mean())}
     print_summary(Path(args.policy).name, d)
     if readout:
         print_readout(d["memory_readout"])
+    if census:
+        print_census(Path(args.policy).name, d["census"])
     print(f"  success {d['success_rate']:.3f}, SPL {d['spl']:.3f} over {args.trials} x {args.episodes} episodes")
     write_out(args, "diagnosis.json", d)
     return 0

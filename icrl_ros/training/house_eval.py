@@ -109,7 +109,9 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     watches). ``observer(labels, first_trial, action, logits, done, info, done_eps)`` is called
     after every step: ``labels`` = the teacher's (action, goal known) arrays for the states the
     actions were taken in, ``done_eps`` = each env's finished episodes before the step. An
-    observer with a ``bind_env(env)`` method is handed each batch's ``HouseVecEnv`` first.
+    observer with a ``bind_env(env)`` method is handed each batch's ``HouseVecEnv`` first; one with
+    a ``see(obs)`` method is handed every observation the policy is about to act on (after the
+    trial's reset, then after each step and the observer call).
 
     ``drive="teacher"``: the teacher's actions are executed and the policy only reads the states
     (teacher forcing: its memory holds the teacher's trial, the same for every policy); the matrices
@@ -151,6 +153,9 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
             if hasattr(observer, "bind_env"):  # an observer that asks the envs for privileged facts
                 observer.bind_env(env)
             obs = env.reset_trial()
+            see = getattr(observer, "see", None)
+            if see is not None:
+                see(obs)
             houses += [i["house_seed"] for i in env.call("_info")]
             stepper.reset(B, episodes * max_steps + 1)
             cur = trial_start_inputs(env, obs, a.n_actions, "cpu")
@@ -168,6 +173,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                     stepper.forget()
                 if observer is not None:
                     observer(before, start, action, logits, done, info, done_eps.copy())
+                if see is not None:
+                    see(obs)
                 total += int((done_eps < episodes).sum())
                 for i in np.flatnonzero(done):
                     e = done_eps[i]

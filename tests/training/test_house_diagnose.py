@@ -1,6 +1,7 @@
 """house_diagnose's bookkeeping: outcomes split by what the teacher knew, agreement on the policy's states."""
 
 import numpy as np
+import pytest
 import torch
 
 from icrl_ros.sim.house import STOP
@@ -313,3 +314,39 @@ def test_route_probe_reads_robot_frame_points_back_into_the_world():
         assert math.hypot(wx - o.x, wz - o.z) < 1e-6
     finally:
         env.close()
+
+
+def test_census_classes_take_the_first_matching_reason():
+    """Each episode gets one class: success, wrong stop, then for timeouts: goal remembered at the start,
+    never seen at 10 px, seen but not recognised, recognised but not reached, reached without a stop."""
+    from icrl_ros.training.house_census import CLASSES, Census
+
+    c = Census(1, 8, "checkpoints/house_encoder.pt", 64)
+    c.outcome[0] = [0, 1, 2, 2, 2, 2, 2, -1]
+    c.known_at_start[0] = [1, 1, 1, 0, 0, 0, 0, -1]
+    c.max_px[0] = [50, 0, 0, 9.9, 30, 30, 30, 0]
+    c.recognised[0] = [True, False, False, False, False, True, True, False]
+    c.reached[0] = [True, False, False, False, False, False, True, False]
+    got = [CLASSES[k] if k >= 0 else None for k in c.classes()[0]]
+    assert got == ["success", "wrong_stop", "timeout_goal_remembered", "never_saw", "saw_not_recognised",
+                   "recognised_not_reached", "reached_no_stop", None]
+    s = c.summary(late_from=4)
+    assert s["episode_1"]["success"] == 1.0 and s["all"]["episodes"] == 7
+    assert s["episodes_5_on"]["episodes"] == 3 and s["episodes_5_on"]["reached_no_stop"] == pytest.approx(1 / 3)
+
+
+def test_goal_sight_sees_the_goal_the_oracle_reaches():
+    """The env's privileged goal size in view and reach test: the oracle's successful episode ends with the
+    goal in reach and view, covering well over 10 pixels; at the start (>= 3 m away, another room) it is not in reach."""
+    from icrl_ros.sim.house import HouseEnv
+
+    env = HouseEnv(split="test")
+    env.reset(seed=3)
+    assert env.goal_sight()[1] is False
+    for _ in range(200):
+        sight = env.goal_sight()
+        _, _, term, trunc, info = env.step(env.oracle_action())
+        if term or trunc:
+            break
+    env.close()
+    assert info["success"] and sight[1] and sight[0] >= 10

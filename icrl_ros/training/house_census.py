@@ -1,0 +1,124 @@
+"""Where a house policy's episodes end: a failure census by what the robot saw, recognised and reached.
+
+Run through ``training/house_diagnose.py POLICY --census``. While the policy drives, every frame
+it sees is scored twice: by ray casting (how many pixels of a 64x64 frame the goal's largest
+instance covers; the in-context teacher recognises it from 10) and by the frozen encoder's
+presence head (P(goal in view) > 0.5), and the env says whether a goal instance is within the
+success distance and visible. Each episode then falls in exactly one class, first match wins:
+
+``success``; ``wrong_stop`` (stopped where no goal was in reach and view); and, for timeouts,
+``timeout_goal_remembered`` (the watching teacher, which saw only what the robot saw, knew where an
+instance was at the episode start: memory was not used), ``never_saw`` (the goal never covered 10
+pixels: exploration), ``saw_not_recognised`` (it did, but the encoder never called it in such a
+frame: perception), ``recognised_not_reached`` (navigation), ``reached_no_stop`` (it stood in reach
+and view and did not stop).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from icrl_ros.models.encoders import FeatureHeads, feature_encoder_for, load_frozen, read_encoder_file
+from icrl_ros.sim.house import STOP
+from icrl_ros.sim.house_view import MIN_PIXELS
+
+CLASSES = ("success", "wrong_stop", "timeout_goal_remembered", "never_saw", "saw_not_recognised",
+           "recognised_not_reached", "reached_no_stop")
+
+
+class Census:
+    """An observer for :func:`~icrl_ros.training.house_eval.run_house_trials` (with ``teacher="memory"``):
+    per (trial, episode) the largest goal size seen, whether the encoder recognised the goal in a frame
+    where it covered >= 10 pixels, whether the robot reached it, the outcome and whether the teacher
+    knew the goal at the episode start."""
+
+    def __init__(self, trials: int, episodes: int, encoder_path: str, image_size: int, threshold: float = 0.5) -> None:
+        state = read_encoder_file(encoder_path)
+        self.enc = feature_encoder_for(state, image_size).eval()
+        load_frozen(self.enc, encoder_path, state=state)
+        n_cat, d_feat = state["heads.present.weight"].shape
+        self.heads = FeatureHeads(d_feat, n_cat).eval()
+        load_frozen(self.heads, encoder_path, prefix="heads.", state=state)
+        self.episodes, self.threshold = episodes, threshold
+        shape = (trials, episodes)
+        self.max_px = np.zeros(shape, np.float32)
+        self.recognised = np.zeros(shape, bool)
+        self.false_alarm = np.zeros(shape, bool)  # P > threshold on a frame where the goal covered no pixel
+        self.reached = np.zeros(shape, bool)
+        self.outcome = np.full(shape, -1, np.int8)  # 0 success, 1 wrong stop, 2 timeout
+        self.known_at_start = np.full(shape, -1, np.int8)
+        self._next, self._start, self._env, self._episode = 0, 0, None, np.zeros(0, np.int64)
+        self._fresh = np.ones(trials, bool)
+
+    def bind_env(self, env) -> None:
+        self._env, self._start = env, self._next
+        self._next += env.num_envs
+        self._episode = np.zeros(env.num_envs, np.int64)
+
+    def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:
+        _, known = labels
+        a = action.numpy()
+        for i in range(len(a)):
+            t, e = first + i, int(done_eps[i])
+            if e >= self.episodes:
+                continue
+            if self._fresh[t] and known[i] >= 0:
+                self.known_at_start[t, e] = int(known[i])
+                self._fresh[t] = False
+            if done[i]:
+                self.outcome[t, e] = 0 if info[i]["success"] else (1 if a[i] == STOP else 2)
+                self._fresh[t] = True
+        self._episode = done_eps + np.asarray(done, np.int64)
+
+    @torch.no_grad()
+    def see(self, obs: dict) -> None:
+        """Score the frames the policy is about to act on (each env's current episode)."""
+        sight = self._env.call("goal_sight")
+        goal = torch.as_tensor(obs["goal"]).long().reshape(-1)
+        p = self.heads(self.enc(torch.as_tensor(obs["rgb"])))["present"].sigmoid()
+        p_goal = p.gather(-1, goal[:, None]).squeeze(-1).numpy()
+        for i, (px, reach) in enumerate(sight):
+            t, e = self._start + i, int(self._episode[i])
+            if e >= self.episodes:
+                continue
+            self.max_px[t, e] = max(self.max_px[t, e], px)
+            said = p_goal[i] > self.threshold
+            self.recognised[t, e] |= bool(said and px >= MIN_PIXELS)
+            self.false_alarm[t, e] |= bool(said and px <= 0)
+            self.reached[t, e] |= bool(reach)
+
+    def classes(self) -> np.ndarray:
+        """(trials, episodes) index into :data:`CLASSES` (-1: not run)."""
+        c = np.full(self.outcome.shape, -1, np.int8)
+        timeout = self.outcome == 2
+        order = [(self.outcome == 0, 0), (self.outcome == 1, 1), (timeout & (self.known_at_start == 1), 2),
+                 (timeout & (self.max_px < MIN_PIXELS), 3), (timeout & ~self.recognised, 4),
+                 (timeout & ~self.reached, 5), (timeout, 6)]
+        for mask, k in reversed(order):  # the first match wins: assign in reverse so it overwrites
+            c[mask] = k
+        return c
+
+    def summary(self, late_from: int) -> dict:
+        """Shares of each class in episode 1, in episodes ``late_from``+1 on, and in all; per-trial classes."""
+        c = self.classes()
+        out = {}
+        for name, cols in (("episode_1", slice(0, 1)), (f"episodes_{late_from + 1}_on", slice(late_from, None)),
+                           ("all", slice(None))):
+            sub = c[:, cols]
+            sub = sub[sub >= 0]
+            out[name] = {"episodes": int(sub.size), **{k: float((sub == j).mean()) if sub.size else float("nan")
+                                                       for j, k in enumerate(CLASSES)}}
+        failed = (self.outcome > 0)
+        out["failed_episodes_encoder_false_alarm"] = float(self.false_alarm[failed].mean()) if failed.any() else None
+        out["per_trial"] = {"class": c.tolist(), "max_goal_px": np.round(self.max_px, 1).tolist()}
+        return out
+
+
+def print_census(name: str, summary: dict) -> None:
+    keys = [k for k in summary if k.startswith("episode")] + ["all"]
+    print(f"{name}: failure census (share of episodes; first matching class)")
+    print(f"  {'class':<24}" + "".join(f"{k:>16}" for k in keys))
+    for cls in CLASSES:
+        print(f"  {cls:<24}" + "".join(f"{summary[k][cls]:>16.3f}" for k in keys))
+    print(f"  {'episodes':<24}" + "".join(f"{summary[k]['episodes']:>16d}" for k in keys))
