@@ -18,6 +18,9 @@ Arguments
   autostart     configure, then activate after that configure succeeds; once: a later
                 deactivate, cleanup or configure is the operator's and is never undone
 
+SIGTERM to ``ros2 launch`` (``kill``, ``docker stop``) stops the node as Ctrl-C does (zero velocity,
+exit); if the launch process is killed outright the node stops by itself (icrl_ros.nodes.launch_signals).
+
 The console script selects the shipped Fast DDS profile (config/fastdds_large_data.xml) unless a
 profiles file is set, so camera frames of any size arrive (docs/ros.md).
 """
@@ -33,6 +36,8 @@ from launch_ros.actions import LifecycleNode
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from lifecycle_msgs.msg import Transition
+
+from icrl_ros.nodes.launch_signals import node_env, shutdown_on_sigterm
 
 PROFILES = {"sim": ["agent.yaml"], "fetch": ["agent.yaml", "fetch.yaml"]}
 TRUE = ("true", "1", "yes")
@@ -64,6 +69,7 @@ def _agent(context, *args, **kwargs):
         namespace=arg["namespace"],
         parameters=parameters,
         output="screen",
+        additional_env=node_env(),  # the node stops if this launch process dies (SIGKILL)
     )
     actions = [node]
     if arg["autostart"].lower() in TRUE:
@@ -85,6 +91,7 @@ def _agent(context, *args, **kwargs):
 
 def generate_launch_description():
     return LaunchDescription([
+        shutdown_on_sigterm(),  # kill / docker stop: the node stops the base and exits, as on Ctrl-C
         DeclareLaunchArgument("bundle", default_value="",
                               description="Export bundle directory (default: the node's shipped default, house_relic_scan)"),
         DeclareLaunchArgument("backend", default_value="", description="onnxruntime | torch | tensorrt"),

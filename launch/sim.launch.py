@@ -14,6 +14,9 @@ Arguments
   seed         first trial's seed
   namespace    namespace of both nodes
 
+SIGTERM to ``ros2 launch`` (``kill``, ``docker stop``) stops both nodes as Ctrl-C does; if the launch
+process is killed outright they stop by themselves (icrl_ros.nodes.launch_signals).
+
 The agent runs with use_sim_time:=true (its stamps follow the bridge's /clock; its timers and
 watchdog stay on steady time, so a paused simulator cannot stall them).
 """
@@ -25,6 +28,8 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch_ros.actions import Node
+
+from icrl_ros.nodes.launch_signals import node_env, shutdown_on_sigterm
 
 
 def _nodes(context, *args, **kwargs):
@@ -43,6 +48,7 @@ def _nodes(context, *args, **kwargs):
             {"env_id": arg["env_id"], "env_kwargs": arg["env_kwargs"], "mode": mode, "seed": int(arg["seed"])},
         ],
         output="screen",
+        additional_env=node_env(),  # the bridge stops if this launch process dies (SIGKILL)
     )
     agent = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(os.path.join(share, "launch", "agent.launch.py")),
@@ -61,6 +67,7 @@ def _nodes(context, *args, **kwargs):
 
 def generate_launch_description():
     return LaunchDescription([
+        shutdown_on_sigterm(),  # kill / docker stop: both nodes stop (the agent's last command a zero), as on Ctrl-C
         DeclareLaunchArgument("bundle", default_value="",
                               description="Export bundle directory (default: the node's shipped default, house_relic_scan)"),
         DeclareLaunchArgument("backend", default_value="", description="onnxruntime | torch | tensorrt"),

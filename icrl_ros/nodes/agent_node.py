@@ -59,6 +59,7 @@ from icrl_ros.nodes.convert import (
     InputError, check_image_msg, image_msg_to_rgb, odometry_msg_to_pose, scan_msg_to_free, stamp_to_seconds,
 )
 from icrl_ros.nodes.dds import use_shipped_profile
+from icrl_ros.nodes.lifetime import stop_with_parent
 from icrl_ros.nodes.params import AgentParams
 from icrl_ros.nodes.ros_params import declare_params
 from icrl_ros.nodes.shipped import resolve_bundle_path
@@ -499,10 +500,13 @@ def main(args: list[str] | None = None) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.set())
+    parent_note = stop_with_parent()  # started by our launch files: SIGTERM when ros2 launch dies
     node: AgentNode | None = None
     executor = SingleThreadedExecutor()  # see the class docstring: 4 threads stalled for seconds
     try:
         node = AgentNode()
+        if parent_note:
+            node.get_logger().info(parent_note)
         executor.add_node(node)
         if node.params.autostart:  # once, at start; later transitions are the operator's
             if node.trigger_configure() == TransitionCallbackReturn.SUCCESS:

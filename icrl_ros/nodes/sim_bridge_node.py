@@ -52,6 +52,7 @@ from std_srvs.srv import Trigger
 from icrl_ros.geometry import map_to_odom
 from icrl_ros.nodes.convert import quaternion_from_yaw, rgb_to_image_fields
 from icrl_ros.nodes.dds import use_shipped_profile
+from icrl_ros.nodes.lifetime import stop_with_parent
 from icrl_ros.nodes.params import BridgeParams
 from icrl_ros.nodes.ros_params import declare_params, read_params
 
@@ -493,10 +494,13 @@ def main(args: list[str] | None = None) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.set())
+    parent_note = stop_with_parent()  # started by our launch files: SIGTERM when ros2 launch dies
     node = None
     executor = SingleThreadedExecutor()
     try:
         node = SimBridgeNode()
+        if parent_note:
+            node.get_logger().info(parent_note)
         executor.add_node(node)
         while not stop.is_set() and rclpy.ok():
             executor.spin_once(timeout_sec=0.1)

@@ -180,3 +180,74 @@ def test_sim_launch_runs_the_house_in_lockstep_on_sim_time(ws) -> None:
         log = ws.stop(proc, "sim")
     assert proc.returncode == 0, log[-3000:]
     assert log.count("process has finished cleanly") == 2, log[-3000:]
+
+
+def _children(pid: int) -> list[int]:
+    """The live (not zombie) processes whose parent is ``pid``, from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            if int(ppid) == pid and state != "Z":
+                out.append(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", pytest.param("SIGKILL", marks=pytest.mark.slow)])
+def test_sim_launch_stops_both_nodes_with_a_zero_twist_when_the_launch_is_signalled(ws, sig) -> None:
+    """``kill`` / ``docker stop`` send SIGTERM to ``ros2 launch`` alone: both nodes used to go on running
+    and driving. Now the launch shuts them down as on Ctrl-C, and (SIGKILL) they stop by themselves."""
+    import rclpy
+    from geometry_msgs.msg import Twist
+    from rclpy.executors import SingleThreadedExecutor
+
+    from tests.nodes.ros_support import spin_for, spin_until
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=int(ws.env["ROS_DOMAIN_ID"]))
+    ex = SingleThreadedExecutor(context=ctx)
+    node = rclpy.create_node("cmd_vel_probe", context=ctx)
+    ex.add_node(node)
+    got: list[tuple[float, float]] = []
+    node.create_subscription(Twist, "/cmd_vel", lambda m: got.append((m.linear.x, m.angular.z)), 500)
+    proc = ws.launch("icrl_ros sim.launch.py mode:=realtime", f"sim_{sig}")
+    nodes: list[int] = []
+    try:
+        # the agent drives the simulated base through cmd_vel (the real policy, the bridge in real time)
+        driving = lambda: any(v != (0.0, 0.0) for v in got[-50:])  # noqa: E731
+        assert spin_until(ex, lambda: driving() or proc.poll() is not None, 150) and driving(), \
+            (ws.root / f"sim_{sig}.log").read_text(errors="replace")[-3000:]
+        nodes = _children(proc.pid)
+        assert len(nodes) == 2, nodes
+        proc.send_signal(getattr(signal, sig))  # the launch process only, as kill and docker stop do
+        assert spin_until(ex, lambda: not any(map(_alive, nodes)), 10), f"still running after {sig}: {nodes}"
+        spin_for(ex, 1.0)  # anything still in flight arrives
+        proc.wait(timeout=10)
+        log = (ws.root / f"sim_{sig}.log").read_text(errors="replace")
+        assert got[-1] == (0.0, 0.0), got[-10:]
+        assert any(v != (0.0, 0.0) for v in got), "the agent never drove"
+        if sig == "SIGTERM":
+            assert proc.returncode == 0, log[-3000:]
+            assert "robot stopped, zero velocity sent" in log and log.count("process has finished cleanly") == 2, \
+                log[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        for pid in filter(_alive, nodes):  # a failed test leaves no orphan driving
+            os.kill(pid, signal.SIGKILL)
+        ex.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
