@@ -33,10 +33,27 @@ def skill_inputs(args: ModelArgs) -> list[str]:
     return ["route", "scan"] if args.scan_input else ["route"]
 
 
+def head_inputs(args: ModelArgs) -> list[str]:
+    """Inputs the heads graph takes after ``hidden``, for a fixed head whose logits add to the actor's
+    (:meth:`ICLPolicy.extra_logits`); none for most models."""
+    return skill_inputs(args)
+
+
 def skill_logits(head: nn.Module, *inputs: Tensor) -> Tensor:
     """The route-following head's logits (..., A) from ``route`` (..., ROUTE_DIM) [and ``scan``], zero where the
     route has no way to the goal (its "found" entry 0)."""
     return inputs[0][..., :1].float() * head(torch.cat([t.float() for t in inputs], -1))
+
+
+class SkillHead(nn.Module):
+    """The route-following head as the heads graph calls it: ``skill_logits`` of the wrapped head."""
+
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        self.head = head
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        return skill_logits(self.head, *inputs)
 
 
 class ICLPolicy(nn.Module):
@@ -69,6 +86,11 @@ class ICLPolicy(nn.Module):
             if m is not None:
                 nn.init.zeros_(m.weight)
                 nn.init.zeros_(m.bias)
+
+    def extra_head(self) -> nn.Module | None:
+        """A module from the :func:`head_inputs` to logits (..., A) that add to the actor's (the route-following
+        head, its weights shared), or None for a model without one."""
+        return None if self.route_skill is None else SkillHead(self.route_skill)
 
     @staticmethod
     def _init(m: nn.Module) -> None:

@@ -18,11 +18,10 @@ modules (:class:`~icrl_ros.runtime.torch_engine.LiveEngine`); the memory is one 
 
 * position: ReLIC and HCAM put RoPE on the episode index; Memo on the running position after
   its kept summaries (``pos_base + seg_count``);
-* the stop rule (house models with ``model.stop_gate`` / ``stop_sure``): the stop logit is
-  masked or forced from what the frozen heads say of the image (:mod:`icrl_ros.models.stop_rule`);
-* the route memory (house models with ``model.route_memory``): before the encoder, the pose marks
-  the map and the way back to the goal is written into the ``route`` input; after it, the token's
-  sightings enter the map (:mod:`icrl_ros.memory.route`);
+* extensions (:mod:`icrl_ros.extensions`): state kept beside the memory writes the inputs it
+  owns before the encoder and takes in each committed token after it; logit rules change the
+  logits actions are drawn from. The step runs whatever the model's arguments register and
+  names none of them;
 * mask: with in-episode attention only (``iea: false``) a token sees its own episode's slots and
   the sink token (episode -1); with IEA, and always for Memo, every valid slot.
 """
@@ -32,21 +31,23 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from icrl_ros.memory.route import RouteMemory
-from icrl_ros.models.encoders import OBJECT_SCALE_M
-from icrl_ros.models.stop_rule import StopRule
+from icrl_ros.extensions import LogitRule, StepState, apply_rules, logit_rules, step_states
 
 
 class ControlStep:
     """One token per env through ``engine`` against ``memory`` (batch = ``memory.batch``).
 
     ``iea``: the model attends across episodes (its ``args.iea``). The position and mask are
-    static buffers on the engine's device, as ORT / TensorRT bind them by address. ``route``:
-    the model's ``route_memory`` (:meth:`route_for`), kept here beside ``memory``."""
+    static buffers on the engine's device, as ORT / TensorRT bind them by address. ``states``:
+    the extensions' state kept here beside ``memory`` (by name); ``rules``: their logit rules
+    (:meth:`for_model` builds both from the model's arguments)."""
 
-    def __init__(self, engine, memory, iea: bool, stop_rule: StopRule | None = None,
-                 route: RouteMemory | None = None) -> None:
-        self.engine, self.memory, self.stop_rule, self.route = engine, memory, stop_rule, route
+    def __init__(self, engine, memory, iea: bool, states: dict[str, StepState] | None = None,
+                 rules: list[LogitRule] | None = None) -> None:
+        self.engine, self.memory = engine, memory
+        self.states, self.rules = dict(states or {}), list(rules or [])
+        self.owned_inputs = tuple(n for s in self.states.values() for n in s.owns)
+        """Encoder inputs the extensions' states write (callers leave them alone)."""
         self.own_mask = not iea and memory.episode_masked
         self.position = torch.zeros(memory.batch, dtype=torch.long, device=memory.valid.device)
         self.mask = torch.zeros_like(memory.valid) if self.own_mask else None
@@ -56,26 +57,41 @@ class ControlStep:
         """The step of a live torch policy (training, evaluation, export checks)."""
         from icrl_ros.runtime.torch_engine import LiveEngine
 
-        return cls(LiveEngine(policy), memory, policy.args.iea, StopRule.from_args(policy.args),
-                   cls.route_for(policy.args, memory.batch))
+        return cls.for_model(LiveEngine(policy), memory, policy.args)
 
-    @staticmethod
-    def route_for(args, batch: int) -> RouteMemory | None:
-        """The route memory a model with ``args`` reads (None without ``route_memory``)."""
-        if not getattr(args, "route_memory", False):
-            return None
-        return RouteMemory(batch, args.n_goals, OBJECT_SCALE_M, per_episode=not args.iea)
+    @classmethod
+    def for_model(cls, engine, memory, args) -> ControlStep:
+        """The step of a model with ``args``: its extensions' states (for ``memory.batch`` envs) and rules."""
+        return cls(engine, memory, args.iea, step_states(args, memory.batch), logit_rules(args))
 
     def forget(self) -> None:
-        """Clear the memory (a pinned sink-token prefix stays: ``Memory.reset``) and the route map with it."""
+        """Clear the memory (a pinned sink-token prefix stays: ``Memory.reset``) and the extensions' state with it."""
         self.memory.reset()
-        if self.route is not None:
-            self.route.reset()
+        self.reset_states()
+
+    def reset_states(self) -> None:
+        """Clear the extensions' state only (the memory is cleared by its owner)."""
+        for s in self.states.values():
+            s.reset()
+
+    def state_tensors(self) -> dict[str, Tensor]:
+        """The extensions' state as tensors to snapshot beside the memory (loaded back in place)."""
+        out: dict[str, Tensor] = {}
+        for name, s in self.states.items():
+            for key, t in s.tensors().items():
+                if key in out:
+                    raise ValueError(f"extension {name!r}: snapshot tensor {key!r} is also another extension's")
+                out[key] = t
+        return out
+
+    def states_restored(self) -> None:
+        for s in self.states.values():
+            s.restored()
 
     @property
     def memory_bytes(self) -> int:
-        """Bytes the step keeps between calls: the memory's buffers and the route map."""
-        return int(self.memory.nbytes) + (self.route.nbytes if self.route is not None else 0)
+        """Bytes the step keeps between calls: the memory's buffers and the extensions' state."""
+        return int(self.memory.nbytes) + sum(int(s.nbytes) for s in self.states.values())
 
     @torch.no_grad()
     def __call__(self, inputs: dict[str, Tensor], episode: Tensor | None = None,
@@ -87,11 +103,12 @@ class ControlStep:
         eng, mem = self.engine, self.memory
         if episode is None:
             episode = inputs["episode_index"]
-        if self.route is not None:
-            self.route.fill(inputs, episode)
+        for s in self.states.values():  # the inputs they own
+            s.before_encode(inputs, episode)
         x = eng.encode(inputs)
-        if commit and self.route is not None:
-            self.route.observe(x)
+        if commit:
+            for s in self.states.values():
+                s.after_encode(x)
         mem.write_position(episode, self.position)  # RoPE index: the episode (Memo: its slot rule)
         past_k, past_v, valid, slot_episode = mem.view()
         mask = valid
@@ -100,10 +117,8 @@ class ControlStep:
         h, k, v, *more = eng.core(x, self.position, mask, past_k, past_v, *mem.core_inputs())
         if commit:
             mem.commit_step(eng, k, v, episode, *more)  # HCAM: + the token's memory-layer inputs; Memo summarises
-        logits, value = eng.heads(h, *(inputs[n] for n in eng.skill_inputs))  # + the route-following head's
-        if self.stop_rule is not None:  # house models: stop on what the camera shows (models/stop_rule.py)
-            logits = self.stop_rule(logits, x)
-        return logits, value
+        logits, value = eng.heads(h, *(inputs[n] for n in eng.head_inputs))  # + the heads graph's extra inputs
+        return apply_rules(self.rules, logits, x), value
 
 
 __all__ = ["ControlStep"]

@@ -62,8 +62,8 @@ class Engine(ABC):
         self.input_names: list[str] = [io["name"] for io in enc["inputs"]] if enc else []
         """The encoder's inputs in order (none without an encoder graph: RA-DT)."""
         heads = bundle.specs.get("heads")
-        self.skill_inputs: list[str] = [io["name"] for io in heads["inputs"][1:]] if heads else []
-        """The heads graph's inputs after ``hidden``: the route-following head's (``model.route_skill``)."""
+        self.head_inputs: list[str] = [io["name"] for io in heads["inputs"][1:]] if heads else []
+        """The heads graph's inputs after ``hidden`` (a fixed head's whose logits add to the actor's)."""
 
     @property
     def cache_dtype(self) -> torch.dtype:
@@ -77,9 +77,8 @@ class Engine(ABC):
              ) -> tuple[Tensor, ...]: ...
 
     @abstractmethod
-    def heads(self, hidden: Tensor, *skill: Tensor) -> tuple[Tensor, Tensor]:
-        """hidden (B, D) and the route-following head's inputs (``route``[, ``scan``], a model with
-        ``route_skill``) -> logits (B, A), value (B,)."""
+    def heads(self, hidden: Tensor, *extra: Tensor) -> tuple[Tensor, Tensor]:
+        """hidden (B, D) and the heads graph's extra inputs (:attr:`head_inputs`) -> logits (B, A), value (B,)."""
 
     def summarize(self, mem_k: Tensor, mem_v: Tensor, mem_valid: Tensor, sum_valid: Tensor, pos_base: Tensor,
                   seg_len: Tensor, new_base: Tensor) -> tuple[Tensor, Tensor]:

@@ -31,13 +31,14 @@ import torch
 from torch import Tensor, nn
 
 from icrl_ros.families import family_of
-from icrl_ros.models.policy import ICLPolicy, skill_inputs, skill_logits
+from icrl_ros.models.policy import ICLPolicy, head_inputs
 
 PRECISIONS = ("fp32", "fp16")
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "bool": torch.bool,
                 "uint8": torch.uint8, "int32": torch.int32}
-# Runner-tracked encoder inputs; every other encoder input comes from the observation.
-TRACKED_INPUTS = ("prev_action", "prev_reward", "episode_step", "route")
+# Runner-tracked encoder inputs; every other encoder input comes from the observation or is written by
+# an extension's state (icrl_ros.extensions.owned_inputs).
+TRACKED_INPUTS = ("prev_action", "prev_reward", "episode_step")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -74,7 +75,7 @@ def shared_graph_specs(policy: ICLPolicy, precision: str = "fp32", window: int |
                         io_spec("new_v", f, [L, "batch", H, 1, hd])],
         },
         "heads": {"inputs": [io_spec("hidden", "float32", ["batch", D])]
-                  + [io_spec(n, "float32", ["batch", *policy.input_spec()[n][0]]) for n in skill_inputs(a)],
+                  + [io_spec(n, "float32", ["batch", *policy.input_spec()[n][0]]) for n in head_inputs(a)],
                   "outputs": [io_spec("logits", "float32", ["batch", a.n_actions]),
                               io_spec("value", "float32", ["batch"])]},
     }
@@ -117,19 +118,19 @@ class CoreGraph(nn.Module):
 
 
 class HeadsGraph(nn.Module):
-    """hidden (B, D) [, the route-following head's inputs: route (B, 6)[, scan (B, 12)]] -> logits (B, A),
-    value (B,), both float32."""
+    """hidden (B, D) [, the inputs of a fixed head whose logits add to the actor's (``head_inputs``)] ->
+    logits (B, A), value (B,), both float32."""
 
     def __init__(self, policy: ICLPolicy) -> None:
         super().__init__()
         self.norm, self.actor, self.critic = policy.norm, policy.actor, policy.critic
-        self.route_skill = getattr(policy, "route_skill", None)
+        self.extra = policy.extra_head() if head_inputs(policy.args) else None
 
-    def forward(self, hidden: Tensor, *skill: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, hidden: Tensor, *extra: Tensor) -> tuple[Tensor, Tensor]:
         h = self.norm(hidden)
         logits = self.actor(h).float()
-        if self.route_skill is not None:
-            logits = logits + skill_logits(self.route_skill, *skill).float()
+        if self.extra is not None:
+            logits = logits + self.extra(*extra).float()
         return logits, self.critic(h).squeeze(-1).float()
 
 

@@ -22,7 +22,6 @@ from torch import Tensor
 
 from icrl_ros.families import family_of
 from icrl_ros.memory import Memory, create_memory, model_dims
-from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.runtime.bundle import Bundle, BundleError, load_bundle
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.engine import Engine, check_backend, make_engine
@@ -74,22 +73,19 @@ class PolicyRunner(RunnerBase):
         self.spec = {io["name"]: io for io in bundle.specs["encoder"]["inputs"]}
         self._inputs = input_buffers(bundle.specs["encoder"], self.batch, dev)
         self._episode = torch.zeros(self.batch, dtype=torch.long, device=dev)
-        self.control = ControlStep(engine, memory, bundle.args.iea, StopRule.from_args(bundle.args),
-                                   ControlStep.route_for(bundle.args, self.batch))
+        self.control = ControlStep.for_model(engine, memory, bundle.args)
         self.reset_trial()
 
     def reset_trial(self) -> None:
         with self._lock:
             super().reset_trial()
-            if self.control.route is not None:  # the map goes with the memory
-                self.control.route.reset()
+            self.control.reset_states()  # the extensions' state goes with the memory
 
     def _extra_tensors(self) -> dict:
-        return self.control.route.tensors() if self.control.route is not None else {}
+        return self.control.state_tensors()
 
     def _load_runner_state(self, r: dict) -> None:
-        if self.control.route is not None:
-            self.control.route.restored()
+        self.control.states_restored()
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -129,19 +125,19 @@ class PolicyRunner(RunnerBase):
             return self.prev_reward
         if name == "episode_step":
             return self.step_in_episode
-        if name == "route":  # the control step writes it (its route memory)
+        if name in self.control.owned_inputs:  # the control step's extensions write it
             return self._inputs[name]
-        reads = [n for n in self.spec if n not in TRACKED_INPUTS]
+        reads = [n for n in self.spec if n not in TRACKED_INPUTS + self.control.owned_inputs]
         return torch.from_numpy(self._observed(name, self.spec[name], obs, reads))
 
     def step(self, inputs: dict[str, Tensor], episode_index: Tensor) -> tuple[Tensor, Tensor]:
         """Low level: explicit encoder inputs (each (B,)) and episode indices (B,) for one
-        step of every env (not ``route``: the runner's route memory writes it); returns logits (B, A)
+        step of every env (not those the control step's extensions write); returns logits (B, A)
         and value (B,) (copies). Does not touch
         the runner's trial / episode / previous-action bookkeeping."""
         with self._lock:
             for name, buf in self._inputs.items():
-                if name != "route":  # the control step's route memory writes it
+                if name not in self.control.owned_inputs:
                     buf.copy_(inputs[name])
             self._episode.copy_(episode_index)
             logits, value = self._step()

@@ -12,7 +12,7 @@ import copy
 import torch
 from torch import Tensor
 
-from icrl_ros.models.policy import skill_inputs
+from icrl_ros.models.policy import head_inputs
 from icrl_ros.runtime.bundle import Bundle
 from icrl_ros.runtime.engine import Engine, register_backend
 from icrl_ros.runtime.graphs import build_graphs, graph_modules
@@ -111,7 +111,7 @@ class LiveEngine(Engine):
         self.policy, self.bundle, self.precision = policy, None, "fp32"
         self.device = next(policy.parameters()).device
         self.input_names = list(policy.input_spec())
-        self.skill_inputs = skill_inputs(policy.args)
+        self.head_inputs = head_inputs(policy.args)
         self.graphs = graph_modules(policy)
 
     @torch.no_grad()

@@ -55,11 +55,10 @@ from icrl_ros.memory.base import DEFAULT_STEPS
 from icrl_ros.families import family_of
 from icrl_ros.models import ICLPolicy, ModelArgs, load_checkpoint, make_memory
 from icrl_ros.families.radt.model import RADTPolicy
-from icrl_ros.models.stop_rule import StopRule
 from icrl_ros.runtime import bundle as B
 from icrl_ros.runtime import manifest as M
+from icrl_ros.extensions import apply_rules, logit_rules, owned_inputs
 from icrl_ros.runtime.control import ControlStep
-from icrl_ros.memory.route import ROUTE_DIM
 from icrl_ros.runtime.graphs import PRECISIONS, TRACKED_INPUTS, build_graphs, dtype_name, export_onnx, graph_specs
 from icrl_ros.training._cli import fail
 
@@ -119,7 +118,7 @@ def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, mem
     spec = policy.input_spec()
     obs = M.Observation(
         inputs={n: {"dtype": dtype_name(dt), "shape": list(shape)} for n, (shape, dt) in spec.items()},
-        from_observation=[n for n in spec if n not in TRACKED_INPUTS and n != "goal"],
+        from_observation=[n for n in spec if n not in TRACKED_INPUTS + owned_inputs(a) and n != "goal"],
         goal_names=env.get("goal_names", [f"goal_{i}" for i in range(a.n_goals)])[: a.n_goals] if a.n_goals else [])
     if getattr(a, "obs_type", None) == "image":
         obs.image_size = [a.image_size, a.image_size]
@@ -157,7 +156,7 @@ def random_observations(policy: ICLPolicy, steps: int, g: torch.Generator) -> di
     """Observation inputs (1, T, ...) drawn at random per the encoder's spec."""
     a, out = policy.args, {}
     for name, (shape, dt) in policy.input_spec().items():
-        if name in TRACKED_INPUTS:
+        if name in TRACKED_INPUTS + owned_inputs(a):
             continue
         full = (1, steps, *shape)
         if name == "obs":
@@ -188,8 +187,10 @@ def record_rollout(policy: ICLPolicy, steps: int, episode_len: int, seed: int = 
     inp["prev_reward"] = torch.randint(0, 2, (1, steps), generator=g).float()
     inp["prev_action"] = torch.full((1, steps), a.n_actions, dtype=torch.long)
     step = ControlStep.live(policy, make_memory(policy, 1, steps))
-    if step.route is not None:  # written by the step's route memory; recorded as the runner will write it
-        inp["route"] = torch.zeros(1, steps, ROUTE_DIM)
+    spec = policy.input_spec()
+    for name in step.owned_inputs:  # written by the step's extensions; recorded as the runner will write them
+        shape, dt = spec[name]
+        inp[name] = torch.zeros(1, steps, *shape, dtype=dt)
     for i in range(steps):
         logits, _ = step({k: v[:, i] for k, v in inp.items()})
         if i + 1 < steps:
@@ -200,11 +201,11 @@ def record_rollout(policy: ICLPolicy, steps: int, episode_len: int, seed: int = 
 @torch.no_grad()
 def reference_outputs(policy: ICLPolicy, inp: dict[str, torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
     """Torch full-sequence forward (fp32): logits (1, T, A), values (1, T); the logits acted on, so
-    with the model's stop rule (:mod:`icrl_ros.models.stop_rule`) applied as the runner applies it."""
+    with the model's logit rules (:mod:`icrl_ros.extensions`) applied as the runner applies them."""
     logits, values = policy.forward_sequence(inp)[:2]
-    rule = StopRule.from_args(policy.args)
-    if rule is not None:
-        logits = rule(logits, policy.encode(inp))
+    rules = logit_rules(policy.args)
+    if rules:
+        logits = apply_rules(rules, logits, policy.encode(inp))
     return logits.double().numpy(), values.double().numpy()
 
 

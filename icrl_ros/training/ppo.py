@@ -32,7 +32,7 @@ from torch import Tensor
 from icrl_ros.families import family_of
 from icrl_ros.families.memo.model import segment_schedule
 from icrl_ros.models import ICLPolicy, make_memory, refresh
-from icrl_ros.models.stop_rule import StopRule
+from icrl_ros.extensions import apply_rules, logit_rules
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import VecTrialEnv
 from icrl_ros.training.config import PPOConfig
@@ -138,7 +138,7 @@ class PPOTrainer:
         self.rollout = 0  # rollouts done (train.py sets it on resume)
         self.schedule: list[int] | None = None
         self.keys = [*policy.rollout_spec(), "episode_index"]  # policy inputs stored per step
-        self.stop_rule = StopRule.from_args(policy.args)  # house models: the update scores what was acted on
+        self.logit_rules = logit_rules(policy.args)  # e.g. the house stop rule: the update scores what was acted on
         self.teacher = None
         if cfg.teacher:
             from icrl_ros.training.teachers import make_teacher  # raises for an env without a teacher
@@ -180,7 +180,7 @@ class PPOTrainer:
         policy.eval()
         cache = make_memory(policy, B, T, dtype=torch.float16 if cfg.fp16_storage else torch.float32, device=dev,
                             schedule=self.schedule)
-        step = ControlStep.live(policy, cache)  # with the model's stop rule, as self.stop_rule (see acted_logits)
+        step = ControlStep.live(policy, cache)  # with the model's logit rules, as self.logit_rules (see acted_logits)
         ep_return = np.zeros(B)
         chunks = self._chunks()
         for c, (t0, t1) in enumerate(chunks):
@@ -275,17 +275,16 @@ class PPOTrainer:
         return adv, adv + v
 
     def acted_logits(self, logits: Tensor, inp: dict[str, Tensor]) -> Tensor:
-        """Logits (B, T, A) -> the ones the rollout sampled from: with a stop rule (house models,
-        ``model.stop_gate`` / ``stop_sure``) the stop is masked or forced from each step's token,
-        exactly as :class:`~icrl_ros.runtime.control.ControlStep` did when acting, so the ratio and
-        the entropy are those of the acting policy (a forced stop has log-probability 0 and no
-        gradient; a masked stop, none). Without a rule, the logits as they are (float)."""
-        rule = self.stop_rule
-        if rule is None:
+        """Logits (B, T, A) -> the ones the rollout sampled from: with the model's logit rules
+        (:mod:`icrl_ros.extensions`; e.g. the house stop rule masks or forces the stop from each step's
+        token) applied exactly as :class:`~icrl_ros.runtime.control.ControlStep` applied them when acting,
+        so the ratio and the entropy are those of the acting policy (a forced action has log-probability
+        0 and no gradient; a masked one, none). Without rules, the logits as they are (float)."""
+        if not self.logit_rules:
             return logits.float()
-        with torch.no_grad():  # the rule reads the frozen heads' entries of the token
+        with torch.no_grad():  # rules read the token (the stop rule: the frozen heads' entries)
             x = self.policy.encode(inp)
-        return rule(logits, x)
+        return apply_rules(self.logit_rules, logits, x)
 
     def log_probs(self, logits: Tensor, inp: dict[str, Tensor], action: Tensor) -> tuple[Tensor, Tensor]:
         """log pi(action) (B, T) and every action's log-probability (B, T, A) as acted on

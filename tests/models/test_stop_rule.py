@@ -126,7 +126,8 @@ def test_deployed_runner_reads_the_rule_from_the_manifest(tmp_path):
     m["model"]["args"]["stop_gate"] = 1.0
     (b / "manifest.yaml").write_text(yaml.safe_dump(m, sort_keys=False))
     runner = PolicyRunner.from_bundle(b)
-    assert runner.control.stop_rule is not None and runner.control.stop_rule.gate == 1.0
+    rules = [r for r in runner.control.rules if isinstance(r, StopRule)]  # the house extension's rule
+    assert len(rules) == 1 and rules[0].gate == 1.0
     runner.begin_episode(goal=0)
     rng = np.random.default_rng(0)
     for _ in range(20):
@@ -158,7 +159,7 @@ def test_cli_writes_a_copy_and_refuses_a_model_without_object_memory(tmp_path, c
     for rule in (True, False):
         st, _, desc = stepper_for(str(out), stop_rule=rule)
         st.reset(1, 4)
-        assert (st.control.stop_rule is not None) == rule and desc.get("stop_rule_off", False) == (not rule)
+        assert any(isinstance(r, StopRule) for r in st.control.rules) == rule and desc.get("stop_rule_off", False) == (not rule)
 
 
 def _small_gated_policy():

@@ -48,7 +48,7 @@ def test_the_runner_snapshots_its_map_and_a_new_trial_forgets_it(route_bundle, t
     from icrl_ros.runtime import PolicyRunner
 
     runner = PolicyRunner.from_bundle(route_bundle)
-    route = runner.control.route
+    route = runner.control.states["route"]
     assert route is not None and "route" in runner._inputs
     g = np.random.default_rng(0)
     runner.begin_episode(0)

@@ -644,7 +644,7 @@ def test_ppo_scores_the_logits_the_stop_rule_acted_on():
         stats = trainer.rollout_and_update()
     kl = stats.losses["approx_kl"][0]  # measured 6e-10 (stepping vs the whole-trial pass)
     assert kl < 1e-7, kl
-    trainer.stop_rule = None  # the raw logits scored against the rule's samples: the old mismatch
+    trainer.logit_rules = []  # the raw logits scored against the rule's samples: the old mismatch
     with HouseVecEnv(2, "train", seed=3, num_workers=1, max_episode_steps=40, pose_frame="house") as v:
         trainer.env = v
         torch.manual_seed(0)

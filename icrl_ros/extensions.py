@@ -1,0 +1,131 @@
+"""Extensions: what a task adds to the generic control step, registered in one place.
+
+The control step (:class:`~icrl_ros.runtime.control.ControlStep`) runs encode -> core over the
+memory -> commit -> heads for every policy. A task that needs more registers an
+:class:`Extension`; the step, the runner, export and training then find it by the model's
+arguments and never name it. An extension may add:
+
+* **inputs it writes itself** (``owns``): encoder inputs the runner does not take from the
+  observation but leaves to the extension's state (e.g. a route computed from a map);
+* **state kept beside the KV cache** (``state``): built per batch, fed before the encoder
+  (``before_encode``) and with each committed token (``after_encode``), cleared with the memory,
+  counted in the step's bytes and written into (and loaded from) the runner's snapshots;
+* **an action-logit rule** (``logit_rule``): applied to the logits wherever actions are chosen
+  (acting, the logits PPO scores, the reference an export is checked against).
+
+Fixed heads and extra model inputs belong to the policy's own modules and graphs; the step sees
+them only as encoder / heads graph inputs.
+
+Registration is loud: a second extension of one name raises. Packages in :data:`BUILTIN` register
+on first use, so the runtime needs no import of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from torch import Tensor
+
+BUILTIN = ("icrl_ros.house",)
+"""Packages whose import registers the extensions that ship with icrl_ros."""
+
+
+class StepState(Protocol):
+    """State an extension keeps beside the KV cache, one per env of the batch."""
+
+    owns: tuple[str, ...]
+    nbytes: int
+
+    def before_encode(self, inputs: dict[str, Tensor], episode: Tensor) -> None:
+        """Write the inputs it owns (into ``inputs``, in place) before the encoder runs."""
+
+    def after_encode(self, token: Tensor) -> None:
+        """Take in a committed step's token (B, D)."""
+
+    def reset(self) -> None:
+        """Forget everything (a new trial, or the memory cleared)."""
+
+    def tensors(self) -> dict[str, Tensor]:
+        """Buffers to snapshot with the memory (loaded back in place; unique names)."""
+
+    def restored(self) -> None:
+        """Called after the snapshot's tensors were loaded into :meth:`tensors`' buffers."""
+
+
+LogitRule = Callable[[Tensor, Tensor], Tensor]
+"""(logits (..., A), tokens (..., D)) -> the logits actions are drawn from."""
+
+
+@dataclass(frozen=True)
+class Extension:
+    name: str
+    applies: Callable[[Any], bool]
+    """Model arguments -> whether a model with them uses this extension."""
+    owns: tuple[str, ...] = ()
+    """Encoder inputs its state writes (see :class:`StepState`)."""
+    state: Callable[[Any, int], StepState] | None = field(default=None, compare=False)
+    """(model arguments, batch) -> its state for one control step."""
+    logit_rule: Callable[[Any], LogitRule] | None = field(default=None, compare=False)
+    """Model arguments -> its rule on the acting logits."""
+
+
+_REGISTRY: dict[str, Extension] = {}
+_loaded = False
+
+
+def register_extension(ext: Extension) -> Extension:
+    """Add ``ext`` to the registry (a second one of the same name raises ValueError)."""
+    if ext.name in _REGISTRY:
+        raise ValueError(f"extension {ext.name!r} is already registered")
+    if ext.owns and ext.state is None:
+        raise ValueError(f"extension {ext.name!r} owns inputs {ext.owns} but has no state to write them")
+    _REGISTRY[ext.name] = ext
+    return ext
+
+
+def unregister_extension(name: str) -> None:
+    """Remove a registered extension (tests that register their own)."""
+    _REGISTRY.pop(name, None)
+
+
+def registered() -> dict[str, Extension]:
+    """Every registered extension by name (the built-in ones loaded)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for module in BUILTIN:
+            importlib.import_module(module)
+    return dict(_REGISTRY)
+
+
+def extensions_for(args) -> list[Extension]:
+    """The extensions a model with ``args`` uses, in registration order."""
+    return [e for e in registered().values() if e.applies(args)]
+
+
+def owned_inputs(args) -> tuple[str, ...]:
+    """Encoder inputs of a model with ``args`` that its extensions write (not observations)."""
+    return tuple(n for e in extensions_for(args) for n in e.owns)
+
+
+def step_states(args, batch: int) -> dict[str, StepState]:
+    """The states a control step of ``batch`` envs keeps for a model with ``args``, by extension name."""
+    return {e.name: e.state(args, batch) for e in extensions_for(args) if e.state is not None}
+
+
+def logit_rules(args) -> list[LogitRule]:
+    """The action-logit rules of a model with ``args``."""
+    return [e.logit_rule(args) for e in extensions_for(args) if e.logit_rule is not None]
+
+
+def apply_rules(rules: list[LogitRule], logits: Tensor, tokens: Tensor) -> Tensor:
+    """``logits`` after every rule in turn (unchanged without rules)."""
+    for rule in rules:
+        logits = rule(logits, tokens)
+    return logits
+
+
+__all__ = ["BUILTIN", "Extension", "LogitRule", "StepState", "apply_rules", "extensions_for", "logit_rules",
+           "owned_inputs", "register_extension", "registered", "step_states", "unregister_extension"]

@@ -1,0 +1,32 @@
+"""The house task's extensions of the control step (:mod:`icrl_ros.extensions`).
+
+* ``route``: the route memory (:mod:`icrl_ros.memory.route`), a map of the floor the robot stood
+  on kept beside the KV cache, for models with ``model.route_memory``. Before the encoder the pose
+  marks the map and the way back to the goal is written into the ``route`` input; each committed
+  token's sightings enter the map; it is cleared with the memory and snapshotted with it.
+* ``stop_rule``: for models with ``model.stop_gate`` / ``stop_sure``, the stop logit is masked or
+  forced from what the frozen heads say of the image (:mod:`icrl_ros.models.stop_rule`).
+"""
+
+from __future__ import annotations
+
+from icrl_ros.extensions import Extension, register_extension
+
+
+def _route_state(args, batch: int):
+    from icrl_ros.house.route_state import RouteState
+    from icrl_ros.models.encoders import OBJECT_SCALE_M
+
+    return RouteState(batch, args.n_goals, OBJECT_SCALE_M, per_episode=not args.iea)
+
+
+def _stop_rule(args):
+    from icrl_ros.models.stop_rule import StopRule
+
+    return StopRule.from_args(args)
+
+
+register_extension(Extension("route", applies=lambda a: bool(getattr(a, "route_memory", False)), owns=("route",),
+                             state=_route_state))
+register_extension(Extension("stop_rule", logit_rule=_stop_rule,
+                             applies=lambda a: getattr(a, "stop_gate", 0.0) > 0 or getattr(a, "stop_sure", 0.0) > 0))
