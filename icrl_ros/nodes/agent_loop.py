@@ -178,7 +178,8 @@ class AgentLoop:
         self.goal: str | None = None  # goal of the running episode
         self._pending_goal: str | None = None  # begins at the next image
         self._resumed_goal: str | None = None  # episode restored by load_memory, until its first action
-        self._bridge_trial: Any = None  # last trial index announced by a trial_start event
+        self._bridge_trial: Any = None  # (bridge run id, trial index) of the trial the memory belongs to
+        self._bridge_run: Any = None  # run id of the last bridge event (a bridge restart changes it)
         self._origin: Pose | None = None  # odometry pose the policy's frame starts at
         self.pose_frame = "episode"  # the bundle's training frame
         self._stopped = False  # the policy chose stop; wait for a new goal
@@ -277,12 +278,23 @@ class AgentLoop:
         except (ValueError, KeyError, TypeError) as e:
             self.count("bad_events", f"episode event is not JSON with an 'event' key ({e}): {clip(data)}")
             return
-        if kind == "trial_start" and self.runner is not None:
-            trial = event.get("trial")
-            if trial is not None and trial == self._bridge_trial:
-                return  # the same trial announced twice
-            self._bridge_trial = trial
-            self.reset_memory(f"trial_start event (trial {clip(trial)})")
+        if self.runner is None:
+            return
+        # a trial is (bridge run, index): a restarted bridge counts from trial 0 again, in another house
+        run, trial = event.get("run"), event.get("trial")
+        new_run = run is not None and self._bridge_run is not None and run != self._bridge_run
+        if run is not None:
+            self._bridge_run = run
+        if kind == "trial_start":
+            key = (run, trial)
+            if trial is not None and key == self._bridge_trial:
+                return  # the same trial announced twice (or its latched copy after a load)
+            self._bridge_trial = key
+            self.reset_memory(f"trial_start event (trial {clip(trial)}"
+                              + (f", a new bridge run {clip(run)})" if new_run else ")"))
+        elif new_run:  # a restarted bridge whose trial_start did not reach us: its house is another one
+            self._bridge_trial = (run, trial)
+            self.reset_memory(f"{clip(kind)} event from a new bridge run {clip(run)} (trial {clip(trial)})")
         elif kind == "episode_end":
             self._tell_return(event)
             self.close_episode()  # the bridge ended it: its figures are final now
@@ -629,7 +641,8 @@ class AgentLoop:
     def _write_sidecar(self, path: str) -> None:
         last = self.gate.last_acted
         state = {"goal": self.goal, "origin": list(self._origin) if self._origin else None,
-                 "stopped": self._stopped, "last_acted_stamp": last if math.isfinite(last) else None}
+                 "stopped": self._stopped, "last_acted_stamp": last if math.isfinite(last) else None,
+                 "bridge_trial": list(self._bridge_trial) if self._bridge_trial is not None else None}
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(state, f)
@@ -641,6 +654,9 @@ class AgentLoop:
                 state = json.load(f)
         except (OSError, ValueError):
             return  # a snapshot without node state: the next goal starts an episode as usual
+        if state.get("bridge_trial") is not None:  # the bridge trial the memory belongs to: its latched
+            self._bridge_trial = tuple(state["bridge_trial"])  # trial_start must not wipe it,
+            self._bridge_run = self._bridge_trial[0]  # another bridge run's events start a new trial
         goal = state.get("goal")
         if goal in self.goal_names:
             self.goal = goal

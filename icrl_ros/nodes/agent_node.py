@@ -291,9 +291,11 @@ class AgentNode(LifecycleNode):
         control = self._control_group
         # creation order = service order when several are ready: events, goal, odom, camera
         if p.episode_events_topic:
-            # volatile on purpose: a replayed old trial_start must not wipe a restored memory
+            # transient local: a bridge (re)started before the discovery finished still hands over its
+            # latest events, whose run id tells a new house; a latched trial_start of the trial a loaded
+            # memory belongs to is recognised by (run, trial) and does not wipe it (AgentLoop.event)
             events_qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
-                                    durability=DurabilityPolicy.VOLATILE)
+                                    durability=DurabilityPolicy.TRANSIENT_LOCAL)
             add(("sub", self.create_subscription(String, p.episode_events_topic, self._on_event, events_qos)))
         goal_qos = QoSProfile(
             depth=1, reliability=ReliabilityPolicy.RELIABLE,

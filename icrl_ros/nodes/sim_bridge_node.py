@@ -33,6 +33,7 @@ import math
 import signal
 import threading
 import time
+import uuid
 from typing import Any
 
 import gymnasium as gym
@@ -116,6 +117,9 @@ class SimBridgeNode(Node):
             raise ValueError(f"mode: realtime needs env.move_continuous(linear_m, angular_rad); {p.env_id!r} has none")
 
         self.sim_time = 1.0  # /clock starts at 1 s: a zero stamp reads as "unset" to many tools
+        # every event carries this run's id: a restarted bridge counts trials from 0 again, and the agent
+        # tells its new trial 0 from the old one by the id (not by the index)
+        self.run_id = uuid.uuid4().hex[:12]
         self.trial = -1
         self.episode = -1
         self.episode_step = 0
@@ -319,7 +323,7 @@ class SimBridgeNode(Node):
             self._publish_obs(obs, publish_image=True)
 
     def _event(self, payload: dict[str, Any]) -> None:
-        payload = {**payload, "stamp": round(self.sim_time, 6)}
+        payload = {**payload, "stamp": round(self.sim_time, 6), "run": self.run_id}
         self.pub_events.publish(String(data=json.dumps(payload, sort_keys=True)))
 
     # -----------------------------------------------------------------------------------------
