@@ -282,7 +282,7 @@ class AgentNode(LifecycleNode):
                 f"free for a {self._scan_step_m} m step with {p.scan_clearance_m} m clearance")
         self.get_logger().info(
             f"configured: bundle {bundle!r} ({p.backend} on {p.device}), input {h}x{w}, "
-            f"goals {goal_names}, actions {action_names}, mode {p.action_mode}, {p.action_selection} actions")
+            f"goals {goal_names}, actions {action_names}, mode {p.action_mode}, {selection_words(runner, p)}")
         self.publish_status()
         return TransitionCallbackReturn.SUCCESS
 
@@ -486,6 +486,18 @@ class AgentNode(LifecycleNode):
             values=[KeyValue(key=k, value=f"{v:.7g}" if isinstance(v, float) else str(v)) for k, v in s.items()])]
         for pub in self._status_pubs:
             pub.publish(array)
+
+
+def selection_words(runner: Any, p: AgentParams) -> str:
+    """How the configured runner chooses actions, for the configure log: ``actions sampled at temperature 1
+    (the bundle's)``, ``actions greedy (argmax; action_selection)``."""
+    source = "action_selection / sample_temperature" if p.action_selection or p.sample_temperature else "the bundle's"
+    greedy = getattr(runner, "greedy", None)
+    if greedy is None:  # a runner without the selection attributes: say what was asked
+        return f"actions {p.action_selection or 'as the bundle chooses'} ({source})"
+    if greedy:
+        return f"actions greedy (argmax; {source})"
+    return f"actions sampled at temperature {getattr(runner, 'temperature', 1.0):g} (seed {p.sample_seed}; {source})"
 
 
 def main(args: list[str] | None = None) -> None:

@@ -86,13 +86,34 @@ def check_value(f: dataclasses.Field, value: Any) -> None:
     else:
         ok = isinstance(value, str)
     if not ok:
-        raise ValueError(f"{f.name}: expected {type(default).__name__}, got {value!r}")
+        raise ValueError(f"{f.name}: {value!r} is not allowed; it takes {allowed(f)}")
     if meta.get("choices") is not None and value not in meta["choices"]:
         raise ValueError(f"{f.name}: {value!r} is not one of {list(meta['choices'])}")
     if meta.get("min") is not None and value < meta["min"]:
         raise ValueError(f"{f.name}: {value!r} is below the minimum {meta['min']}")
     if meta.get("max") is not None and value > meta["max"]:
         raise ValueError(f"{f.name}: {value!r} is above the maximum {meta['max']}")
+
+
+def allowed(f: dataclasses.Field) -> str:
+    """What a field takes, in words: ``a finite number >= 0.01 (not nan or inf)``, ``an integer``, ..."""
+    default = f.default
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, int):
+        kind = "an integer"
+    elif isinstance(default, float):
+        kind = "a finite number"
+    else:
+        return "a string" if f.metadata.get("choices") is None else f"one of {list(f.metadata['choices'])}"
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if lo is not None and hi is not None:
+        kind += f" from {lo} to {hi}"
+    elif lo is not None:
+        kind += f" >= {lo}"
+    elif hi is not None:
+        kind += f" <= {hi}"
+    return kind + (" (not nan or inf)" if isinstance(default, float) else "")
 
 
 def _live(default: Any, doc: str, **kw: Any) -> Any:

@@ -481,3 +481,27 @@ def test_pose_frame_other_than_the_bundles_is_refused_at_configure(ros_context, 
                 assert "pose_frame" in agent.last_error and trained in agent.last_error
         finally:
             agent.destroy_node()
+
+
+def test_configure_log_says_how_actions_are_chosen_and_nan_is_refused_with_what_is_allowed(
+        ros_context, tmp_path, capfd) -> None:
+    import yaml
+
+    manifest = yaml.safe_load(open(os.path.join(require_memo_bundle(), "manifest.yaml")))
+    selection = manifest["action"]["selection"]
+    agent = make_agent(ros_context, tmp_path)  # action_selection empty: the bundle's
+    try:
+        assert agent.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        line = next(ln for ln in capfd.readouterr().err.splitlines() if "configured: bundle" in ln)
+        assert ",  actions" not in line and line.endswith("; the bundle's)"), line
+        assert ("actions greedy (argmax" in line) == (selection == "greedy"), line
+        result = agent.set_parameters([Parameter("input_timeout_s", value=float("nan"))])[0]
+        assert not result.successful
+        assert result.reason == "input_timeout_s: nan is not allowed; it takes a finite number >= 0.01 (not nan or inf)"
+        assert agent.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+        assert agent.set_parameters([Parameter("action_selection", value="greedy")])[0].successful
+        assert agent.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        line = next(ln for ln in capfd.readouterr().err.splitlines() if "configured: bundle" in ln)
+        assert line.endswith("actions greedy (argmax; action_selection / sample_temperature)"), line
+    finally:
+        agent.destroy_node()

@@ -7,6 +7,7 @@ under the real ``ros2 launch``); Docker is not installable: the Dockerfiles' COP
 from __future__ import annotations
 
 import ast
+import math
 import os
 import re
 import subprocess
@@ -58,8 +59,15 @@ def test_parameter_validation_quotes_the_bad_value() -> None:
         AgentParams.from_dict({"bundle": "x"})
     with pytest.raises(ValueError, match="env_kwargs"):
         BridgeParams.from_dict({"env_kwargs": "{oops"})
-    with pytest.raises(ValueError, match="expected int"):
+    with pytest.raises(ValueError, match=r"^seed: 1.5 is not allowed; it takes an integer >= 0$"):
         BridgeParams.from_dict({"seed": 1.5})
+    # what the node answers to `ros2 param set /icrl_agent input_timeout_s .nan`: what is allowed, on one line
+    for bad in (math.nan, math.inf, "1"):
+        with pytest.raises(ValueError) as e:
+            AgentParams.from_dict({"input_timeout_s": bad})
+        assert str(e.value) == f"input_timeout_s: {bad!r} is not allowed; it takes a finite number >= 0.01 (not nan or inf)"
+    with pytest.raises(ValueError, match=r"watchdog_margin_s: nan .* a finite number from 0.0 to 10.0 \(not nan or inf\)"):
+        AgentParams.from_dict({"watchdog_margin_s": math.nan})
 
 
 def launch_arguments(name: str) -> set[str]:
