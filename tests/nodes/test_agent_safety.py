@@ -523,7 +523,8 @@ def test_large_frames_neither_delay_cmd_vel_nor_get_converted_unless_used(ros_co
 @pytest.mark.parametrize("profile", [True])
 def test_vga_frames_from_another_process_arrive(ros_context, tmp_path, profile) -> None:
     """640x480 RGB best effort at 30 Hz from a separate process (a camera driver started as
-    docs/ros.md says): at least 90% reach the agent (without the shipped profile: ~5% here)."""
+    docs/ros.md says): at least 90% reach the agent (without the shipped profile 25-59% did here:
+    ``scripts/bench_ros_camera.py --no-profile``)."""
     ns = "/vga"
     ex = SingleThreadedExecutor(context=ros_context)
     probe = Probe(ros_context, namespace=ns, subscribe=False)
