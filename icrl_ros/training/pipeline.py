@@ -1,0 +1,210 @@
+"""Rebuild a shipped policy from one file that lists its stages, resumable stage by stage.
+
+    python training/pipeline.py config/pipelines/darkroom_relic.yaml            # run what is not done yet
+    python training/pipeline.py config/pipelines/house_relic_scan.yaml --list   # stages and whether done
+    python training/pipeline.py PIPELINE --dry-run        # the commands, nothing run
+    python training/pipeline.py PIPELINE --from dagger    # redo that stage and every one after it
+    python training/pipeline.py PIPELINE --only evaluate  # one stage (its inputs must exist)
+
+A pipeline file (YAML)::
+
+    name: darkroom_relic
+    description: one line on what it builds
+    run_dir: runs/pipelines/darkroom_relic   # where every stage writes ({run} below)
+    stages:
+      - name: train
+        run: training/train.py --config config/train/darkroom.yaml --run-dir {run}/train
+        creates: [{run}/train/checkpoints/final.pt]      # the stage is done when these exist
+        resume_if: {run}/train/checkpoints/last.pt       # optional: a half-done stage resumes ...
+        resume: training/train.py --resume {run}/train/checkpoints/last.pt   # ... with this command
+
+``run`` is a script of this repository with its arguments (run with this Python, from the repository
+root); ``{run}`` is the run directory. A stage whose ``creates`` all exist is skipped, so after a crash,
+a Ctrl-C or a lost machine the same command carries on at the first stage not done. Every stage's output
+goes to ``{run}/logs/<stage>.log`` and to the terminal; ``{run}/pipeline.json`` records each stage's
+command, exit status and wall time. The last stage of a shipped policy's pipeline is its held-out
+evaluation, so a rebuild ends with the curve to compare with the shipped one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from icrl_ros.training._cli import REPO_ROOT, fail
+
+
+@dataclass
+class Stage:
+    name: str
+    run: str
+    creates: list[str]
+    resume_if: str = ""
+    resume: str = ""
+    note: str = ""
+
+
+@dataclass
+class Pipeline:
+    name: str
+    run_dir: Path
+    stages: list[Stage]
+    description: str = ""
+    path: Path = field(default_factory=Path)
+
+    def expand(self, text: str) -> str:
+        return text.replace("{run}", str(self.run_dir))
+
+    def done(self, s: Stage) -> bool:
+        return all((REPO_ROOT / self.expand(c)).exists() for c in s.creates)
+
+    def command(self, s: Stage) -> tuple[list[str], bool]:
+        """(argv, resumed) of a stage: its ``resume`` command when ``resume_if`` exists."""
+        resumed = bool(s.resume and s.resume_if and (REPO_ROOT / self.expand(s.resume_if)).exists())
+        words = shlex.split(self.expand(s.resume if resumed else s.run))
+        return [sys.executable, *words], resumed
+
+
+def load_pipeline(path: str, run_dir: str | None = None) -> Pipeline:
+    """Read and check a pipeline file; ValueError says what is wrong in one line."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{path}: no such pipeline file (see config/pipelines/)")
+    try:
+        d = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(d, dict) or not isinstance(d.get("stages"), list) or not d["stages"]:
+        raise ValueError(f"{path}: expected a mapping with 'name' and a non-empty list 'stages'")
+    unknown = set(d) - {"name", "description", "run_dir", "stages"}
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)} (name, description, run_dir, stages)")
+    stages, seen = [], set()
+    for k, s in enumerate(d["stages"]):
+        if not isinstance(s, dict) or not s.get("name") or not s.get("run"):
+            raise ValueError(f"{path}: stage {k + 1} needs a 'name' and a 'run' command")
+        extra = set(s) - {"name", "run", "creates", "resume_if", "resume", "note"}
+        if extra:
+            raise ValueError(f"{path}: stage {s['name']!r}: unknown keys {sorted(extra)}")
+        if s["name"] in seen:
+            raise ValueError(f"{path}: two stages named {s['name']!r}")
+        seen.add(s["name"])
+        creates = s.get("creates") or []
+        creates = [creates] if isinstance(creates, str) else list(creates)
+        if not creates:
+            raise ValueError(f"{path}: stage {s['name']!r} needs 'creates' (the files that show it is done)")
+        script = shlex.split(s["run"])[0]
+        if not (REPO_ROOT / script).is_file():
+            raise ValueError(f"{path}: stage {s['name']!r} runs {script}, which is not a file of this repository")
+        stages.append(Stage(s["name"], s["run"], creates, s.get("resume_if", ""), s.get("resume", ""), s.get("note", "")))
+    name = str(d.get("name") or p.stem)
+    return Pipeline(name, Path(run_dir or d.get("run_dir") or f"runs/pipelines/{name}"), stages,
+                    str(d.get("description", "")), p)
+
+
+def run_stage(pipe: Pipeline, s: Stage, log: Path) -> tuple[int, float]:
+    """Run one stage from the repository root, its output to the terminal and ``log``; (exit status, wall s).
+    SIGINT / SIGTERM go to the stage (which saves what it can) and end the pipeline after it."""
+    argv, resumed = pipe.command(s)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with log.open("a") as f:
+        f.write(f"$ {shlex.join(argv[1:])}{'  (resumed)' if resumed else ''}\n")
+        f.flush()
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                bufsize=1, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        stop = []
+
+        def forward(signum, frame):
+            stop.append(signum)
+            proc.send_signal(signum)
+
+        old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                f.write(line)
+            rc = proc.wait()
+        finally:
+            for sig, h in old.items():
+                signal.signal(sig, h)
+    if stop and rc == 0:
+        rc = 128 + stop[0]
+    return rc, time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pipeline", help="a pipeline file (config/pipelines/*.yaml)")
+    ap.add_argument("--run-dir", help="where the stages write (default: the file's run_dir)")
+    ap.add_argument("--list", action="store_true", help="print the stages and whether each is done, run nothing")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands that would run, run nothing")
+    ap.add_argument("--from", dest="start", metavar="STAGE", help="redo this stage and every one after it")
+    ap.add_argument("--only", metavar="STAGE", help="run this stage alone (done or not)")
+    args = ap.parse_args(argv)
+    try:
+        pipe = load_pipeline(args.pipeline, args.run_dir)
+    except ValueError as e:
+        fail(str(e))
+    names = [s.name for s in pipe.stages]
+    for opt in (args.start, args.only):
+        if opt is not None and opt not in names:
+            fail(f"no stage {opt!r} in {args.pipeline}: its stages are {', '.join(names)}")
+    if args.start and args.only:
+        fail("--from and --only: give one")
+    first = names.index(args.start) if args.start else 0
+    todo = []
+    for k, s in enumerate(pipe.stages):
+        if args.only:
+            todo.append(s.name == args.only)
+        else:
+            todo.append(k >= first if args.start else not pipe.done(s))
+    n = len(pipe.stages)
+    print(f"pipeline {pipe.name}: {n} stages, run directory {pipe.run_dir}"
+          + (f"\n  {pipe.description}" if pipe.description else ""))
+    if args.list or args.dry_run:
+        for k, (s, t) in enumerate(zip(pipe.stages, todo)):
+            argv_, resumed = pipe.command(s)
+            state = "to run" + (" (resumes)" if resumed else "") if t else "done"
+            print(f"  [{k + 1}/{n}] {s.name:<16} {state}")
+            if args.dry_run and t:
+                print(f"        {shlex.join(['python', *argv_[1:]])}")
+        return 0
+    record_path = REPO_ROOT / pipe.run_dir / "pipeline.json"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {"pipeline": str(pipe.path), "stages": {}}
+    t_all = time.perf_counter()
+    for k, (s, t) in enumerate(zip(pipe.stages, todo)):
+        if not t:
+            print(f"[{k + 1}/{n}] {s.name}: done, skipped")
+            continue
+        print(f"[{k + 1}/{n}] {s.name}: {pipe.expand(s.run)}", flush=True)
+        rc, wall = run_stage(pipe, s, REPO_ROOT / pipe.run_dir / "logs" / f"{s.name}.log")
+        record["stages"][s.name] = {"command": pipe.expand(s.run), "exit": rc, "wall_s": round(wall, 1),
+                                    "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+        record_path.parent.mkdir(parents=True, exist_ok=True)
+        record_path.write_text(json.dumps(record, indent=1))
+        if rc != 0:
+            fail(f"stage {s.name!r} exited with {rc} after {wall:.0f} s; its log: {pipe.run_dir}/logs/{s.name}.log. "
+                 f"Fix it and run the same command again: done stages are skipped", code=1 if rc < 128 else rc)
+        missing = [c for c in s.creates if not (REPO_ROOT / pipe.expand(c)).exists()]
+        if missing:
+            fail(f"stage {s.name!r} ended without writing {pipe.expand(missing[0])}: check {pipe.run_dir}/logs/{s.name}.log",
+                 code=1)
+        print(f"[{k + 1}/{n}] {s.name}: done in {wall:.0f} s", flush=True)
+    print(f"pipeline {pipe.name}: all {n} stages done ({time.perf_counter() - t_all:.0f} s this run); "
+          f"record: {pipe.run_dir}/pipeline.json")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""training/pipeline.py: stages run in order from the repository root, done stages are skipped on a rerun,
+--from redoes a stage onward, a failing stage stops the pipeline with one line and a non-zero status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from icrl_ros.training._cli import REPO_ROOT
+
+PIPE = """\
+name: tiny
+description: a shipped checkpoint copied twice (real scripts of the repository, a few seconds each)
+stages:
+  - name: ship
+    run: training/ship_checkpoint.py checkpoints/darkroom_relic.pt {run}/a.pt
+    creates: ["{run}/a.pt"]
+  - name: copy
+    run: training/ship_checkpoint.py {run}/a.pt {run}/b.pt
+    creates: ["{run}/b.pt"]
+"""
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "training/pipeline.py", *map(str, args)], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+
+
+def test_pipeline_runs_resumes_and_redoes_from_a_stage(tmp_path):
+    f = tmp_path / "tiny.yaml"
+    f.write_text(PIPE)
+    rd = tmp_path / "run"
+    r = run(f, "--run-dir", rd)
+    assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+    assert "[1/2] ship: done in" in r.stdout and "[2/2] copy: done in" in r.stdout
+    record = json.loads((rd / "pipeline.json").read_text())
+    assert [record["stages"][s]["exit"] for s in ("ship", "copy")] == [0, 0]
+    assert (rd / "logs" / "copy.log").read_text().startswith("$ training/ship_checkpoint.py")
+    first = (rd / "b.pt").stat().st_mtime_ns
+
+    r = run(f, "--run-dir", rd)  # everything done: nothing runs
+    assert r.returncode == 0 and r.stdout.count("done, skipped") == 2
+    assert (rd / "b.pt").stat().st_mtime_ns == first
+    assert "done" in run(f, "--run-dir", rd, "--list").stdout
+
+    r = run(f, "--run-dir", rd, "--from", "copy")
+    assert r.returncode == 0 and "[1/2] ship: done, skipped" in r.stdout and "[2/2] copy: done in" in r.stdout
+    assert (rd / "b.pt").stat().st_mtime_ns > first
+
+
+def test_pipeline_refuses_mistakes_in_one_line(tmp_path):
+    f = tmp_path / "tiny.yaml"
+    f.write_text(PIPE)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(PIPE.replace("checkpoints/darkroom_relic.pt", "checkpoints/no_such.pt"))
+    for args, code, words in (((tmp_path / "none.yaml",), 2, "no such pipeline file"),
+                              ((f, "--only", "train"), 2, "its stages are ship, copy"),
+                              ((bad, "--run-dir", tmp_path / "b"), 1, "stage 'ship' exited with")):
+        r = run(*args)
+        assert r.returncode == code, r.stderr
+        assert words in r.stderr.strip().splitlines()[-1] and "Traceback" not in r.stderr.splitlines()[-1]
+    text = tmp_path / "text.yaml"
+    text.write_text("stages: [{name: a, run: training/nothing.py, creates: x}]\n")
+    r = run(text)
+    assert r.returncode == 2 and "not a file of this repository" in r.stderr
