@@ -99,15 +99,29 @@ def model_args_from_dict(d: dict, kind: str | None = None):
     return ModelArgs.from_dict(d)
 
 
+def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict:
+    """The blob of a checkpoint file written by :func:`save_checkpoint`. FileNotFoundError / ValueError
+    say in one line what the path is instead (missing, a directory, not a torch file, another format)."""
+    path = Path(path)
+    if path.is_dir():
+        raise FileNotFoundError(f"checkpoint {path}: a directory, not a checkpoint file (.pt)")
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path}: no such file")
+    try:
+        blob = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as e:  # a text file, a truncated download, another pickle: torch raises many kinds
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+        raise ValueError(f"checkpoint {path}: not a torch checkpoint file ({type(e).__name__}: {first})") from None
+    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+        raise ValueError(f"checkpoint {path}: not an icrl_ros checkpoint (field 'format' is not {FORMAT!r})")
+    return blob
+
+
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[ICLPolicy, dict]:
     """Rebuild the policy (ReLIC / Memo / HCAM, or RA-DT for ``kind: radt``) from a checkpoint;
     returns (policy in eval mode, the whole blob)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path}: no such file")
-    blob = torch.load(path, map_location=map_location, weights_only=False)
-    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
-        raise ValueError(f"checkpoint {path}: field 'format' is not {FORMAT!r}")
+    blob = read_checkpoint(path, map_location)
     from icrl_ros.models.stepping import build_policy
 
     policy = build_policy(model_args_from_dict(blob["model_args"]))

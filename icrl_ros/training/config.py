@@ -207,7 +207,18 @@ def read_config(path: str | Path | None = None, overrides: list[str] | None = No
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"config file {path}: no such file")
-        d = yaml.load(path.read_text(), Loader=ConfigLoader) or {}
+        try:
+            d = yaml.load(path.read_text(), Loader=ConfigLoader) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ValueError(f"config file {path}: not YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"config file {path}: expected a YAML mapping of fields (env:, model:, ppo:, ...), "
+                             f"got a {type(d).__name__}")
+    return apply_overrides(d, overrides)
+
+
+def apply_overrides(d: dict, overrides: list[str] | None) -> dict:
+    """Dotted ``key=value`` overrides (``--set``) applied to the config dict ``d`` in place; returns it."""
     for o in overrides or []:
         if "=" not in o:
             raise ValueError(f"override {o!r}: expected key=value, e.g. ppo.lr=1e-3")
@@ -220,12 +231,19 @@ def read_config(path: str | Path | None = None, overrides: list[str] | None = No
     return d
 
 
-def config_from_cli(path: str | None, overrides: list[str], run_dir: str | None = None) -> TrainConfig:
-    """A script's ``--config`` / ``--set`` / ``--run-dir`` -> TrainConfig, or exit with the error."""
+def config_from_cli(path: str | None, overrides: list[str], run_dir: str | None = None,
+                    base: dict | None = None) -> TrainConfig:
+    """A script's ``--config`` / ``--set`` / ``--run-dir`` -> TrainConfig, or exit with the error. ``base``
+    (without ``path``): the config a checkpoint carries, which the overrides then change."""
+    import copy
+
     from icrl_ros.training._cli import fail
 
     try:
-        cfg = TrainConfig.load(path, overrides)
+        if path is None and base is not None:
+            cfg = TrainConfig.from_dict(apply_overrides(copy.deepcopy(base), overrides))
+        else:
+            cfg = TrainConfig.load(path, overrides)
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
     if run_dir:

@@ -41,6 +41,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +50,7 @@ import torch
 
 from icrl_ros.families import family_of
 from icrl_ros.models import ICLPolicy, load_checkpoint, make_memory
+from icrl_ros.models.checkpoint import read_checkpoint
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import VecTrialEnv, make_vec
 from icrl_ros.runtime.runner_base import choose_actions
@@ -60,7 +63,7 @@ from icrl_ros.training.radt_eval import engine_graph, run_radt_trials
 def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | None = None,
                greedy: bool = False, seed: int = 0, max_sets: int | None = None,
                max_chunks: int | None = None, temperature: float = 1.0, runner=None,
-               record: list | None = None) -> dict[str, np.ndarray]:
+               record: list | None = None, progress=None) -> dict[str, np.ndarray]:
     """Run ``env.num_envs`` trials of ``steps`` steps from the env's current tasks.
 
     Returns per-env episode returns ``returns`` (N, E) with NaN for episodes that did not
@@ -72,6 +75,7 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     :class:`~icrl_ros.runtime.runner.PolicyRunner` (batched over the trials, with the memory it
     was built with) steps instead of ``policy``, which is then the bundle (for its ``args``).
     ``record``: a list that gets every step's policy inputs (dicts of (B,) tensors), in order.
+    ``progress(message)``: called at every tenth of the steps with how far the trials are.
     """
     g = torch.Generator().manual_seed(seed)
     a, B = policy.args, env.num_envs
@@ -88,7 +92,12 @@ def run_trials(policy: ICLPolicy, env: VecTrialEnv, steps: int, window: int | No
     episodes: list[list[float]] = [[] for _ in range(B)]
     ep_ret = np.zeros(B)
     trial_ret = np.zeros(B)
-    for _ in range(steps):
+    t0, tenth = time.perf_counter(), max(steps // 10, 1)
+    for t in range(steps):
+        if progress is not None and t and t % tenth == 0:
+            el = time.perf_counter() - t0
+            progress(f"step {t:,}/{steps:,} of {B} trials ({t * B / el:.0f} steps/s), "
+                     f"{sum(len(e) for e in episodes) / B:.1f} episodes per trial so far")
         if record is not None:
             record.append(cur)
         logits, _ = step(cur)
@@ -198,6 +207,8 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
     env_id = blob["config"]["env"]["id"]
     env = make_vec(env_id, trials, split=split, seed=seed)
     steps = steps or env.trial_steps
+    print(f"{ckpt}: {trials} held-out trials of {steps} steps on {env_id}, stepped together ...", file=sys.stderr,
+          flush=True)
     held_out_tasks(env, trials, seed)
     if not family_of(policy).cached_step:  # RA-DT: its memory is a retrieval index, empty at the trial start
         cfg = blob["config"]
@@ -212,7 +223,8 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
         elif memory == "full":
             window = None
         out = run_trials(policy, env, steps, window=window, greedy=greedy, seed=seed, max_sets=max_sets,
-                         max_chunks=max_chunks, temperature=temperature)
+                         max_chunks=max_chunks, temperature=temperature,
+                         progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     return summarise(out, env, steps, {
         "checkpoint": str(ckpt), "env": env_id, "split": split, "trials": trials, "steps": steps,
         "memory": memory, "window": window, "max_sets": max_sets, "max_chunks": max_chunks, "greedy": greedy,
@@ -340,9 +352,10 @@ def main(argv=None) -> int:
     p.add_argument("--merge", action="store_true",
                    help="the arguments are eval.json files written earlier: one table, plot and eval.json of all "
                         "their results (labels as stored), nothing re-run")
-    p.add_argument("--label", action="append", default=[], help="one per checkpoint")
-    p.add_argument("--split", default="test", choices=["train", "test", "all"])
-    p.add_argument("--trials", type=int, default=100)
+    p.add_argument("--label", action="append", default=[], help="one per checkpoint (default: the run folder or file name)")
+    p.add_argument("--split", default="test", choices=["train", "test", "all"],
+                   help="which tasks / houses (default %(default)s: held out)")
+    p.add_argument("--trials", type=int, default=100, help="trials (houses or tasks) to run (default %(default)s)")
     p.add_argument("--steps", type=int, help="steps per trial (default: the env's evaluation trial)")
     p.add_argument("--wipe-memory", action="store_true",
                    help="house: the no-memory ablation. ReLIC: each episode attends only to itself (the same "
@@ -365,12 +378,13 @@ def main(argv=None) -> int:
     p.add_argument("--temperature", type=float,
                    help="sampled actions: softmax(logits / T) (default 1: the policy's own distribution; a bundle: "
                         "its manifest's action.temperature)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--episodes", type=int, default=20, help="house: episodes per trial")
+    p.add_argument("--seed", type=int, default=0, help="seed of the tasks, starts and action draws (default %(default)s)")
+    p.add_argument("--episodes", type=int, default=20, help="house: episodes per trial (default %(default)s)")
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"],
-                   help="bundles: the runtime engine")
-    p.add_argument("--batch", type=int, default=25, help="house: trials stepped together")
-    p.add_argument("--out", default="eval", help="output directory for eval.json and icl_curve.png")
+                   help="bundles: the runtime engine (default %(default)s)")
+    p.add_argument("--batch", type=int, default=25, help="house: trials stepped together (default %(default)s)")
+    p.add_argument("--out", default="eval", help="output directory for eval.json / curves.json and icl_curve.png "
+                   "(default %(default)s)")
     args = p.parse_args(argv)
     if args.merge:
         labels, results = [], []
@@ -449,8 +463,11 @@ def is_house(path: str) -> bool:
         return env_id == HOUSE_ENV
     if not p.is_file():
         fail(f"{path}: no such checkpoint file or bundle directory")
-    blob = torch.load(p, map_location="cpu", weights_only=False)
-    return (blob.get("config", {}).get("env") or {}).get("id") == HOUSE_ENV
+    try:
+        blob = read_checkpoint(p)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    return ((blob.get("config") or {}).get("env") or {}).get("id") == HOUSE_ENV
 
 
 def evaluate_house(args, labels: list[str]) -> int:
@@ -480,9 +497,12 @@ def evaluate_house(args, labels: list[str]) -> int:
             fail(f"{path}: {e}")
         greedy, temperature = acting(args, getattr(stepper, "bundle", None))
         acts[lab] = {"greedy": greedy, "temperature": None if greedy else temperature}
+        print(f"{lab}: {args.trials} trials x {args.episodes} episodes in held-out houses, {args.batch} at a time ...",
+              file=sys.stderr, flush=True)
         res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split,
                                greedy=greedy, temperature=temperature, batch=args.batch,
-                               env_options=options)
+                               env_options=options, progress=lambda m, lab=lab: print(f"  {lab}: {m}",
+                                                                                       file=sys.stderr, flush=True))
         raw[lab] = {k: res[k] for k in ("success", "spl", "steps", "house_seed")}
         curves[lab] = house_curves.summarise(raw[lab])
         runs[lab] = {**desc, **acts[lab], "env_options": options,

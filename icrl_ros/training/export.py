@@ -382,6 +382,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.verify_steps < 2:
+        fail(f"--verify-steps must be at least 2 (a rollout to replay), got {args.verify_steps}")
+    if Path(args.checkpoint).is_dir():
+        fail(f"{args.checkpoint}: a bundle directory, which is already exported; export takes a training checkpoint "
+             f"(.pt). Check a bundle with: python training/bundle_tool.py check {args.checkpoint}")
     try:
         policy, blob = load_checkpoint(args.checkpoint)
     except (FileNotFoundError, ValueError, RuntimeError) as e:

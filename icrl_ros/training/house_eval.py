@@ -101,7 +101,7 @@ class BundleStepper:
 def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: str = "test",
                      greedy: bool = False, temperature: float = 1.0, batch: int = 25, workers: int = 2,
                      env_options: dict | None = None, teacher: str | None = None, observer=None,
-                     drive: str = "policy", teacher_episodes: int | None = None) -> dict:
+                     drive: str = "policy", teacher_episodes: int | None = None, progress=None) -> dict:
     """``trials`` trials of ``episodes`` episodes each, ``batch`` trials at a time. Returns the
     (trials, episodes) matrices ``success``, ``spl``, ``steps`` and run figures.
 
@@ -117,7 +117,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     (teacher forcing: its memory holds the teacher's trial, the same for every policy); the matrices
     are then the teacher's results. ``teacher_episodes`` N (with ``drive="teacher"``): the teacher drives
     each trial's first N episodes only and the policy the rest, on a memory that holds the teacher's
-    (the policy's draws are made at every step either way, so runs stay paired draw for draw)."""
+    (the policy's draws are made at every step either way, so runs stay paired draw for draw).
+    ``progress(message)``: called after each batch of trials with a line on how far the run is."""
     if drive not in ("policy", "teacher"):
         raise ValueError(f"drive: {drive!r} is not 'policy' or 'teacher'")
     if drive == "teacher" and teacher is None:
@@ -185,6 +186,11 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                     done_eps[i] += 1
                 cur = next_step_inputs(env, obs, action, reward, done, cur, "cpu", info)
             stats = stepper.memory_stats()
+            if progress is not None:
+                done = start + B
+                el = time.perf_counter() - t0
+                progress(f"trials {done}/{trials} done, {total:,} steps in {el:.0f} s ({total / max(el, 1e-9):.0f} "
+                         f"steps/s), success so far {out['success'][:done].mean():.3f}")
     finally:
         if env is not None:
             env.close()

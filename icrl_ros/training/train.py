@@ -2,12 +2,14 @@
 
     python training/train.py --config config/train/darkroom.yaml
     python training/train.py --config config/train/darkroom.yaml --set ppo.lr=1e-3 --set model.iea=false
-    python training/train.py --config ... --resume runs/darkroom/checkpoints/latest.pt
+    python training/train.py --resume runs/darkroom/checkpoints/latest.pt   # its own config and run dir
     python training/train.py --config ... --init runs/imitated/checkpoints/final.pt   # fine-tune its weights
     torchrun --nproc_per_node 2 training/train.py --config ...     # gloo on CPU, nccl on GPU
 
 Writes TensorBoard scalars (``charts/*``, ``losses/*``), ``checkpoints/latest.pt`` every
-``checkpoint_every`` rollouts and ``checkpoints/final.pt`` at the end.
+``checkpoint_every`` rollouts and ``checkpoints/final.pt`` at the end. Ctrl-C (SIGINT) or SIGTERM
+saves ``checkpoints/latest.pt`` at the last finished rollout and exits (status 130 / 143) with the
+command that resumes it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -25,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from icrl_ros.models import build_policy, save_checkpoint
-from icrl_ros.models.checkpoint import FORMAT
+from icrl_ros.models.checkpoint import read_checkpoint
 from icrl_ros.sim import make_vec
 from icrl_ros.training._cli import fail, load_init_weights
 from icrl_ros.training.config import config_from_cli
@@ -36,7 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", help="YAML file in config/train/")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
-    p.add_argument("--resume", help="checkpoint to resume from (weights, optimiser, progress)")
+    p.add_argument("--resume", help="checkpoint to resume from (weights, optimiser, progress); without --config "
+                   "the run's own config (and run dir) from the checkpoint")
     p.add_argument("--init-partial", action="store_true",
                    help="with --init: the checkpoint may differ from the config; copy the weights whose names and "
                         "shapes match (printed), keep the rest fresh")
@@ -74,7 +78,18 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.init and args.resume:
         fail("--init and --resume: give one (--resume continues a run, --init starts one from given weights)")
-    cfg = config_from_cli(args.config, args.set, args.run_dir)
+    blob = None
+    if args.resume:
+        try:
+            blob = read_checkpoint(args.resume)
+        except (FileNotFoundError, ValueError) as e:
+            fail(f"--resume: {e}")
+        if "optimizer" not in blob or not isinstance(blob.get("config"), dict):
+            fail(f"--resume {args.resume}: a shipped checkpoint (no optimiser state or config); resume from a run's "
+                 "checkpoints/latest.pt, or start from these weights with --init")
+    elif args.config is None:
+        fail("--config: give a training config (config/train/*.yaml), or --resume a run's checkpoints/latest.pt")
+    cfg = config_from_cli(args.config, args.set, args.run_dir, base=blob["config"] if blob else None)
     rank, world = setup_distributed(cfg.device)
     device = cfg.device
     if device.startswith("cuda") and world > 1:
@@ -104,12 +119,14 @@ def main(argv=None) -> int:
             print(f"note: model.depth_dropout={model_args.depth_dropout} drops whole layers in PPO's update but not "
                   "when acting, so the ratio starts away from 1; fine-tune with --set model.depth_dropout=0",
                   file=sys.stderr, flush=True)
-    if args.resume:
-        blob = torch.load(args.resume, map_location=device, weights_only=False)
-        if blob.get("format") != FORMAT or "optimizer" not in blob:
-            fail(f"--resume {args.resume}: not a training checkpoint (needs format {FORMAT!r} and an optimizer)")
-        policy.load_state_dict(blob["state_dict"])
-        trainer.opt.load_state_dict(blob["optimizer"])
+    if blob is not None:
+        try:
+            policy.load_state_dict(blob["state_dict"])
+            trainer.opt.load_state_dict(blob["optimizer"])
+        except (RuntimeError, ValueError) as e:
+            fail(f"--resume {args.resume}: its weights do not fit the model of "
+                 f"{args.config or 'its config'} with these --set values ({str(e).splitlines()[0][:160]}); "
+                 "resume without --config to use the run's own")
         trainer.opt_step, start = blob["opt_step"], blob["rollout"]
         trainer.rollout = start
         env.rng = np.random.default_rng(cfg.seed + 1000 * rank + start)
@@ -135,13 +152,7 @@ def main(argv=None) -> int:
         save_checkpoint(run_dir / "checkpoints" / name, policy, cfg.to_dict(), optimizer=trainer.opt.state_dict(),
                         opt_step=trainer.opt_step, rollout=rollout, env_steps=rollout * steps_per_rollout)
 
-    t_start = time.perf_counter()
-    for r in range(start, total_rollouts):
-        t0 = time.perf_counter()
-        stats = trainer.rollout_and_update()
-        dt = time.perf_counter() - t0
-        if rank != 0:
-            continue
+    def report(r: int, stats, dt: float) -> None:
         scalars = summarise(stats)
         scalars["charts/SPS"] = steps_per_rollout / dt
         step = (r + 1) * steps_per_rollout
@@ -157,6 +168,36 @@ def main(argv=None) -> int:
                   " ".join(f"{k.split('/')[1]}={v:.3g}" for k, v in scalars.items()), flush=True)
         if (r + 1) % cfg.checkpoint_every == 0:
             save("latest.pt", r + 1)
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(signum)
+
+    old_term = signal.signal(signal.SIGTERM, interrupted)  # SIGINT raises KeyboardInterrupt already
+    t_start, done = time.perf_counter(), start
+    try:
+        for r in range(start, total_rollouts):
+            t0 = time.perf_counter()
+            stats = trainer.rollout_and_update()
+            done = r + 1
+            if rank == 0:
+                report(r, stats, time.perf_counter() - t0)
+    except KeyboardInterrupt as e:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the save short
+        signum = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
+        if bar is not None:
+            bar.close()
+        if rank == 0:
+            save("latest.pt", done)
+            writer.close()
+            print(f"\ninterrupted ({signal.Signals(signum).name}): saved {run_dir / 'checkpoints' / 'latest.pt'} at "
+                  f"rollout {done}/{total_rollouts} ({done * steps_per_rollout:,} steps; an unfinished rollout is "
+                  f"redone). Resume with: python training/train.py --resume {run_dir / 'checkpoints' / 'latest.pt'}",
+                  file=sys.stderr, flush=True)
+        if hasattr(env, "close"):
+            env.close()
+        return 128 + int(signum)
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
     if rank == 0:
         save("latest.pt", total_rollouts)
         save("final.pt", total_rollouts)

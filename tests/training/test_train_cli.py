@@ -1,6 +1,7 @@
 """The training and evaluation CLIs end to end on tiny budgets (real processes)."""
 
 import json
+import signal
 import os
 import subprocess
 import sys
@@ -182,3 +183,48 @@ def test_evaluate_runs_a_grid_world_bundle_as_its_checkpoint(tmp_path, capsys):
     assert len(got["episodes"]) == 3 and got["trial_return"]["mean"] > 0
     assert "manifest's" in refused(evaluate_main, [str(bundle), "--max-chunks", "4", "--trials", "1", "--out", str(out)],
                                    capsys)
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_training_saves_and_resumes_without_its_config(sig, tmp_path):
+    """Ctrl-C (or kill) mid-run: a resumable checkpoint at the last finished rollout, one line naming the
+    command, exit 128 + the signal; that command (no --config: the checkpoint carries it) finishes the run."""
+    run_dir = tmp_path / "r"
+    tiny = [*TINY[:-3], "--set", "total_steps=4096", "--no-progress"]  # 16 rollouts of 256 steps
+    proc = subprocess.Popen([sys.executable, "training/train.py", "--config", "config/train/darkroom.yaml",
+                             "--run-dir", str(run_dir), *tiny], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    for line in proc.stdout:
+        if line.startswith("rollout 2/16"):
+            break
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err
+    last = err.strip().splitlines()[-1]
+    assert "saved" in last and "Resume with: python training/train.py --resume" in last and "Traceback" not in err
+    blob = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)
+    assert 2 <= blob["rollout"] < 16 and "optimizer" in blob
+    r = run(["training/train.py", "--resume", str(run_dir / "checkpoints" / "latest.pt"), "--no-progress"])
+    assert r.returncode == 0, r.stderr
+    assert f"rollout {blob['rollout'] + 1}/16" in r.stdout and "rollout 1/16" not in r.stdout
+    assert torch.load(run_dir / "checkpoints" / "final.pt", weights_only=False)["rollout"] == 16
+
+
+def test_a_wrong_file_is_refused_in_one_line(tmp_path, capsys):
+    """A text file as config or checkpoint, a bundle directory where a checkpoint goes, nonsense sizes:
+    one line saying what is wrong, a non-zero exit, no traceback (train, evaluate, export)."""
+    from icrl_ros.training.export import main as export_main
+    from icrl_ros.training.train import main as train_main
+
+    text = tmp_path / "notes.txt"
+    text.write_text("# not a config\n- just: [a list\n")
+    assert "not YAML" in refused(train_main, ["--config", str(text)], capsys)
+    assert "not a torch checkpoint file" in refused(train_main, ["--resume", str(text)], capsys)
+    assert "a shipped checkpoint" in refused(train_main, ["--resume", "checkpoints/darkroom_relic.pt"], capsys)
+    assert "--config: give a training config" in refused(train_main, [], capsys)
+    assert "not a torch checkpoint file" in refused(evaluate_main, [str(text), "--out", str(tmp_path / "e")], capsys)
+    assert "not a torch checkpoint file" in refused(export_main, [str(text), "--out", str(tmp_path / "x")], capsys)
+    err = refused(export_main, ["bundles/house_relic", "--out", str(tmp_path / "y")], capsys)
+    assert "a bundle directory" in err and "no such file" not in err
+    assert "--verify-steps must be" in refused(export_main, ["checkpoints/darkroom_relic.pt", "--out",
+                                                             str(tmp_path / "z"), "--verify", "--verify-steps", "-5"],
+                                               capsys)
