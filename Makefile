@@ -13,7 +13,7 @@ $(STAMP): setup.py scripts/ensure_ros.sh scripts/ensure_sysdeps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[train,export,retrieval,test]"
+	$(PY) -m pip install -q -e ".[train,export,retrieval,test,record]"
 	# rclpy from PyPI wheels only when no ROS 2 install provides it
 	bash scripts/ensure_ros.sh $(PY)
 	touch $(STAMP)

@@ -38,11 +38,14 @@ setup(
         "export": ["onnx", "onnxruntime"],
         "retrieval": ["faiss-cpu>=1.8"],
         "test": ["pytest", "pytest-timeout", "pytest-xdist"],
+        # MCAP recordings of runs (icrl_ros.nodes.recording) and their replay (training/replay.py)
+        "record": ["mcap>=1.2", "mcap-ros2-support>=0.5", "rosbags>=0.10"],
     },
     zip_safe=True,
     maintainer="icrl_ros maintainers",
     description="In-context RL policies from training to a robot",
     license="Apache-2.0",
     tests_require=["pytest"],
-    entry_points={"console_scripts": ["agent_node = icrl_ros.nodes.agent_node:main", "sim_bridge_node = icrl_ros.nodes.sim_bridge_node:main"]},
+    entry_points={"console_scripts": ["agent_node = icrl_ros.nodes.agent_node:main", "sim_bridge_node = icrl_ros.nodes.sim_bridge_node:main",
+                                     "icrl_record = icrl_ros.nodes.recording:main"]},
 )

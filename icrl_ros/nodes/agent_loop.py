@@ -150,6 +150,37 @@ class AgentIO:
     request_act: Callable[[], None] | None = None
 
 
+@dataclass
+class RunnerSetup:
+    """What a loaded bundle tells the loop (the node's configure; replay of a recording does the same)."""
+
+    image_size: tuple[int, int]
+    goal_names: list[str]
+    action_names: list[str]
+    kinds: list[ActionKind]
+    pose_frame: str  # the odometry frame it was trained with (manifest observation.frame)
+    reads_scan: bool  # a 'scan' encoder input: free headings of a laser scan
+    scan_step_m: float  # the step the scan's free headings are tested for (manifest action.forward_m)
+
+    @classmethod
+    def of(cls, runner: Any) -> "RunnerSetup":
+        """Read from a runner's bundle; ValueError where the bundle cannot drive this loop."""
+        manifest = runner.manifest
+        if manifest.observation.image_size is None:
+            raise ValueError("manifest field 'observation.image_size' is missing: not an image policy")
+        h, w = (int(v) for v in manifest.observation.image_size)
+        action_names = [str(a) for a in manifest.action.names]
+        specs = getattr(getattr(runner, "bundle", None), "specs", None) or {}
+        reads_scan = any(io["name"] == "scan" for io in specs.get("encoder", {}).get("inputs", []))
+        if reads_scan and not manifest.action.forward_m:
+            raise ValueError("the bundle reads a laser scan ('scan' input) but its manifest has no "
+                             "action.forward_m (the step the scan's free headings are tested for)")
+        return cls(image_size=(h, w), goal_names=[str(g) for g in manifest.observation.goal_names],
+                   action_names=action_names, kinds=[ActionKind.from_name(a) for a in action_names],
+                   pose_frame=str(manifest.observation.frame), reads_scan=reads_scan,
+                   scan_step_m=float(manifest.action.forward_m or 0.0))
+
+
 class AgentLoop:
     """The agent's state and decisions; see the module docstring. ``clock`` is monotonic seconds."""
 
@@ -706,4 +737,4 @@ class AgentLoop:
         }
 
 
-__all__ = ["AgentIO", "AgentLoop", "EpisodeStats", "COUNTERS", "clip", "executor_config"]
+__all__ = ["AgentIO", "AgentLoop", "EpisodeStats", "COUNTERS", "RunnerSetup", "clip", "executor_config"]

@@ -53,8 +53,8 @@ from sensor_msgs.msg import Image, LaserScan
 from std_msgs.msg import Int32, String
 from std_srvs.srv import Trigger
 
-from icrl_ros.nodes.action_executor import ActionExecutor, ActionKind, ExecutorConfig
-from icrl_ros.nodes.agent_loop import COUNTERS, AgentIO, AgentLoop, clip, executor_config
+from icrl_ros.nodes.action_executor import ActionExecutor, ExecutorConfig
+from icrl_ros.nodes.agent_loop import COUNTERS, AgentIO, AgentLoop, RunnerSetup, clip, executor_config
 from icrl_ros.nodes.convert import (
     InputError, check_image_msg, image_msg_to_rgb, odometry_msg_to_pose, scan_msg_to_free, stamp_to_seconds,
 )
@@ -235,18 +235,10 @@ class AgentNode(LifecycleNode):
                 bundle, backend=p.backend, device=p.device, memory=p.memory or None,
                 memory_budget_bytes=p.memory_budget_bytes or None)
             manifest = runner.manifest
-            if manifest.observation.image_size is None:
-                raise ValueError("manifest field 'observation.image_size' is missing: not an image policy")
-            h, w = (int(v) for v in manifest.observation.image_size)
-            goal_names = [str(g) for g in manifest.observation.goal_names]
-            action_names = [str(a) for a in manifest.action.names]
-            kinds = [ActionKind.from_name(a) for a in action_names]
-            trained_frame = str(manifest.observation.frame)
-            specs = getattr(getattr(runner, "bundle", None), "specs", None) or {}
-            reads_scan = any(io["name"] == "scan" for io in specs.get("encoder", {}).get("inputs", []))
-            if reads_scan and not manifest.action.forward_m:
-                raise ValueError("the bundle reads a laser scan ('scan' input) but its manifest has no "
-                                 "action.forward_m (the step the scan's free headings are tested for)")
+            setup = RunnerSetup.of(runner)
+            h, w = setup.image_size
+            goal_names, action_names, kinds = setup.goal_names, setup.action_names, setup.kinds
+            trained_frame, reads_scan = setup.pose_frame, setup.reads_scan
         except Exception as e:  # BundleError, ValueError, KeyError, OSError, engine errors...
             hint = " (device:=cpu runs without a GPU)" if p.device == "cuda" else ""
             return self._configure_failed(
@@ -273,7 +265,7 @@ class AgentNode(LifecycleNode):
         with self.loop.lock:
             self.loop.attach(runner, pose_frame=trained_frame, image_size=(h, w), goal_names=goal_names, kinds=kinds,
                              executor=executor, twist=p.action_mode == "twist", scan=reads_scan)
-            self._scan_step_m = float(manifest.action.forward_m or 0.0)
+            self._scan_step_m = setup.scan_step_m
             self._create_entities(p)
         self.loop.last_error = ""
         if reads_scan:

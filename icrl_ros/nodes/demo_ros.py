@@ -11,6 +11,8 @@ as it ends, then a per-episode table, and writes to ``--out``:
     top_down.png     the house from above with every episode's trajectory
     camera.gif       the robot's camera (upscaled), captioned with episode / step / goal
     episodes.json    the table, plus the run's settings
+    run.mcap         the run recorded (camera, odometry, scan, goal, events, actions, status; ROS 2 message
+                     encoding, icrl_ros.nodes.recording); ``training/replay.py`` feeds it back through the policy
     logs/            the two nodes' output
 
     python training/demo_ros.py                                  # what `make demo` runs
@@ -102,6 +104,14 @@ def params_file(path: Path, params: dict) -> Path:
 
     path.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}, sort_keys=False))
     return path
+
+
+def demo_agent_params(overrides: dict) -> dict:
+    """The agent's parameters in this demo: config/agent.yaml with the demo's overrides (what replay runs)."""
+    import yaml
+
+    values = dict(yaml.safe_load((REPO_ROOT / "config" / "agent.yaml").read_text())["/**"]["ros__parameters"])
+    return {**values, **overrides}
 
 
 def start_node(module: str, files: list[Path], log: Path, env: dict[str, str]) -> subprocess.Popen:
@@ -349,6 +359,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=str(REPO_ROOT / "demo_out"))
     p.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     p.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: random in 100-200)")
+    p.add_argument("--no-record", action="store_true",
+                   help="do not record the run to OUT/run.mcap (camera, odometry, scan, goal, events, actions, status; "
+                        "training/replay.py replays it)")
     p.add_argument("--habitat", action="store_true",
                    help="the same house in habitat-sim, served from the chroot of ../shared/habitat (root)")
     p.add_argument("--replay-episodes", metavar="EPISODES_JSON",
@@ -375,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"{bundle} is not an export bundle (no manifest.yaml); export one with training/export.py")
     out = Path(args.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    for old in ("icl_curve.png", "top_down.png", "camera.gif", "episodes.json"):
+    for old in ("icl_curve.png", "top_down.png", "camera.gif", "episodes.json", "run.mcap"):
         (out / old).unlink(missing_ok=True)
     env = loopback_ros_env(args.domain_id, out / "logs" / "ros")
     t0 = time.monotonic()
@@ -407,10 +420,11 @@ def main(argv: list[str] | None = None) -> int:
     bridge_params = params_file(tmp / "bridge.yaml", {
         **bridge, "seed": args.seed,
         "mode": "lockstep", "max_episode_steps": args.max_steps, "episode_start_delay_s": 0.05})
-    agent_params = params_file(tmp / "agent.yaml", {
+    agent_overrides = {
         "bundle_path": str(bundle.resolve()), "backend": args.backend, "autostart": True, "action_mode": "discrete",
         "action_selection": "", "sample_seed": args.sample_seed, "status_rate_hz": 2.0,  # "": the bundle's choice
-        "input_timeout_s": 30.0, "memory_path": str((out / "memory.npz").resolve())})
+        "input_timeout_s": 30.0, "memory_path": str((out / "memory.npz").resolve())}
+    agent_params = params_file(tmp / "agent.yaml", agent_overrides)
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
@@ -420,6 +434,14 @@ def main(argv: list[str] | None = None) -> int:
     monitor = make_monitor()
     ex = SingleThreadedExecutor()
     ex.add_node(monitor)
+    recorder = None
+    if not args.no_record:  # subscribed before the nodes start: the whole run, latched goal and events included
+        from icrl_ros.nodes.recording import make_recorder
+
+        recorder = make_recorder(str(out / "run.mcap"), namespace=NAMESPACE, metadata={
+            "source": "training/demo_ros.py", "agent_params": json.dumps(demo_agent_params(agent_overrides)),
+            "bridge_seed": args.seed, "max_steps": args.max_steps, "episodes": args.episodes})
+        ex.add_node(recorder)
     spinner = threading.Thread(target=ex.spin, name="demo_monitor", daemon=True)
     spinner.start()
     config = REPO_ROOT / "config"
@@ -459,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
         ex.shutdown()
         spinner.join(timeout=5.0)
         monitor.destroy_node()
+        if recorder is not None:
+            recorder.close()  # after the nodes stopped: their last messages (the final zero, status) are in
+            recorder.destroy_node()
         rclpy.try_shutdown()
     run_s = time.monotonic() - t0
 
@@ -493,8 +518,15 @@ def main(argv: list[str] | None = None) -> int:
                "replay_episodes": args.replay_episodes,
                "run_seconds": round(run_s, 1), "episodes": table}
     (out / "episodes.json").write_text(json.dumps(summary, indent=1))
+    recorded = ""
+    if recorder is not None:
+        counts = recorder.writer.counts
+        recorded = (f"\nrecorded {out}/run.mcap ({sum(counts.values())} messages: "
+                    + ", ".join(f"{t.rsplit('/', 1)[-1] if not t.endswith('image_raw') else 'camera'} {n}"
+                                for t, n in counts.items() if n) + "); replay it with "
+                    f"training/replay.py {out}/run.mcap --bundle {bundle}")
     print(f"\nwrote {out}/icl_curve.png, top_down.png, camera.gif ({n_gif} frames), episodes.json; "
-          f"node logs in {out}/logs ({run_s:.0f} s)")
+          f"node logs in {out}/logs ({run_s:.0f} s){recorded}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """A short `make demo` (training/demo_ros.py): bridge and agent processes over loopback DDS, the
 shipped default bundle (it reads the bridge's laser scan), 2 episodes of at most 20 steps; the table, the plots and
-the GIF."""
+the GIF; its recording (run.mcap) read back with another reader, and replayed (training/replay.py): the same bundle
+takes every recorded action, another one parts (a diff table), CLI mistakes are one line."""
 
 from __future__ import annotations
 
@@ -50,3 +51,74 @@ def test_short_demo_runs_two_episodes_and_writes_its_pictures(tmp_path) -> None:
     assert gif.n_frames == sum(r["steps"] for r in rows)  # one camera frame per step
     assert gif.size[0] >= 64 * 3
     assert (out / "logs" / "agent.log").stat().st_size > 0 and (out / "logs" / "bridge.log").stat().st_size > 0
+
+    check_recording(out / "run.mcap", rows)
+    check_replay(out / "run.mcap", bundle, sum(r["steps"] for r in rows))
+
+
+def check_recording(path, rows) -> None:
+    """run.mcap read back by another reader (rosbags) and the messages decoded by ROS's own typesupport (rclpy)."""
+    from pathlib import Path
+
+    from rclpy.serialization import deserialize_message
+    from rosbags.highlevel import AnyReader
+
+    from icrl_ros.nodes.recording import message_class
+
+    with AnyReader([Path(path)]) as reader:
+        types = {c.topic: c.msgtype for c in reader.connections}
+        ns = "/icrl_demo"
+        assert types[f"{ns}/camera/image_raw"] == "sensor_msgs/msg/Image" and types[f"{ns}/odom"] == \
+            "nav_msgs/msg/Odometry" and types[f"{ns}/scan"] == "sensor_msgs/msg/LaserScan"
+        assert types[f"{ns}/action"] == "std_msgs/msg/Int32" and types[f"{ns}/goal"] == "std_msgs/msg/String"
+        assert types[f"{ns}/agent_status"] == "diagnostic_msgs/msg/DiagnosticArray"
+        assert types[f"{ns}/episode_events"] == "std_msgs/msg/String" and f"{ns}/cmd_vel" in types
+        msgs: dict[str, list] = {}
+        log_times: dict[str, list[int]] = {}
+        for conn, t, raw in reader.messages():
+            msgs.setdefault(conn.topic, []).append(deserialize_message(raw, message_class(conn.msgtype)))
+            log_times.setdefault(conn.topic, []).append(t)
+    steps = sum(r["steps"] for r in rows)
+    assert len(msgs[f"{ns}/action"]) == steps  # every action the agent published
+    events = [json.loads(m.data) for m in msgs[f"{ns}/episode_events"]]
+    assert [e["event"] for e in events].count("episode_end") == 2 and events[0]["event"] == "trial_start"
+    assert [m.data for m in msgs[f"{ns}/goal"]][:2] == [r["goal"] for r in rows]
+    images = msgs[f"{ns}/camera/image_raw"]
+    assert len({(m.header.stamp.sec, m.header.stamp.nanosec) for m in images}) >= steps  # a frame per step
+    assert images[0].encoding == "rgb8" and len(images[0].data) == images[0].height * images[0].step
+    assert len(msgs[f"{ns}/odom"]) >= steps and len(msgs[f"{ns}/scan"]) >= steps
+    assert msgs[f"{ns}/agent_status"] and msgs[f"{ns}/agent_status"][-1].status[0].values
+    # in the order written (not the reader's time order): per topic, log times never go back, no sequence gap
+    from mcap.reader import make_reader
+
+    with open(path, "rb") as f:
+        written: dict[str, list[tuple[int, int]]] = {}
+        for _schema, channel, message in make_reader(f).iter_messages(log_time_order=False):
+            written.setdefault(channel.topic, []).append((message.sequence, message.log_time))
+    assert {t: len(v) for t, v in written.items() if v} == {t: len(v) for t, v in log_times.items()}
+    for topic, seq_times in written.items():
+        assert [q for q, _ in seq_times] == list(range(len(seq_times))), f"{topic}: sequence gaps"
+        times = [t for _, t in seq_times]
+        assert times == sorted(times), f"{topic}: log times go back"
+    for topic in (f"{ns}/camera/image_raw", f"{ns}/odom", f"{ns}/scan"):
+        stamps = [m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in msgs[topic]]
+        assert stamps == sorted(stamps), f"{topic}: header stamps out of order"
+
+
+def check_replay(path, bundle: str, steps: int) -> None:
+    """training/replay.py on the demo's recording: the same bundle and seed take every recorded action; another
+    bundle parts somewhere (exit 1, a diff table); a missing file or a non-bundle is one line, exit 2."""
+    replay = [sys.executable, "training/replay.py", str(path)]
+    out = subprocess.run([*replay, "--bundle", bundle], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"{steps} of {steps} actions agree: the replay reproduces every recorded action" in out.stdout, out.stdout
+    other = os.path.join(REPO, "bundles", "house_memo")
+    out = subprocess.run([*replay, "--bundle", other, "--seed", "7"], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 1 and "recorded    replayed" in out.stdout and " NO" in out.stdout, out.stdout[-3000:]
+    for args, what in (([sys.executable, "training/replay.py", str(path) + ".missing", "--bundle", bundle],
+                        "no such recording"),
+                       ([*replay, "--bundle", os.path.join(REPO, "bundles")], "not an export bundle")):
+        out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and what in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr

@@ -93,7 +93,7 @@ def test_entry_points_name_existing_main_functions() -> None:
     with open(os.path.join(REPO, "setup.py")) as f:
         setup = f.read()
     scripts = dict(re.findall(r'"(\w+) = (icrl_ros\.nodes\.\w+):main"', setup))
-    assert set(scripts) == {"agent_node", "sim_bridge_node"}
+    assert set(scripts) == {"agent_node", "sim_bridge_node", "icrl_record"}
     for module in scripts.values():
         with open(os.path.join(REPO, *module.split(".")) + ".py") as f:
             tree = ast.parse(f.read())
