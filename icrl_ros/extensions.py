@@ -11,10 +11,13 @@ arguments and never name it. An extension may add:
   (``before_encode``) and with each committed token (``after_encode``), cleared with the memory,
   counted in the step's bytes and written into (and loaded from) the runner's snapshots;
 * **an action-logit rule** (``logit_rule``): applied to the logits wherever actions are chosen
-  (acting, the logits PPO scores, the reference an export is checked against).
+  (acting, the logits PPO scores, the reference an export is checked against);
+* **fixed attention heads** in a transformer block (``block_heads``): heads whose query, key and
+  value the extension computes from the token (not learnt projections), read out into the block's
+  output; they read the KV cache like any head, so memory, export and streaming are unchanged.
 
-Fixed heads and extra model inputs belong to the policy's own modules and graphs; the step sees
-them only as encoder / heads graph inputs.
+Extra model inputs belong to the policy's own modules and graphs; the step sees them only as
+encoder / heads graph inputs.
 
 Registration is loud: a second extension of one name raises. Packages in :data:`BUILTIN` register
 on first use, so the runtime needs no import of them.
@@ -54,6 +57,20 @@ class StepState(Protocol):
         """Called after the snapshot's tensors were loaded into :meth:`tensors`' buffers."""
 
 
+class BlockHeads(Protocol):
+    """Fixed attention heads of one transformer block (the first heads of its attention)."""
+
+    def modules(self) -> dict[str, Any]:
+        """The ``nn.Module``\s that hold its weights, attached to the block under these names."""
+
+    def fixed(self, x: Tensor) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
+        """Tokens (B, T, D) -> per fixed head (query, key, value, sink key) for the attention."""
+
+    def readout(self, ys: Tensor, x: Tensor) -> Tensor:
+        """The fixed heads' attention outputs (B, n_fixed, T, hd) and the tokens -> (B, T, D) added to the block's
+        attention output."""
+
+
 LogitRule = Callable[[Tensor, Tensor], Tensor]
 """(logits (..., A), tokens (..., D)) -> the logits actions are drawn from."""
 
@@ -69,6 +86,8 @@ class Extension:
     """(model arguments, batch) -> its state for one control step."""
     logit_rule: Callable[[Any], LogitRule] | None = field(default=None, compare=False)
     """Model arguments -> its rule on the acting logits."""
+    block_heads: Callable[[Any, int], BlockHeads | None] | None = field(default=None, compare=False)
+    """(model arguments, layer index) -> the fixed heads of that block, or None for a block without."""
 
 
 _REGISTRY: dict[str, Extension] = {}
@@ -120,6 +139,15 @@ def logit_rules(args) -> list[LogitRule]:
     return [e.logit_rule(args) for e in extensions_for(args) if e.logit_rule is not None]
 
 
+def block_heads(args, layer: int) -> BlockHeads | None:
+    """The fixed heads an extension puts in block ``layer`` of a model with ``args`` (at most one extension may)."""
+    found = [(e.name, h) for e in extensions_for(args) if e.block_heads is not None
+             for h in [e.block_heads(args, layer)] if h is not None]
+    if len(found) > 1:
+        raise ValueError(f"block {layer}: fixed heads from more than one extension ({[n for n, _ in found]})")
+    return found[0][1] if found else None
+
+
 def apply_rules(rules: list[LogitRule], logits: Tensor, tokens: Tensor) -> Tensor:
     """``logits`` after every rule in turn (unchanged without rules)."""
     for rule in rules:
@@ -127,5 +155,6 @@ def apply_rules(rules: list[LogitRule], logits: Tensor, tokens: Tensor) -> Tenso
     return logits
 
 
-__all__ = ["BUILTIN", "Extension", "LogitRule", "StepState", "apply_rules", "extensions_for", "logit_rules",
+__all__ = ["BUILTIN", "BlockHeads", "Extension", "LogitRule", "StepState", "apply_rules", "block_heads",
+           "extensions_for", "logit_rules",
            "owned_inputs", "register_extension", "registered", "step_states", "unregister_extension"]

@@ -6,6 +6,8 @@
   token's sightings enter the map; it is cleared with the memory and snapshotted with it.
 * ``stop_rule``: for models with ``model.stop_gate`` / ``stop_sure``, the stop logit is masked or
   forced from what the frozen heads say of the image (:mod:`icrl_ros.models.stop_rule`).
+* ``object_memory``: for models with ``model.object_memory``, the fixed heads of the first block
+  (:mod:`icrl_ros.house.block_heads`): the object memory and, with ``model.place_memory``, the place memory.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ def _route_state(args, batch: int):
     return RouteState(batch, args.n_goals, OBJECT_SCALE_M, per_episode=not args.iea)
 
 
+def _block_heads(args, layer: int):
+    from icrl_ros.house.block_heads import house_heads
+
+    return house_heads(args, layer)
+
+
 def _stop_rule(args):
     from icrl_ros.models.stop_rule import StopRule
 
@@ -30,3 +38,5 @@ register_extension(Extension("route", applies=lambda a: bool(getattr(a, "route_m
                              state=_route_state))
 register_extension(Extension("stop_rule", logit_rule=_stop_rule,
                              applies=lambda a: getattr(a, "stop_gate", 0.0) > 0 or getattr(a, "stop_sure", 0.0) > 0))
+register_extension(Extension("object_memory", applies=lambda a: bool(getattr(a, "object_memory", False)),
+                             block_heads=_block_heads))

@@ -11,36 +11,31 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icrl_ros.extensions import block_heads
 from icrl_ros.models.attention import MASK_NEG, RMSNorm, SinkAttention, rope_angles
 from icrl_ros.models.config import ModelArgs
-from icrl_ros.models.encoders import OBJECT_SCALE_M
-from icrl_ros.models.object_memory import ObjectMemoryHead
-from icrl_ros.models.place_memory import PlaceMemoryHeads
 
 
 class Block(nn.Module):
-    def __init__(self, a: ModelArgs, object_memory: bool = False) -> None:
+    """Pre-norm attention + MLP. An extension may make the first heads of the attention fixed
+    (:func:`icrl_ros.extensions.block_heads`): their modules are attached to the block by name."""
+
+    def __init__(self, a: ModelArgs, layer: int = 0) -> None:
         super().__init__()
         self.norm1, self.norm2 = RMSNorm(a.d_model), RMSNorm(a.d_model)
         self.attn = SinkAttention(a.d_model, a.n_heads, a.sink, a.n_sink)
         self.mlp = nn.Sequential(nn.Linear(a.d_model, a.d_mlp), nn.GELU(), nn.Linear(a.d_mlp, a.d_model))
-        self.object_memory = ObjectMemoryHead(a.n_goals, a.head_dim, a.d_model) if object_memory else None
-        self.place_memory = (PlaceMemoryHeads(a.head_dim, a.d_model, OBJECT_SCALE_M)
-                             if object_memory and a.place_memory else None)
+        self.fixed_heads = block_heads(a, layer)
+        for name, module in (self.fixed_heads.modules() if self.fixed_heads is not None else {}).items():
+            self.add_module(name, module)
 
     def forward(self, x, cos, sin, mask_add, past_k, past_v, keep: Tensor | None):
-        if self.object_memory is None:
+        if self.fixed_heads is None:
             a, k, v = self.attn(self.norm1(x), cos, sin, mask_add, past_k, past_v)
-        else:  # head 0 is the object memory (heads 1.. the place memory): fed from the token's last entries
-            om, pm = self.object_memory, self.place_memory
-            fixed = [(*om.qkv(x), om.sink_key)]
-            if pm is not None:
-                s = om.struct(x)
-                fixed += pm.qkv(s, x.dtype)
-            a, k, v, ys = self.attn(self.norm1(x), cos, sin, mask_add, past_k, past_v, fixed)
-            a = a + om.readout(ys[:, 0], x)
-            if pm is not None:
-                a = a + pm.readout(ys[:, 1:], s, x.dtype)
+        else:  # the first heads are the extension's, their q / k / v from the token itself
+            fh = self.fixed_heads
+            a, k, v, ys = self.attn(self.norm1(x), cos, sin, mask_add, past_k, past_v, fh.fixed(x))
+            a = a + fh.readout(ys, x)
         delta = a
         delta = delta + self.mlp(self.norm2(x + a))
         if keep is not None:  # depth dropout: drop the whole layer for some samples
@@ -52,7 +47,7 @@ class TransformerCore(nn.Module):
     def __init__(self, a: ModelArgs) -> None:
         super().__init__()
         self.args = a
-        self.blocks = nn.ModuleList(Block(a, object_memory=a.object_memory and i == 0) for i in range(a.n_layers))
+        self.blocks = nn.ModuleList(Block(a, i) for i in range(a.n_layers))
 
     def empty_cache(self, batch: int, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
         a = self.args

@@ -90,9 +90,9 @@ class MemoPolicy(ICLPolicy):
         tokens = self.summary_proj(self.norm(h))  # re-encoded as fresh input tokens
         mask2 = torch.cat([sum_valid[:, None, :].expand(B, S, -1), causal_block(S, B, dev)], dim=2)
         _, k, v = self.core(tokens, new_base[:, None] + i, mask2, mem_k, mem_v)
-        if self.core.blocks[0].object_memory is not None:
+        if getattr(self.core.blocks[0], "object_memory", None) is not None:  # the house's fixed heads
             k, v = self.object_summary(k, v, mem_k[0][:, 0], mem_v[0][:, 0], mem_valid & ~sum_valid)
-        pm = self.core.blocks[0].place_memory
+        pm = getattr(self.core.blocks[0], "place_memory", None)
         if pm is not None:  # heads 1.. of layer 0: the segment's view points, in l_sum runs
             key, val = summarize_views(mem_k[0][:, 1], mem_v[0][:, 1], mem_valid & ~sum_valid, S, pm.sigma)
             n = pm.n_heads
