@@ -51,8 +51,8 @@ def compare(ref_logits: np.ndarray, ref_values: np.ndarray | None, logits: np.nd
             precision: str) -> dict:
     """Max |diff| of logits and values (NaN for a policy without values: RA-DT), greedy
     agreement, and pass / fail for ``precision``: each logit within the tolerance times the larger of 1 and
-    the largest logit size of its step (float rounding grows with the magnitudes summed: a route-following
-    head adds ~100s to every logit of a step, so even a step's small logits carry that rounding)."""
+    the largest logit size of its step (float rounding grows with the magnitudes summed: a fixed head that
+    adds ~100s to every logit of a step makes even that step's small logits carry that rounding)."""
     diff = np.abs(ref_logits - logits)
     dl = float(diff.max())
     dv = float(np.abs(ref_values - values).max()) if ref_values is not None else float("nan")
