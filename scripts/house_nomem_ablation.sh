@@ -1,6 +1,6 @@
 #!/bin/bash
 # The no-memory ablation of the shipped house ReLIC, same recipe and budget: every step of the
-# README's ReLIC recipe with model.iea=false (attention, object and place memory confined to the
+# docs/house.md ReLIC recipe with model.iea=false (attention, object and place memory confined to the
 # episode) and the teacher whose memory is wiped at every episode start.
 #   scripts/house_nomem_ablation.sh [RUN_DIR]     (default runs/house_nomem; a step whose output exists is skipped)
 # Measured on the 2-core VM beside 2-3 other jobs (2026-11-27): collection 1,754 s, offline cloning 2,439 s,

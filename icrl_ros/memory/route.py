@@ -3,7 +3,7 @@
 The house students remember *where* their goal was (the object memory head reads the goal's
 position out of the KV cache) but not *how to get there*: scripted navigators given the goal's
 position and local free-space sensing reach it in a third of late episodes, one that plans
-over the floor it stood on in 0.81 (``training/house_route_probe.py``, BENCHMARKS.md). A
+over the floor it stood on in 0.81 (``training/house_route_probe.py``). A
 shortest path over a grid is not something one attention read computes, so the runtime keeps
 the grid itself, beside the KV cache, and hands the policy the result as an input:
 
@@ -12,7 +12,7 @@ the grid itself, beside the KV cache, and hands the policy the result as an inpu
   (the robot's track: floor its centre crossed, so a way along it keeps the clearance the robot had
   there; a band round the track lets shortest paths hug its edge, into what the robot walked round: with
   the 3-cell band of 0.35 m, a scripted follower of the route with the goal's position right, within 1 m,
-  reached it in 0.61-0.65 of late episodes, on the track in 0.87, BENCHMARKS.md 2026-11-28 fifth session);
+  reached it in 0.61-0.65 of late episodes, on the track in 0.87);
 * **sightings**: per goal category, the same weighted sum of sighted positions the object
   memory head's attention forms (weights ``exp(BETA (P - 1))`` of the frozen heads' confidence,
   the sink's ``exp(BETA (SIGHTING_P - 1))``), read from the token entries the step encoder writes

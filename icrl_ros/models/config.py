@@ -164,8 +164,8 @@ class ModelArgs:
     keys by theirs, and the relevance query and each chunk's summary key likewise (a chunk by its last
     step's episode). Without it a chunk's content cannot say whether it is from this episode or an
     earlier one (on Dark-Key-To-Door: whether the key was picked up in this episode). The memory then
-    stores each step's episode index beside its inputs (``chunk_episode``). Measured there (BENCHMARKS,
-    2026-11-29): no better than without it, after imitation (0.083 of the oracle) or a PPO round (0.223)."""
+    stores each step's episode index beside its inputs (``chunk_episode``). Measured there: no better
+    than without it, after imitation (0.083 of the oracle) or a PPO round (0.223)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.hcam_layers, list):  # from YAML / JSON

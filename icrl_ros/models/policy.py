@@ -77,7 +77,7 @@ class ICLPolicy(nn.Module):
         nn.init.normal_(self.actor.weight, std=0.01)
         nn.init.zeros_(self.actor.bias)
         # inputs that start as none, so a trained model gains them by --init-partial unchanged (self.apply above
-        # re-drew the place memory's zeroed read-out: it had started at std 0.02 until 2026-11-28)
+        # re-draws the place memory's read-out, which must start at zero too)
         late = [self.encoder.route] + [b.place_memory.out for b in self.core.blocks if hasattr(b, "place_memory")]
         if self.route_skill is not None:  # its hidden layer at torch's default scale, its output zero
             self.route_skill[0].reset_parameters()

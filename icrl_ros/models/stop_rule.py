@@ -3,7 +3,7 @@
 A house episode ends at the first stop, and succeeds only if an instance of the goal category is
 in reach and in view. The students' commonest failure was a blind stop: where their memory said
 the goal was, with the frozen label heads saying it was not in view (median P 0.07 at wrong stops
-against 0.95 at right ones, BENCHMARKS.md). With ``model.stop_gate`` the acting policy may not
+against 0.95 at right ones). With ``model.stop_gate`` the acting policy may not
 stop while the heads give P(goal in view) below the gate; with ``model.stop_sure`` it stops as soon
 as they give at least that P with an expected goal distance within ``model.stop_sure_m``.
 

@@ -1,6 +1,6 @@
 """The one control step: training rollouts, evaluation, export checks and the robot all run it.
 
-Per step (DESIGN.md, "One control step")::
+Per step::
 
     engine.encode(inputs)                   token x (B, D)
     memory.view() + the position / mask rule

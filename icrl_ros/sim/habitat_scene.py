@@ -65,7 +65,7 @@ CELL_HEIGHT = 0.004
 # Recast's voxel side. Walls and objects rasterise conservatively (a touched voxel is blocked) and the
 # agent's radius erodes in whole voxels, so the navmesh edge lies up to a voxel inside the house's free
 # space: at habitat-sim's 5 cm, random walks were blocked in Habitat on 3% of the forward steps the house
-# allowed (BENCHMARKS "The motion model").
+# allowed.
 CELL_SIZE = 0.025
 VIEW_POINT_SPACING = 0.2  # metres between view points (every other NavGrid cell)
 def scene_name(house_seed: int) -> str:

@@ -28,7 +28,7 @@ uses the same distance from the start as the shortest path. With ``refund_on_fai
 (default) an episode that ends without success (a wrong stop or the step cap) gives its
 progress reward back at its last step: in a trial of several episodes, walking towards the
 goal and stopping anywhere would otherwise collect progress again at every new start (PPO on
-the house found exactly that: episodes of 40-70 steps that stop short, BENCHMARKS.md).
+the house found exactly that: episodes of 40-70 steps that stop short).
 
 ``reset()`` keeps the house (next episode of the same trial) unless a seed or
 ``options={"new_trial": True}`` is given, or no trial has started yet. The previous

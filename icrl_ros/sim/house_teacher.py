@@ -18,8 +18,8 @@ shortest-path oracle (:func:`~icrl_ros.sim.house_oracle.oracle_action`) is the c
 
 With ``noise`` > 0 what it remembers from earlier episodes is coarse: at every episode start
 each instance seen before is placed at its true position plus Gaussian noise of ``noise``
-metres per axis (0.8 is a student's: its estimates are within 1.5 m for 84% of sightings,
-BENCHMARKS.md); a sighting in this episode makes it exact again. It walks to where stopping
+metres per axis (0.8 is a student's: its estimates are within 1.5 m for 84% of sightings);
+a sighting in this episode makes it exact again. It walks to where stopping
 would succeed round the remembered position; once there with the goal not sighted it turns
 on the spot to look; after a full turn without a sighting it tries the next unlooked place
 within ``SEARCH_M`` of the memory, and only then drops the instance and searches on. Its data
@@ -72,8 +72,8 @@ class HouseTeacher:
                  rng: np.random.Generator | None = None, floor: str = "seen", whole_map: bool = True) -> None:
         """``min_pixels``: the size, in pixels of a 64x64 image, at which it recognises an instance.
         Above the recognition rule's ``MIN_PIXELS`` it knows only what a student's frozen encoder
-        sees reliably (its P(in view) > 0.5 in 13% of frames at 10-20 pixels, 66% at 80-160:
-        BENCHMARKS.md), so imitation does not teach a student to act on sightings it missed.
+        sees reliably (its P(in view) > 0.5 in 13% of frames at 10-20 pixels, 66% at 80-160;
+        ``training/encoder_recall.py`` measures it), so imitation does not teach a student to act on sightings it missed.
         ``noise``: the error (metres per axis) of positions remembered from earlier episodes
         (module docstring); ``rng`` draws it (required when ``noise`` > 0).
 

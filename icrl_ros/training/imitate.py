@@ -24,7 +24,7 @@ N gradient steps on the saved trials (held-out files report agreement), and a sh
 DAgger run with ``--init`` fixes the student's own state distribution.
 
 Why: on Dark-Key-To-Door, PPO alone stayed at ~0.09 of the oracle with no rise across
-episodes after 3M steps on this machine (BENCHMARKS.md); the teachers are in
+episodes after 3M steps on a 2-core CPU; the teachers are in
 :mod:`icrl_ros.training.teachers`.
 """
 

@@ -248,7 +248,7 @@ class RouteFollower:
     camera (the frozen heads' free-space bands). :meth:`goal_known` is True on the follower's steps
     (``ppo.teacher_when: goal_known`` counts the term there only). A follower blind to obstacles
     (turn toward the waypoint, else forward) found 0.18 of remembered goals against 0.76 for this one
-    (BENCHMARKS, 2026-11-28 fifth), and PPO toward it collapsed."""
+    in a scripted trial of both, and PPO toward it collapsed."""
 
     reads_inputs = True
 

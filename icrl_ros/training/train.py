@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     start = 0
     if args.init:
         load_init_weights(args.init, policy, map_location=device, partial=args.init_partial)
-        if model_args.depth_dropout > 0 and rank == 0:  # fine-tuning a trained policy: see README, PPO
+        if model_args.depth_dropout > 0 and rank == 0:  # fine-tuning a trained policy: see docs/training.md, PPO
             print(f"note: model.depth_dropout={model_args.depth_dropout} drops whole layers in PPO's update but not "
                   "when acting, so the ratio starts away from 1; fine-tune with --set model.depth_dropout=0",
                   file=sys.stderr, flush=True)

@@ -254,7 +254,7 @@ def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, mi
     """A shipped bundle (ONNX Runtime, as the node runs it) reads the in-context teacher's trial
     (teacher forcing: the same states for both runs) with its memory and with memory wiped at
     every episode start. From episode 2 on the teacher acts on what it saw earlier; with memory the
-    policy predicts those actions better. Measured (BENCHMARKS, issue 12; `house_diagnose.py
+    policy predicts those actions better. Measured (docs/notebook, issue 12; `house_diagnose.py
     --teacher-forced`, 20 other trials, seed 300), mean log-likelihood gain per step, episodes 2-5:
 
     * house_relic (PPO-tuned as the Memo, shipped 2026-11-27): +0.038 +- 0.022, per-trial sd ~0.047;
@@ -299,7 +299,7 @@ def test_default_house_policy_finds_goals_faster_with_its_memory():
     Teacher forcing's likelihood (the Memo's check above) is the wrong measure here: the route-following
     head puts large logits on following the remembered route, which is not the teacher's shortest path
     over known floor, so with memory it predicts the teacher worse (seed 300, 20 x 5: log-likelihood
-    gain -10.7 +- 5.1 per step, agreement -0.07) while it finds more goals. Measured (BENCHMARKS, issue 12;
+    gain -10.7 +- 5.1 per step, agreement -0.07) while it finds more goals. Measured (docs/notebook, issue 12;
     ``house_diagnose.py bundles/house_relic_scan --handover 3 --trials 20 --episodes 5 --seed 300``),
     memory minus wiped over episodes 4-5, per trial: steps -60 +- 29 (sd 67), SPL +0.315 +- 0.197
     (sd 0.45). Thresholds: ~1 sd of an 8-trial mean short of those means (-36 steps, +0.156 SPL); these 8

@@ -1,4 +1,4 @@
-"""The checkpoints shipped in checkpoints/ still do what BENCHMARKS.md says (short versions)."""
+"""The checkpoints shipped in checkpoints/ still do what docs/notebook says (short versions)."""
 
 from pathlib import Path
 
@@ -33,7 +33,7 @@ def test_darkroom_relic_learns_in_context_on_held_out_goals():
     out = run_trials(policy, env, steps=1000, window=blob["config"]["ppo"]["rollout_length"], seed=0)
     R = out["returns"]
     first, tenth = np.nanmean(R[:, 0]), np.nanmean(R[:, 9])
-    # BENCHMARKS.md (100 trials, 40 episodes): 33 -> 88; issue bar: >= 75 and >= 30 above episode 1
+    # docs/notebook (100 trials, 40 episodes): 33 -> 88; issue bar: >= 75 and >= 30 above episode 1
     assert tenth >= first + 30, (first, tenth)
     assert tenth >= 75, tenth
 
@@ -47,20 +47,20 @@ def shipped(name: str, *args):
 
 # (checkpoint, env, held-out trials, steps, temperature, episode 10 at least this above episode 1, trial return / oracle)
 HELD_OUT_CASES = [
-    # Dark-Key-To-Door ReLIC, sampled at temperature 0.6, chosen on training tasks (BENCHMARKS.md):
+    # Dark-Key-To-Door ReLIC, sampled at temperature 0.6, chosen on training tasks (docs/notebook):
     # 0.639 +- 0.026 of the oracle on 400 held-out trials, 0.77 -> 1.88 by episode 10; these 64 trials
     # measured 0.610, 0.73 -> 1.89. Margins for 64 trials.
     shipped("dark_key_to_door_relic.pt", "icrl_ros/DarkKeyToDoor-v0", 64, 500, 0.6, 0.7, 0.55),
     # HCAM (hidden 128; imitation of RoomExplorer, then 0.98M steps of PPO), every chunk of the trial kept,
-    # sampled at temperature 0.6 (chosen on training goals, BENCHMARKS.md); each held-out goal once. These 20
+    # sampled at temperature 0.6 (chosen on training goals, docs/notebook); each held-out goal once. These 20
     # trials measured 38.1 -> 90.9 by episode 10, 0.925 of the oracle (100 held-out trials of 4,000 steps:
-    # 0.974, BENCHMARKS). Without its memory a policy stays near episode 1's return (the no-IEA ReLIC: 0.31
+    # 0.974, docs/notebook). Without its memory a policy stays near episode 1's return (the no-IEA ReLIC: 0.31
     # of the oracle); the imitation-only HCAM it replaces gave 0.787 here.
     shipped("darkroom_hcam.pt", "icrl_ros/Darkroom-v0", 20, 1000, 0.6, 30, 0.85),
     # Memo (config/train/darkroom_memo.yaml, 3.0M PPO steps from scratch), its summaries and the whole
     # trial's segments kept, sampled at temperature 1; each held-out goal once. These 20 trials measured
     # 24.7 -> 80.7 by episode 10, 0.726 of the oracle over the 10 episodes (100 held-out trials of 4,000
-    # steps through the bundle: 35.6 -> 84.9, 0.866; BENCHMARKS 2026-11-27 fifth session). Without memory a
+    # steps through the bundle: 35.6 -> 84.9, 0.866; docs/notebook 2026-11-27 fifth session). Without memory a
     # policy stays near episode 1 (the no-IEA ReLIC: ~28 throughout).
     shipped("darkroom_memo.pt", "icrl_ros/Darkroom-v0", 20, 1000, 1.0, 40, 0.6),
 ]
@@ -88,7 +88,7 @@ def test_darkroom_radt_learns_in_context_on_held_out_goals():
     r = evaluate(str(RADT), "test", 20, 1000, None, False, 0, "window")  # each held-out goal once, seed 0
     first, tenth = r["episodes"][0]["mean"], r["episodes"][9]["mean"]
     # These 20 trials measured 48.0 -> 90.9 by episode 10, 0.951 of the oracle (100 held-out trials of 4,000
-    # steps: 0.988, BENCHMARKS 2026-11-27 fifth session). The same recipe with retrieval dropout 0.1 gave
+    # steps: 0.988, docs/notebook 2026-11-27 fifth session). The same recipe with retrieval dropout 0.1 gave
     # 42.8 -> 81.8, 0.856 here (some trials never searched again after a missed first episode); with a
     # per-cell table it stayed at ~27 after episode 1 (0.357); the Q-learner-data RA-DT rose to 40 (0.537).
     assert tenth >= first + 35, (first, tenth)

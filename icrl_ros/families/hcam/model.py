@@ -166,7 +166,7 @@ class ChunkMemoryAttention(nn.Module):
         steps (two batched matmuls over all N C stored steps, about what full attention costs), each
         chunk's softmax is scaled by its relevance weight, which is 0 for chunks not in the top k.
         Gathering the k selected chunks per query instead copied (B, T, k, C, D) keys and values
-        forward and scatter-added them backward: 7x ReLIC's training step on Darkroom (BENCHMARKS)."""
+        forward and scatter-added them backward: 7x ReLIC's training step on Darkroom."""
         h = self.norm_q(u)
         q_ep, chunk_ep = self.episodes(q_ep, chunk_ep)
         idx, w = self.select(h, chunk_key, chunk_mask, q_ep, chunk_ep)
