@@ -13,6 +13,8 @@ Arguments
   mode         lockstep (agent publishes Int32 actions) | realtime (agent drives cmd_vel)
   seed         first trial's seed
   namespace    namespace of both nodes
+  record       an MCAP file to record the run to (camera, odometry, scan, goal, events, actions, cmd_vel,
+               status; icrl_ros.nodes.recording); empty = no recording
 
 SIGTERM to ``ros2 launch`` (``kill``, ``docker stop``) stops both nodes as Ctrl-C does; if the launch
 process is killed outright they stop by themselves (icrl_ros.nodes.launch_signals).
@@ -62,7 +64,18 @@ def _nodes(context, *args, **kwargs):
             "action_mode": "discrete" if mode == "lockstep" else "twist",
         }.items(),
     )
-    return [bridge, agent]
+    actions = [bridge, agent]
+    if arg["record"]:  # the run to MCAP (icrl_ros.nodes.recording); Ctrl-C / SIGTERM finishes the file
+        actions.append(Node(
+            package="icrl_ros",
+            executable="icrl_record",
+            name="icrl_recorder",
+            namespace=arg["namespace"],
+            parameters=[{"path": os.path.abspath(os.path.expanduser(arg["record"]))}],
+            output="screen",
+            additional_env=node_env(),
+        ))
+    return actions
 
 
 def generate_launch_description():
@@ -77,5 +90,7 @@ def generate_launch_description():
         DeclareLaunchArgument("mode", default_value="lockstep", choices=["lockstep", "realtime"]),
         DeclareLaunchArgument("seed", default_value="0"),
         DeclareLaunchArgument("namespace", default_value=""),
+        DeclareLaunchArgument("record", default_value="",
+                              description="record the run to this MCAP file (training/replay.py replays it)"),
         OpaqueFunction(function=_nodes),
     ])

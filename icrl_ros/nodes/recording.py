@@ -174,12 +174,14 @@ def main(args: list[str] | None = None) -> None:
     from rclpy.signals import SignalHandlerOptions
 
     from icrl_ros.nodes.dds import use_shipped_profile
+    from icrl_ros.nodes.lifetime import stop_with_parent
 
     use_shipped_profile()  # camera frames of any size arrive (icrl_ros.nodes.dds)
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.set())
+    parent_note = stop_with_parent()  # started by our launch files: SIGTERM (finish the file) when ros2 launch dies
     try:
         node = make_recorder(None, metadata={"recorder": "icrl_record"})
     except OSError as e:
@@ -187,6 +189,8 @@ def main(args: list[str] | None = None) -> None:
         rclpy.try_shutdown()
         raise SystemExit(2)
     path = node.path
+    if parent_note:
+        node.get_logger().info(parent_note)
     node.get_logger().info(f"recording {len(node.writer.counts)} topics to {path}")
     executor = SingleThreadedExecutor()
     executor.add_node(node)

@@ -47,6 +47,12 @@ class Step:
     def agrees(self) -> bool:
         return self.recorded == self.replayed
 
+    @property
+    def compared(self) -> bool:
+        """False for an action taken on the recording's last inputs that the recording has no answer to
+        (it ended, as a run stopped by Ctrl-C does, before the recorded agent's action arrived)."""
+        return self.recorded is not None
+
 
 def read_recording(path: str) -> tuple[dict[str, str], list[tuple[int, str, Any]]]:
     """(the recorder's metadata, [(log_time_ns, topic relative to the namespace, decoded message)]) in
@@ -122,6 +128,7 @@ def replay(rows: list[tuple[int, str, Any]], runner: Any, params: Any) -> tuple[
                 loop.scan(free, stamp_to_seconds(msg.header.stamp))
         else:
             loop.image(msg, stamp_to_seconds(msg.header.stamp), check=check_image_msg)
+    # replayed actions beyond the recorded ones are the answers to inputs the recording ends with
     steps = [Step(i, info["episode"], info["step"], stamp, recorded[i] if i < len(recorded) else None, action)
              for i, (action, stamp, info) in enumerate(replayed)]
     for i in range(len(replayed), len(recorded)):  # recorded actions the replay never took
@@ -136,20 +143,25 @@ def _names(runner: Any) -> list[str]:
 def report(steps: list[Step], names: list[str], every: bool, out=sys.stdout) -> int:
     """The table (differences only unless ``every``) and the summary line; the number of disagreements."""
     name = lambda a: names[a] if a is not None and 0 <= a < len(names) else ("-" if a in (None, -1) else str(a))  # noqa: E731
-    diffs = [s for s in steps if not s.agrees]
-    rows = steps if every else diffs
+    diffs = [s for s in steps if s.compared and not s.agrees]
+    unanswered = [s for s in steps if not s.compared]
+    compared = len(steps) - len(unanswered)
+    rows = steps if every else diffs + unanswered
     if rows:
         print(f"{'#':>5} {'episode':>7} {'step':>5} {'image stamp':>12}  {'recorded':<11} {'replayed':<11} agree",
               file=out)
         for s in rows[:200]:
+            verdict = ("yes" if s.agrees else "NO") if s.compared else "not recorded"
             print(f"{s.index:>5} {s.episode:>7} {s.step:>5} {s.stamp:>12.3f}  {name(s.recorded):<11} "
-                  f"{name(s.replayed):<11} {'yes' if s.agrees else 'NO'}", file=out)
+                  f"{name(s.replayed):<11} {verdict}", file=out)
         if len(rows) > 200:
             print(f"  ... {len(rows) - 200} more rows", file=out)
     first = diffs[0] if diffs else None
-    print(f"{len(steps) - len(diffs)} of {len(steps)} actions agree"
+    print(f"{compared - len(diffs)} of {compared} actions agree"
           + (f"; first difference at action {first.index} (episode {first.episode}, step {first.step})" if first
-             else ": the replay reproduces every recorded action"), file=out)
+             else ": the replay reproduces every recorded action")
+          + (f" ({len(unanswered)} more replayed on the recording's last inputs, whose recorded answer the "
+             "recording ends before)" if unanswered else ""), file=out)
     return len(diffs)
 
 

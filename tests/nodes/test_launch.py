@@ -208,7 +208,8 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("sig", ["SIGTERM", pytest.param("SIGKILL", marks=pytest.mark.slow)])
 def test_sim_launch_stops_both_nodes_with_a_zero_twist_when_the_launch_is_signalled(ws, sig) -> None:
     """``kill`` / ``docker stop`` send SIGTERM to ``ros2 launch`` alone: both nodes used to go on running
-    and driving. Now the launch shuts them down as on Ctrl-C, and (SIGKILL) they stop by themselves."""
+    and driving. Now the launch shuts them down as on Ctrl-C, and (SIGKILL) they stop by themselves; the
+    recorder (``record:=``) finishes its MCAP file either way."""
     import rclpy
     from geometry_msgs.msg import Twist
     from rclpy.executors import SingleThreadedExecutor
@@ -222,7 +223,8 @@ def test_sim_launch_stops_both_nodes_with_a_zero_twist_when_the_launch_is_signal
     ex.add_node(node)
     got: list[tuple[float, float]] = []
     node.create_subscription(Twist, "/cmd_vel", lambda m: got.append((m.linear.x, m.angular.z)), 500)
-    proc = ws.launch("icrl_ros sim.launch.py mode:=realtime", f"sim_{sig}")
+    recording = ws.root / f"run_{sig}.mcap"
+    proc = ws.launch(f"icrl_ros sim.launch.py mode:=realtime record:={recording}", f"sim_{sig}")
     nodes: list[int] = []
     try:
         # the agent drives the simulated base through cmd_vel (the real policy, the bridge in real time)
@@ -230,7 +232,7 @@ def test_sim_launch_stops_both_nodes_with_a_zero_twist_when_the_launch_is_signal
         assert spin_until(ex, lambda: driving() or proc.poll() is not None, 150) and driving(), \
             (ws.root / f"sim_{sig}.log").read_text(errors="replace")[-3000:]
         nodes = _children(proc.pid)
-        assert len(nodes) == 2, nodes
+        assert len(nodes) == 3, nodes  # bridge, agent, recorder
         proc.send_signal(getattr(signal, sig))  # the launch process only, as kill and docker stop do
         assert spin_until(ex, lambda: not any(map(_alive, nodes)), 10), f"still running after {sig}: {nodes}"
         spin_for(ex, 1.0)  # anything still in flight arrives
@@ -240,8 +242,14 @@ def test_sim_launch_stops_both_nodes_with_a_zero_twist_when_the_launch_is_signal
         assert any(v != (0.0, 0.0) for v in got), "the agent never drove"
         if sig == "SIGTERM":
             assert proc.returncode == 0, log[-3000:]
-            assert "robot stopped, zero velocity sent" in log and log.count("process has finished cleanly") == 2, \
+            assert "robot stopped, zero velocity sent" in log and log.count("process has finished cleanly") == 3, \
                 log[-3000:]
+        # the recorder finished its file (record:=): the drive is in it, readable by another reader
+        from rosbags.highlevel import AnyReader
+
+        with AnyReader([recording]) as reader:
+            counts = {c.topic: c.msgcount for c in reader.connections}
+        assert counts["/cmd_vel"] > 0 and counts["/camera/image_raw"] > 0 and counts["/odom"] > 0, counts
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
