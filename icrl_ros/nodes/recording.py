@@ -184,6 +184,11 @@ def main(args: list[str] | None = None) -> None:
     parent_note = stop_with_parent()  # started by our launch files: SIGTERM (finish the file) when ros2 launch dies
     try:
         node = make_recorder(None, metadata={"recorder": "icrl_record"})
+    except ImportError as e:
+        print(f"icrl_record: {e.name} is missing: pip install 'mcap>=1.2' 'mcap-ros2-support>=0.5' 'rosbags>=0.10' "
+              "(the package's record extra)", file=sys.stderr)
+        rclpy.try_shutdown()
+        raise SystemExit(2)
     except OSError as e:
         print(f"icrl_record: cannot write the recording: {e}", file=sys.stderr)
         rclpy.try_shutdown()

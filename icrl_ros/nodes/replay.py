@@ -188,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"--bundle {bundle}: not an export bundle (no manifest.yaml); export one with training/export.py")
     try:
         metadata, rows = read_recording(str(path))
+    except ImportError as e:
+        fail(f"{e.name} is missing: pip install 'mcap>=1.2' 'mcap-ros2-support>=0.5' (the package's record extra)")
     except (OSError, ValueError) as e:
         fail(str(e))
     from icrl_ros.nodes.params import AgentParams
