@@ -61,7 +61,7 @@ class BlockHeads(Protocol):
     """Fixed attention heads of one transformer block (the first heads of its attention)."""
 
     def modules(self) -> dict[str, Any]:
-        """The ``nn.Module``\s that hold its weights, attached to the block under these names."""
+        """The modules (``nn.Module``) that hold its weights, attached to the block under these names."""
 
     def fixed(self, x: Tensor) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
         """Tokens (B, T, D) -> per fixed head (query, key, value, sink key) for the attention."""

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -75,9 +72,12 @@ def test_recall_table_bins_sizes_and_distances():
     assert lo < 0.13 < hi and hi - lo == pytest.approx(0.137, abs=0.01)
 
 
-def test_recall_cli_refuses_a_bad_encoder_spec_in_one_line(tmp_path):
+def test_recall_cli_refuses_a_bad_encoder_spec_in_one_line(tmp_path, capsys):
+    from icrl_ros.training.encoder_recall import main
+
     for spec, words in (("checkpoints/house_encoder.pt", "expected NAME=PATH@IMAGE_SIZE"),
                         (f"x={tmp_path / 'none.pt'}@64", "is not a file")):
-        r = subprocess.run([sys.executable, "training/encoder_recall.py", "--encoder", spec, "--out", str(tmp_path)],
-                           capture_output=True, text=True)
-        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
+        with pytest.raises(SystemExit) as e:
+            main(["--encoder", spec, "--out", str(tmp_path)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and words in err.strip().splitlines()[-1] and "Traceback" not in err

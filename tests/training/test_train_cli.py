@@ -184,7 +184,7 @@ def test_evaluate_runs_a_grid_world_bundle_as_its_checkpoint(tmp_path, capsys):
     assert "manifest's" in refused(evaluate_main, [str(bundle), "--max-chunks", "4", "--trials", "1", "--out", str(out)],
                                    capsys)
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])  # one path
 def test_interrupted_training_saves_and_resumes_without_its_config(sig, tmp_path):
     """Ctrl-C (or kill) mid-run: a resumable checkpoint at the last finished rollout, one line naming the
     command, exit 128 + the signal; that command (no --config: the checkpoint carries it) finishes the run."""
