@@ -10,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
-ROS_PROGRAMS = {"demo_ros", "node_latency"}
-"""Command lines that are ROS programs (the ROS demo, the node latency benchmark): their code lives in
-icrl_ros/nodes/ with the nodes, the one package that imports rclpy."""
+ROS_PROGRAMS = {"demo_ros", "node_latency", "replay"}
+"""Command lines that are ROS programs (the ROS demo, the node latency benchmark, the replay of a recorded run):
+their code lives in icrl_ros/nodes/ with the nodes, the one package that imports rclpy."""
 
 
 def _python_files(*tops: str) -> list[Path]:
@@ -30,22 +32,24 @@ def _imports(tree: ast.AST) -> set[str]:
     return out
 
 
-def test_every_training_script_is_a_command_line_over_a_package_module() -> None:
-    scripts = sorted((REPO / "training").glob("*.py"))
-    assert scripts and not (REPO / "training" / "__init__.py").exists()
+@pytest.mark.parametrize("folder,package", [("training", "icrl_ros.training"), ("experiments", "icrl_ros.experiments")])
+def test_every_script_is_a_command_line_over_a_package_module(folder, package) -> None:
+    """training/ holds what users train with, experiments/ the probes and benchmarks: both only command lines."""
+    scripts = sorted((REPO / folder).glob("*.py"))
+    assert scripts and not (REPO / folder / "__init__.py").exists()
     for script in scripts:
         tree = ast.parse(script.read_text())
         calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
         assert len(calls) == 1 and ast.unparse(calls[0].func) == "runpy.run_module", script
         module = calls[0].args[0].value
-        package = "icrl_ros.nodes" if script.stem in ROS_PROGRAMS else "icrl_ros.training"
-        assert module == f"{package}.{script.stem}", script
+        owner = "icrl_ros.nodes" if script.stem in ROS_PROGRAMS else package
+        assert module == f"{owner}.{script.stem}", script
         spec = importlib.util.find_spec(module)
         assert spec is not None and '__name__ == "__main__"' in Path(spec.origin).read_text(), module
 
 
 def test_no_code_edits_sys_path_and_only_ros_programs_import_rclpy() -> None:
-    for path in _python_files("icrl_ros", "training"):
+    for path in _python_files("icrl_ros", "training", "experiments"):
         rel = path.relative_to(REPO).as_posix()
         tree = ast.parse(path.read_text())
         edits = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)

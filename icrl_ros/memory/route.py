@@ -3,7 +3,7 @@
 The house students remember *where* their goal was (the object memory head reads the goal's
 position out of the KV cache) but not *how to get there*: scripted navigators given the goal's
 position and local free-space sensing reach it in a third of late episodes, one that plans
-over the floor it stood on in 0.81 (``training/house_route_probe.py``). A
+over the floor it stood on in 0.81 (``experiments/house_route_probe.py``). A
 shortest path over a grid is not something one attention read computes, so the runtime keeps
 the grid itself, beside the KV cache, and hands the policy the result as an input:
 

@@ -81,7 +81,7 @@ class HouseTeacher:
         stood) or ``"stood"`` (only within ``FOOTPRINT_M`` of where it stood: the map a memory of its
         own poses holds). ``whole_map``: when no known floor leads to a remembered goal, plan over the
         whole (privileged) map; :attr:`whole_map_plans` counts those plans. Diagnostics only
-        (``training/house_route_probe.py``); the env's teacher keeps the defaults."""
+        (``experiments/house_route_probe.py``); the env's teacher keeps the defaults."""
         if min_pixels < MIN_PIXELS:
             raise ValueError(f"min_pixels must be >= the recognition rule's {MIN_PIXELS}, got {min_pixels!r}")
         if not noise >= 0:

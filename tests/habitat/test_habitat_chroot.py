@@ -195,7 +195,7 @@ def test_twist_executor_drives_habitat_in_real_time(tmp_path) -> None:
 
 @pytest.mark.slow  # ~40 s; make test-habitat runs it (make test is near its 8-minute budget with the chroot built)
 def test_both_simulators_agree_on_one_house(tmp_path) -> None:
-    # training/habitat_compare.py on one test house: MiniWorld's (start, goal) pairs and probe poses replayed
+    # experiments/habitat_compare.py on one test house: MiniWorld's (start, goal) pairs and probe poses replayed
     # in Habitat. Distances within the stated tolerance, the success rule mostly agreeing, and the two
     # cameras' pictures at the same poses close (unlit Habitat houses measured 27.9 / 255 mean abs difference,
     # lit ones 18.6 on three houses)
@@ -205,9 +205,9 @@ def test_both_simulators_agree_on_one_house(tmp_path) -> None:
     work = ROOT / "runs" / "habitat_bridge" / "compare_test"  # inside the checkout: the chroot sees it
     work.mkdir(parents=True, exist_ok=True)
     mw = work / "mw.json"
-    subprocess.run([sys.executable, "training/habitat_compare.py", "miniworld", "--seeds", "1", "--episodes", "8",
+    subprocess.run([sys.executable, "experiments/habitat_compare.py", "miniworld", "--seeds", "1", "--episodes", "8",
                     "--probes", "3", "--steps", "50", "--out", str(mw)], cwd=ROOT, check=True, timeout=120)
-    r = in_chroot("/opt/hvenv/bin/python", "training/habitat_compare.py", "habitat",
+    r = in_chroot("/opt/hvenv/bin/python", "experiments/habitat_compare.py", "habitat",
                   "--pairs", "/project/runs/habitat_bridge/compare_test/mw.json", "--export", "/tmp/icrl_compare_test",
                   "--steps", "50", "--out", "/project/runs/habitat_bridge/compare_test/habitat.json", timeout=300)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
@@ -227,7 +227,7 @@ def test_both_simulators_agree_on_one_house(tmp_path) -> None:
     assert res["walks"]["walks"] == 4 and walk["turn_abs_error_deg_max"] < 0.01, res["walks"]
     assert walk["blocked_miniworld"] - walk["blocked_both"] <= 0.02 * walk["forward_actions"], walk
     assert walk["forward_abs_diff_over_5cm"] <= 0.08 * walk["forward_actions"], walk
-    subprocess.run([sys.executable, "training/habitat_compare.py", "heads", "--pairs", str(mw), "--habitat",
+    subprocess.run([sys.executable, "experiments/habitat_compare.py", "heads", "--pairs", str(mw), "--habitat",
                     str(work / "habitat.json"), "--out", str(work / "heads.json")], cwd=ROOT, check=True, timeout=120)
     heads = json.loads((work / "heads.json").read_text())
     assert heads["probes"] == res["probes"] and heads["goal_decision_agree"] >= 0.85, heads

@@ -335,7 +335,7 @@ def test_restore_refuses_other_models_and_memories_and_keeps_memory(bundles, tmp
 
 @pytest.mark.slow  # ~23 s: the benchmark script end to end (benchmarks are not tests); `make test-all` runs it
 def test_benchmark_smoke(tmp_path, capsys):
-    from icrl_ros.training import benchmark
+    from icrl_ros.experiments import benchmark
 
     import importlib.util
 

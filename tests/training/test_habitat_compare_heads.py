@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from icrl_ros.sim.house_layout import GOAL_NAMES
-from icrl_ros.training.habitat_compare import main
+from icrl_ros.experiments.habitat_compare import main
 
 
 def test_identical_frames_agree_everywhere_and_differing_frames_do_not(tmp_path):

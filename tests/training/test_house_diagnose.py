@@ -140,7 +140,7 @@ def test_label_noise_the_teacher_is_deterministic_and_pose_noise_flips_labels(tm
 
     import pytest
 
-    from icrl_ros.training import house_label_noise
+    from icrl_ros.experiments import house_label_noise
 
     house_label_noise.main(["--trials", "1", "--steps", "40", "--pose-noise", "0:0,0.3:15", "--out", str(tmp_path)])
     r = json.loads((tmp_path / "label_noise.json").read_text())["same_label"]
@@ -158,7 +158,7 @@ def test_label_noise_sightings_compare_the_goals_size_with_the_encoders_view(tmp
 
     import pytest
 
-    from icrl_ros.training import house_label_noise
+    from icrl_ros.experiments import house_label_noise
 
     house_label_noise.main(["--trials", "1", "--steps", "40", "--pose-noise", "0:0", "--teacher-pixels", "20",
                             "--encoder", "checkpoints/house_encoder.pt", "--out", str(tmp_path)])
@@ -277,7 +277,7 @@ def test_route_probe_navigators_run_the_same_episodes_and_the_teacher_starts_bli
     its JSON come out."""
     import json
 
-    from icrl_ros.training.house_route_probe import main
+    from icrl_ros.experiments.house_route_probe import main
 
     main(["--trials", "2", "--episodes", "2", "--late-from", "1", "--noise", "0", "--navigators", "oracle", "greedy",
           "--out", str(tmp_path)])

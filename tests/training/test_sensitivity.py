@@ -1,4 +1,4 @@
-"""training/sensitivity.py: the KL of a policy under a random optimiser-sized step, HCAM's top-k flips."""
+"""experiments/sensitivity.py: the KL of a policy under a random optimiser-sized step, HCAM's top-k flips."""
 
 import pytest
 import torch
@@ -6,7 +6,7 @@ import torch
 from icrl_ros.families.hcam.model import ChunkMemoryAttention, HCAMPolicy
 from icrl_ros.models import ModelArgs, save_checkpoint
 from icrl_ros.sim import make_vec
-from icrl_ros.training import sensitivity
+from icrl_ros.experiments import sensitivity
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """How much of the house teacher's labels a student could match: the teacher against itself.
 
-    python training/house_label_noise.py --trials 10 --steps 500 --seed 1000 --out runs/label_noise
+    python experiments/house_label_noise.py --trials 10 --steps 500 --seed 1000 --out runs/label_noise
 
 The imitation students agree with the in-context teacher on 0.64-0.68 of held-out steps, the
 same on training trials. Whether that is underfitting depends on how sharp the labels are. This

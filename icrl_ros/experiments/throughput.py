@@ -1,6 +1,6 @@
 """Training throughput: env steps/s of the full PPO loop (rollout + partial updates).
 
-    python training/throughput.py --config config/train/darkroom.yaml --rollouts 3 --threads 1 2
+    python experiments/throughput.py --config config/train/darkroom.yaml --rollouts 3 --threads 1 2
 
 Runs a few rollouts per thread setting after one warm-up rollout and prints env steps/s,
 the rollout/update split, and writes a CSV (``--csv``). Numbers depend on what else runs.

@@ -5,13 +5,13 @@ of ../shared/habitat); the JSON between them names every (house, start, goal) an
 
     # 1. MiniWorld (host): HouseEnv's own episodes and probe poses near goal objects, its geodesic and
     #    success rule on each, and its frames/s
-    .venv/bin/python training/habitat_compare.py miniworld --seeds 1 5 ... --out runs/habitat_compare/mw.json
+    .venv/bin/python experiments/habitat_compare.py miniworld --seeds 1 5 ... --out runs/habitat_compare/mw.json
     # 2. Habitat (chroot): export the same houses, replay every (start, goal) and pose in
     #    HabitatExtObjNavEnv (reset with options start / goal), compare, and time the env
-    ../shared/habitat/setup.sh run /opt/hvenv/bin/python training/habitat_compare.py habitat \\
+    ../shared/habitat/setup.sh run /opt/hvenv/bin/python experiments/habitat_compare.py habitat \\
         --pairs runs/habitat_compare/mw.json --export /tmp/icrl_houses --out runs/habitat_compare/habitat.json
     # 3. host: a house checkpoint's frozen label heads on both halves' probe frames (same poses)
-    .venv/bin/python training/habitat_compare.py heads --pairs runs/habitat_compare/mw.json \\
+    .venv/bin/python experiments/habitat_compare.py heads --pairs runs/habitat_compare/mw.json \\
         --habitat runs/habitat_compare/habitat.json
 
 Single process each, random actions (forward / left / right) for the frame rate, 64x64 RGB. The

@@ -1,7 +1,7 @@
 """How far does knowing *where* the goal is get a robot that has no map? Scripted navigators, given the
 goal's position, on the house episodes a policy is evaluated on.
 
-    python training/house_route_probe.py --trials 40 --episodes 12 --seed 100 --out runs/route_probe
+    python experiments/house_route_probe.py --trials 40 --episodes 12 --seed 100 --out runs/route_probe
 
 The shipped house students fail late episodes mostly on the way to a goal their memory holds
 (``house_diagnose.py --memory-readout``): the remembered position is right, the robot never gets

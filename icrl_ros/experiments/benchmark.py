@@ -1,8 +1,8 @@
 """Per-step latency and memory of every memory policy and backend vs context length.
 
-    python training/benchmark.py --csv bench.csv                      # everything (~15 min, 2 cores)
-    python training/benchmark.py --quick                              # smoke run (1k / 8k, no bounded run)
-    python training/benchmark.py --lengths 32768 --backends onnxruntime --policies full,memo
+    python experiments/benchmark.py --csv bench.csv                      # everything (~15 min, 2 cores)
+    python experiments/benchmark.py --quick                              # smoke run (1k / 8k, no bounded run)
+    python experiments/benchmark.py --lengths 32768 --backends onnxruntime --policies full,memo
 
 Model: the ExtObjNav size (4 layers, hidden 256, 8 heads, MLP 1024, Sink KV0; Memo
 l_seg 256, l_sum 32; HCAM chunks of 16 steps, top 4, in every layer) with random weights, exported to a temporary bundle and run through

@@ -8,8 +8,8 @@ into the top k brings its read with it, so with the paper's softmax weights the 
 there, which PPO's clipped ratio sees as a large move from a tiny weight change. Writes nothing;
 prints one line per checkpoint and step size::
 
-    python training/sensitivity.py checkpoints/darkroom_relic.pt CKPT ... --steps 1e-5,1e-4,3e-4
-    python training/sensitivity.py CKPT --hcam-weights continuous   # the same weights read continuously
+    python experiments/sensitivity.py checkpoints/darkroom_relic.pt CKPT ... --steps 1e-5,1e-4,3e-4
+    python experiments/sensitivity.py CKPT --hcam-weights continuous   # the same weights read continuously
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Frames per second of the MiniWorld house env (icrl_ros/MiniWorldHouse-v0) here.
 
-    python training/env_speed.py
-    python training/env_speed.py --steps-per-env 1000 --workers 1 2 --num-envs 8 --csv runs/env_speed.csv
+    python experiments/env_speed.py
+    python experiments/env_speed.py --steps-per-env 1000 --workers 1 2 --num-envs 8 --csv runs/env_speed.csv
 
 One frame = one env step (one rendered observation). Actions are random with the mix a
 searching agent produces (stop 2%, forward 50%, turn left / right 24% each); finished

@@ -1,7 +1,7 @@
 """Benchmark: the in-context house teacher beside its ceiling and its floor.
 
-    python training/house_teacher_curves.py --trials 100 --episodes 20 --out docs/results/house_teacher
-    python training/house_teacher_curves.py --task old ...      # the earlier task defaults
+    python experiments/house_teacher_curves.py --trials 100 --episodes 20 --out docs/results/house_teacher
+    python experiments/house_teacher_curves.py --task old ...      # the earlier task defaults
 
 Runs three agents on the same held-out houses, starts and goals (the env's episode stream is
 seeded per trial, and none of the agents draws random numbers):

@@ -9,7 +9,7 @@ the bridge's ``replay_episodes``), so the two curves are paired episode by episo
 lets each simulator draw its own (MiniWorld's env, Habitat's exported episode set, same task rules).
 Then success and SPL per in-context episode, averaged over the trials, side by side:
 
-    .venv/bin/python training/habitat_icl.py --seeds 0 1 2 3 4 --episodes 12 --out runs/habitat_icl
+    .venv/bin/python experiments/habitat_icl.py --seeds 0 1 2 3 4 --episodes 12 --out runs/habitat_icl
 
 The bundle defaults to the agent node's shipped one. Per simulator it prints the per-episode means
 and, with 95% CIs over the trials (n = trials that finished), episode 1, the later half of the
