@@ -461,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
                 if proc.poll() is not None:
                     log = (out / "logs" / f"{name}.log").read_text(errors="replace")[-3000:]
                     fail(f"the {name} node exited with code {proc.returncode}; its log ends:\n{log}")
+            if monitor.status.get("state") == "unconfigured" and monitor.status.get("last_error"):
+                fail(f"the agent could not start the bundle {bundle}: {monitor.status['last_error']} "
+                     f"(full log: {out / 'logs' / 'agent.log'})")
             if not started and monitor.status.get("state") == "active" and monitor.starts():
                 started = True
                 house = monitor.starts()[0].get("house_seed")

@@ -122,3 +122,24 @@ def check_replay(path, bundle: str, steps: int) -> None:
         out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and what in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr
+
+
+def test_demo_with_a_broken_bundle_stops_at_once_with_the_agents_reason(tmp_path) -> None:
+    """A bundle the agent cannot load ends the demo as soon as the agent reports why (one line, exit 2),
+    not at the demo's timeout, and with no traceback."""
+    import shutil
+    import time
+
+    bundle = require_house_bundle()
+    assert_loopback_env()
+    broken = tmp_path / "broken"
+    shutil.copytree(bundle, broken)
+    (broken / "core.onnx").write_bytes(b"not an onnx graph")
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "training/demo_ros.py", "--bundle", str(broken), "--episodes", "1", "--out",
+         str(tmp_path / "out"), "--timeout", "150", "--no-record", "--domain-id", os.environ["ROS_DOMAIN_ID"]],
+        cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=200)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "the agent could not start the bundle" in last and "SHA-256" in last, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr and time.monotonic() - t0 < 90
