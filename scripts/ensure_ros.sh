@@ -26,9 +26,10 @@ KILTED=(
     "ros-kilted-diagnostic-msgs==5.5.1"
     "ros-kilted-rosgraph-msgs==2.3.0"
     "ros-kilted-lifecycle-msgs==2.3.0"
+    "ros-kilted-visualization-msgs==5.5.1"
 )
 # Modules the nodes import (rclpy.lifecycle ships inside rclpy).
-CHECK="import rclpy, rclpy.lifecycle, std_msgs.msg, std_srvs.srv, sensor_msgs.msg, geometry_msgs.msg, nav_msgs.msg, diagnostic_msgs.msg, rosgraph_msgs.msg, lifecycle_msgs.msg"
+CHECK="import rclpy, rclpy.lifecycle, std_msgs.msg, std_srvs.srv, sensor_msgs.msg, geometry_msgs.msg, nav_msgs.msg, diagnostic_msgs.msg, rosgraph_msgs.msg, lifecycle_msgs.msg, visualization_msgs.msg"
 
 # Importing only loads libraries; no DDS participant exists until rclpy.init().
 # The guard is cleared so the wheels' bootstrapper (if any) sets the library path afresh.
@@ -38,10 +39,15 @@ if try_import "import rclpy"; then
     where=$(env -u _ROS_WHEELS_BOOTSTRAP_COMPLETE "$PY" -c "import os, rclpy; print(os.path.dirname(rclpy.__file__))")
     if try_import "$CHECK"; then
         echo "ensure_ros: rclpy found at $where; nothing to install"
+    elif "$PY" -m pip show -q ros-kilted-rclpy >/dev/null 2>&1; then
+        # rclpy from the Kilted wheels (an older venv): add the message wheels added since
+        echo "ensure_ros: rclpy from the Kilted wheels at $where; installing the missing message wheels"
+        "$PY" -m pip install -q "${KILTED[@]}"
+        try_import "$CHECK" || { env -u _ROS_WHEELS_BOOTSTRAP_COMPLETE "$PY" -c "$CHECK" >&2; exit 1; }
     else
         echo "ensure_ros: rclpy found at $where but a message package is missing;" \
              "install it with your ROS distribution (e.g. apt install ros-\$ROS_DISTRO-nav-msgs" \
-             "ros-\$ROS_DISTRO-diagnostic-msgs ros-\$ROS_DISTRO-std-srvs); installing nothing" >&2
+             "ros-\$ROS_DISTRO-diagnostic-msgs ros-\$ROS_DISTRO-std-srvs ros-\$ROS_DISTRO-visualization-msgs); installing nothing" >&2
     fi
     exit 0
 fi

@@ -139,7 +139,8 @@ class AgentIO:
     ``status()`` publishes the status now; ``rearm(kind)`` restarts the watchdog of ``"camera"``
     or ``"odometry"``; ``request_act()`` asks for :meth:`AgentLoop.try_act` on the thread that
     owns the runner (default: call it at once); ``convert(frame, (h, w))`` turns a held frame into
-    an RGB array (raising :class:`InputError`)."""
+    an RGB array (raising :class:`InputError`); ``memory(why)`` shows what the memory holds now (after
+    each step, ``"step"``, and when it was reset or loaded; called on the thread that owns the runner)."""
 
     action: Callable[[int], None]
     log: Callable[[str, str], None]
@@ -148,6 +149,7 @@ class AgentIO:
     status: Callable[[], None] = lambda: None
     rearm: Callable[[str], None] = lambda kind: None
     request_act: Callable[[], None] | None = None
+    memory: Callable[[str], None] = lambda why: None
 
 
 @dataclass
@@ -518,6 +520,7 @@ class AgentLoop:
             if self.twist_mode and self.action_executor is not None:
                 self.action_executor.start(kind, pose)
                 self._drive()  # first command without waiting for the next tick
+        self.io.memory("step")  # after the action went out: showing the memory never delays it
 
     def _drive(self) -> None:
         """One executor update -> a velocity (lock held)."""
@@ -617,6 +620,7 @@ class AgentLoop:
             self.gate.reset()  # a new trial: the frame in front of the robot is its first observation
             self.last_info = self.runner_info()
         self.io.log("info", f"memory reset: {why}")
+        self.io.memory("reset")
 
     def runner_info(self) -> dict[str, Any]:
         """The runner's memory and position figures now (after a reset or a load, before any act)."""
@@ -667,6 +671,7 @@ class AgentLoop:
         self.io.log("info", f"memory loaded from {path!r}: {info['memory_tokens']} tokens, trial {info['trial']} "
                             f"episode {info['episode']} step {info['step']}, goal {self.goal!r}")
         self.io.status()
+        self.io.memory("load")
         return True, f"loaded from {path}"
 
     def _write_sidecar(self, path: str) -> None:
@@ -703,6 +708,12 @@ class AgentLoop:
 
     # -----------------------------------------------------------------------------------------
     # status
+
+    @property
+    def origin(self) -> Pose | None:
+        """The odometry pose the policy's odometry (and so the route memory's frame) is measured from; None
+        before the trial's first episode began."""
+        return self._origin
 
     def lifecycle_state(self) -> str:
         if self.active:

@@ -25,6 +25,11 @@ is converted, and off the control thread. When an episode ends (new
 goal, the bridge's ``episode_end``, a memory reset) its figures go out at once on the status
 topic as ``last_episode_*`` (steps, latency, act time, memory).
 
+With ``introspection`` the route memory of bundles that keep one is published after each step and
+on a reset or load (:mod:`~icrl_ros.nodes.introspection`): ``~/memory/sightings`` and
+``~/memory/route_map``, computed only while one of them has a subscriber (reliable, transient
+local, depth 1: a viewer that joins while the robot idles gets the memory within a second).
+
 The decisions above are :class:`~icrl_ros.nodes.agent_loop.AgentLoop`'s (no ROS, tested without
 DDS); this module turns messages into its inputs and its outputs into messages.
 """
@@ -111,9 +116,14 @@ class AgentNode(LifecycleNode):
         self._scan_step_m = 0.0  # the bundle's forward step (manifest action.forward_m), set at configure
         self._act_trigger: Any = None
         self._status_pubs: list[Any] = []
+        self._memory_pubs: tuple[Any, Any] | None = None  # (sightings, route map): introspection on a route memory
+        self._memory_route: Any = None
+        self._memory_viewers = 0  # subscribers when the memory was last published (a new one gets it at once)
+        self._odom_frame = "odom"  # frame id of the odometry acted on: the frame the memory is shown in
         self.loop = AgentLoop(params, AgentIO(
             action=lambda a: self.pub_action.publish(Int32(data=a)), log=self._log, convert=image_msg_to_rgb,
-            twist=self._send_twist, status=self.publish_status, rearm=self._rearm, request_act=self._request_act))
+            twist=self._send_twist, status=self.publish_status, rearm=self._rearm, request_act=self._request_act,
+            memory=self._publish_memory))
         for name, reason in self.param_binding.start_errors.items():
             self.loop.count("config_errors", f"parameter refused at start: {reason}", "error")
             self.loop.last_error = reason
@@ -319,6 +329,68 @@ class AgentNode(LifecycleNode):
         add(("srv", self.create_service(Trigger, "~/reset_memory", self._srv_reset_memory)))
         add(("srv", self.create_service(Trigger, "~/save_memory", self._srv_save_memory)))
         add(("srv", self.create_service(Trigger, "~/load_memory", self._srv_load_memory)))
+        if p.introspection:
+            self._create_introspection()
+
+    def _create_introspection(self) -> None:
+        """``~/memory/*`` publishers for a bundle with a route memory (else one log line and none)."""
+        try:
+            from icrl_ros.nodes import introspection
+        except ImportError as e:  # visualization_msgs missing from a ROS install
+            self.get_logger().warning(f"introspection: cannot import its messages ({e}); install "
+                                      "visualization_msgs (ros-<distro>-visualization-msgs); not published")
+            return
+        route = introspection.route_state(self.runner)
+        if route is None:
+            self.get_logger().info("introspection: the bundle's model keeps no route memory (bundles house_relic_scan "
+                                   "and house_memo_scan do); ~/memory topics are not published")
+            return
+        from nav_msgs.msg import OccupancyGrid
+        from visualization_msgs.msg import MarkerArray
+
+        qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self._memory_route = route
+        self._memory_pubs = (self.create_publisher(MarkerArray, "~/memory/sightings", qos),
+                             self.create_publisher(OccupancyGrid, "~/memory/route_map", qos))
+        self._memory_viewers = 0
+        self._entities += [("pub", pub) for pub in self._memory_pubs]
+        # a viewer that joins while no step runs: default group, so never beside an act
+        self._entities.append(("timer", self.create_timer(1.0, self._memory_viewer_check, clock=self._steady)))
+        self.get_logger().info(f"introspection: the route memory on {self._memory_pubs[0].topic_name} and "
+                               f"{self._memory_pubs[1].topic_name} while subscribed")
+
+    def _memory_viewer_check(self) -> None:
+        if self._memory_pubs is None:
+            return
+        viewers = sum(p.get_subscription_count() for p in self._memory_pubs)
+        if viewers > self._memory_viewers:
+            self._publish_memory("subscribed")
+        self._memory_viewers = viewers
+
+    def _publish_memory(self, why: str) -> None:
+        """The route memory on the ~/memory topics, each only while it has a subscriber (nothing is computed
+        otherwise). Runs on the default group, as acting does: the memory does not change meanwhile."""
+        pubs = self._memory_pubs
+        if pubs is None:
+            return
+        counts = [pub.get_subscription_count() for pub in pubs]
+        self._memory_viewers = sum(counts)
+        if not any(counts):
+            return
+        from icrl_ros.nodes import introspection
+
+        loop = self.loop
+        try:
+            origin = loop.origin or (0.0, 0.0, 0.0)
+            stamp = introspection.stamp_msg(loop.gate.last_acted)
+            goal = getattr(self.runner, "goal", None)
+            if counts[0]:
+                pubs[0].publish(introspection.sightings(self._memory_route, loop.goal_names, goal, origin,
+                                                        self._odom_frame, stamp))
+            if counts[1]:
+                pubs[1].publish(introspection.route_map(self._memory_route, origin, self._odom_frame, stamp))
+        except Exception as e:  # noqa: BLE001 - showing the memory must never stop the agent
+            loop.count("introspection_errors", f"introspection ({why}) failed: {type(e).__name__}: {e}", "error")
 
     def _release(self) -> None:
         with self.loop.lock:
@@ -328,6 +400,8 @@ class AgentNode(LifecycleNode):
                     self.destroy_subscription(entity)
                 elif kind == "lpub":
                     self.destroy_lifecycle_publisher(entity)
+                elif kind == "pub":
+                    self.destroy_publisher(entity)
                 elif kind == "timer":
                     self.destroy_timer(entity)
                 elif kind == "guard":
@@ -338,6 +412,7 @@ class AgentNode(LifecycleNode):
             self._watchdogs.clear()
             self._control_timer = self._act_trigger = None
             self.pub_cmd = self.pub_action = None
+            self._memory_pubs = self._memory_route = None
             runner = self.loop.detach()
         self._close_runner(runner)
 
@@ -411,6 +486,7 @@ class AgentNode(LifecycleNode):
         except InputError as e:
             self.loop.count("bad_odometry", f"odometry dropped: {e}")
             return
+        self._odom_frame = msg.header.frame_id or "odom"
         self.loop.odometry(pose, stamp_to_seconds(msg.header.stamp))
 
     def _on_scan(self, msg: LaserScan) -> None:

@@ -216,6 +216,14 @@ class AgentParams(ParamsBase):
     diagnostics_topic: str = _param(
         "/diagnostics", "The same status on the standard diagnostics aggregator topic; empty = off."
     )
+    introspection: bool = _conf(
+        False,
+        "Publish what the route memory holds (bundles whose model keeps one: house_relic_scan, house_memo_scan): "
+        "~/memory/sightings (visualization_msgs/MarkerArray: per goal category the remembered position, name and "
+        "sighting mass; the current goal highlighted, with the places it was seen from) and ~/memory/route_map "
+        "(nav_msgs/OccupancyGrid: the floor the robot stood on free, the rest unknown), in the odometry messages' "
+        "frame, after each step and on a memory reset or load. Computed only while a topic has a subscriber.",
+    )
     # --- rates and timeouts -------------------------------------------------------------------
     control_rate_hz: float = _live(
         20.0, "Twist republish rate; >= 10 Hz (Fetch drops commands after 0.25 s).", min=10.0, max=1000.0

@@ -26,7 +26,7 @@ DATA = os.path.join(REPO, "tests", "nodes", "data", "rosdistro")
 # top-level Python modules that are ROS packages (ament / message packages) -> their package name
 ROS_MODULES = {"rclpy", "rcl_interfaces", "builtin_interfaces", "lifecycle_msgs", "std_msgs", "std_srvs",
                "sensor_msgs", "geometry_msgs", "nav_msgs", "diagnostic_msgs", "rosgraph_msgs", "tf2_msgs",
-               "tf2_ros", "ament_index_python", "launch", "launch_ros", "composition_interfaces", "rclpy_lifecycle"}
+               "visualization_msgs", "tf2_ros", "ament_index_python", "launch", "launch_ros", "composition_interfaces", "rclpy_lifecycle"}
 
 
 def declared(text: str | None = None) -> dict[str, set[str]]:
