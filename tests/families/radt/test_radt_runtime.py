@@ -127,7 +127,7 @@ def test_memory_snapshot_is_one_file_and_refusals_change_nothing(tmp_path):
 
 
 # -- bundles and runners -----------------------------------------------------------------------
-RADT4 = Path(__file__).resolve().parents[2] / "checkpoints" / "darkroom_radt.pt"  # the shipped RA-DT
+RADT4 = Path(__file__).resolve().parents[3] / "checkpoints" / "darkroom_radt.pt"  # the shipped RA-DT
 
 
 @pytest.fixture(scope="module")
