@@ -119,6 +119,7 @@ class AgentNode(LifecycleNode):
         self._memory_pubs: tuple[Any, Any] | None = None  # (sightings, route map): introspection on a route memory
         self._memory_route: Any = None
         self._memory_viewers = 0  # subscribers when the memory was last published (a new one gets it at once)
+        self._memory_keys: list[Any] = [None, None]  # what the last sightings / route map showed (and where)
         self._odom_frame = "odom"  # frame id of the odometry acted on: the frame the memory is shown in
         self.loop = AgentLoop(params, AgentIO(
             action=lambda a: self.pub_action.publish(Int32(data=a)), log=self._log, convert=image_msg_to_rgb,
@@ -374,6 +375,7 @@ class AgentNode(LifecycleNode):
         if pubs is None:
             return
         counts = [pub.get_subscription_count() for pub in pubs]
+        joined = sum(counts) > self._memory_viewers
         self._memory_viewers = sum(counts)
         if not any(counts):
             return
@@ -384,11 +386,19 @@ class AgentNode(LifecycleNode):
             origin = loop.origin or (0.0, 0.0, 0.0)
             stamp = introspection.stamp_msg(loop.gate.last_acted)
             goal = getattr(self.runner, "goal", None)
-            if counts[0]:
-                pubs[0].publish(introspection.sightings(self._memory_route, loop.goal_names, goal, origin,
-                                                        self._odom_frame, stamp))
-            if counts[1]:
-                pubs[1].publish(introspection.route_map(self._memory_route, origin, self._odom_frame, stamp))
+            route, frame = self._memory_route, self._odom_frame
+            # a step that changes nothing a viewer shows sends nothing to viewers that have it (transient local
+            # keeps the last for a late one): most steps add a sighting too faint to change the drawn ones, and the
+            # map changes only when the robot enters a cell it had not stood on
+            keys = [(introspection.sightings_key(route, goal), origin, frame) if counts[0] else None,
+                    (int(route.stood[0].sum()), origin, frame) if counts[1] else None]
+            send = [bool(n) and (why != "step" or joined or key != last)
+                    for n, key, last in zip(counts, keys, self._memory_keys)]
+            if send[0]:
+                pubs[0].publish(introspection.sightings(route, loop.goal_names, goal, origin, frame, stamp))
+            if send[1]:
+                pubs[1].publish(introspection.route_map(route, origin, frame, stamp))
+            self._memory_keys = [key if sent else last for key, sent, last in zip(keys, send, self._memory_keys)]
         except Exception as e:  # noqa: BLE001 - showing the memory must never stop the agent
             loop.count("introspection_errors", f"introspection ({why}) failed: {type(e).__name__}: {e}", "error")
 

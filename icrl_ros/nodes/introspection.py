@@ -132,6 +132,19 @@ def sightings(route: Any, goal_names: list[str], goal: int | None, origin: Pose,
     return out
 
 
+def sightings_key(route: Any, goal: int | None, env: int = 0) -> tuple:
+    """What :func:`sightings` draws, to the precision it shows (positions to 1 cm, masses to 0.01, the goal and
+    how many places it was seen from): equal keys draw the same markers, so a step that changes none of it need
+    not be sent again."""
+    drawn = []
+    for cat in range(route.n_cat):
+        xy, mass = route.remembered(env, cat)
+        if mass >= MIN_MASS:
+            drawn.append((cat, round(float(xy[0]), 2), round(float(xy[1]), 2), round(mass, 2)))
+    seen = int(route.seen_from[env, goal].sum()) if goal is not None and 0 <= goal < route.n_cat else 0
+    return goal, seen, tuple(drawn)
+
+
 def route_map(route: Any, origin: Pose, frame_id: str, stamp: Time | None = None, env: int = 0) -> OccupancyGrid:
     """Env ``env``'s stood grid as an occupancy grid in ``frame_id``: free (0) where the robot stood, unknown
     (-1) elsewhere. Cell (row r, column c) of the message is the memory's cell (r along the memory frame's y,
@@ -154,4 +167,5 @@ def route_map(route: Any, origin: Pose, frame_id: str, stamp: Time | None = None
     return grid
 
 
-__all__ = ["MIN_MASS", "category_color", "clear_markers", "route_map", "route_state", "sightings", "stamp_msg"]
+__all__ = ["MIN_MASS", "category_color", "clear_markers", "route_map", "route_state", "sightings", "sightings_key",
+           "stamp_msg"]

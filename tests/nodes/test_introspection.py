@@ -123,6 +123,24 @@ def test_the_marker_is_the_confidence_weighted_mean_of_the_sightings() -> None:
     assert (s[1].pose.position.x, s[1].pose.position.y) != pytest.approx((1.0, 1.0), abs=0.1)  # not a plain mean
 
 
+def test_the_sightings_key_changes_exactly_when_the_drawn_markers_do() -> None:
+    """The node sends the markers again only when this key changes."""
+    route = RouteState(1, len(NAMES), SCALE_M)
+    route.observe(token(2, 0.95, (3.0, 1.0)))
+    key = introspection.sightings_key(route, goal=2)
+    drawn = introspection.sightings(route, NAMES, 2, (0.0, 0.0, 0.0), "odom")
+    route.observe(token(2, 0.3, (-4.0, 4.0)))  # a frame that shows nothing: weight e^-21
+    assert introspection.sightings_key(route, goal=2) == key
+    again = introspection.sightings(route, NAMES, 2, (0.0, 0.0, 0.0), "odom")
+    assert [(m.ns, m.id, m.text, round(m.pose.position.x, 2), round(m.pose.position.y, 2)) for m in again.markers] == \
+        [(m.ns, m.id, m.text, round(m.pose.position.x, 2), round(m.pose.position.y, 2)) for m in drawn.markers]
+    assert introspection.sightings_key(route, goal=1) != key  # another goal is highlighted
+    route.observe(token(2, 0.9, (2.0, 1.0), robot=(1.0, 1.0)))  # a second confident sighting moves the mean
+    assert introspection.sightings_key(route, goal=2) != key
+    route.reset()
+    assert introspection.sightings_key(route, goal=2) == (2, 0, ())
+
+
 def test_the_route_map_is_the_floor_the_robot_stood_on() -> None:
     route = RouteState(1, len(NAMES), SCALE_M)
     # inside cells (a point on a cell's edge may round either way once rotated); the last: a cell again
