@@ -17,6 +17,8 @@ Arguments
                 steady time)
   autostart     configure, then activate after that configure succeeds; once: a later
                 deactivate, cleanup or configure is the operator's and is never undone
+  introspection true: publish the route memory on ~/memory/sightings and ~/memory/route_map (docs/ros.md);
+                empty = the profile's value (off)
 
 SIGTERM to ``ros2 launch`` (``kill``, ``docker stop``) stops the node as Ctrl-C does (zero velocity,
 exit); if the launch process is killed outright the node stops by itself (icrl_ros.nodes.launch_signals).
@@ -41,6 +43,7 @@ from icrl_ros.nodes.launch_signals import node_env, shutdown_on_sigterm
 
 PROFILES = {"sim": ["agent.yaml"], "fetch": ["agent.yaml", "fetch.yaml"]}
 TRUE = ("true", "1", "yes")
+FALSE = ("false", "0", "no")
 
 
 def _agent(context, *args, **kwargs):
@@ -60,6 +63,10 @@ def _agent(context, *args, **kwargs):
                        ("action_mode", "action_mode")):
         if arg[key]:
             overrides[param] = arg[key]
+    if arg["introspection"]:
+        if arg["introspection"].lower() not in TRUE + FALSE:
+            raise RuntimeError(f"introspection: {arg['introspection']!r} is not true or false")
+        overrides["introspection"] = arg["introspection"].lower() in TRUE
     parameters.append(overrides)
 
     node = LifecycleNode(
@@ -103,5 +110,7 @@ def generate_launch_description():
         DeclareLaunchArgument("use_sim_time", default_value="false", description="Follow /clock for stamps"),
         DeclareLaunchArgument("autostart", default_value="true",
                               description="Configure and activate once on start"),
+        DeclareLaunchArgument("introspection", default_value="",
+                              description="true: publish the route memory on ~/memory/* (empty: the profile's)"),
         OpaqueFunction(function=_agent),
     ])

@@ -13,6 +13,7 @@ Arguments
   mode         lockstep (agent publishes Int32 actions) | realtime (agent drives cmd_vel)
   seed         first trial's seed
   namespace    namespace of both nodes
+  introspection  true: the agent publishes its route memory on ~/memory/sightings and ~/memory/route_map
   record       an MCAP file to record the run to (camera, odometry, scan, goal, events, actions, cmd_vel,
                status; icrl_ros.nodes.recording); empty = no recording
 
@@ -62,6 +63,7 @@ def _nodes(context, *args, **kwargs):
             "use_sim_time": "true",
             "namespace": arg["namespace"],
             "action_mode": "discrete" if mode == "lockstep" else "twist",
+            "introspection": arg["introspection"],
         }.items(),
     )
     actions = [bridge, agent]
@@ -90,6 +92,8 @@ def generate_launch_description():
         DeclareLaunchArgument("mode", default_value="lockstep", choices=["lockstep", "realtime"]),
         DeclareLaunchArgument("seed", default_value="0"),
         DeclareLaunchArgument("namespace", default_value=""),
+        DeclareLaunchArgument("introspection", default_value="",
+                              description="true: the agent publishes its route memory on ~/memory/* (docs/ros.md)"),
         DeclareLaunchArgument("record", default_value="",
                               description="record the run to this MCAP file (training/replay.py replays it)"),
         OpaqueFunction(function=_nodes),

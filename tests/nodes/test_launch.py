@@ -182,6 +182,26 @@ def test_sim_launch_runs_the_house_in_lockstep_on_sim_time(ws) -> None:
     assert log.count("process has finished cleanly") == 2, log[-3000:]
 
 
+def test_sim_launch_introspection_shows_the_memory_to_the_ros2_cli(ws) -> None:
+    """``introspection:=true``: the parameter as ``ros2 param describe`` shows it, and ``ros2 topic echo`` receives
+    the route map and the sightings (as a viewer would subscribe: the CLI's own QoS)."""
+    proc = ws.launch("icrl_ros sim.launch.py introspection:=true", "introspection")
+    try:
+        ws.wait_for("ros2 lifecycle get /icrl_agent", r"^active \[3\]", 120)
+        out = ws.sh("ros2 param describe /icrl_agent introspection")
+        assert "Type: boolean" in out and "~/memory/sightings" in out and "Read at configure" in out, out
+        assert "Boolean value is: True" in ws.sh("ros2 param get /icrl_agent introspection")
+        out = ws.wait_for("ros2 topic echo --once --field info /icrl_agent/memory/route_map nav_msgs/msg/OccupancyGrid",
+                          r"resolution: 0.25", 60)
+        assert "width: 128" in out and "height: 128" in out, out
+        out = ws.wait_for("ros2 topic echo --once /icrl_agent/memory/sightings visualization_msgs/msg/MarkerArray",
+                          r"action: 3", 60)  # every array starts with a DELETEALL
+        assert "frame_id: odom" in out, out[-2000:]
+    finally:
+        log = ws.stop(proc, "introspection")
+    assert proc.returncode == 0, log[-3000:]
+
+
 def _children(pid: int) -> list[int]:
     """The live (not zombie) processes whose parent is ``pid``, from /proc."""
     out = []
