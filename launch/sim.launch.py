@@ -14,6 +14,8 @@ Arguments
   seed         first trial's seed
   namespace    namespace of both nodes
   introspection  true: the agent publishes its route memory on ~/memory/sightings and ~/memory/route_map
+  rviz         true: also start RViz2 (where it is installed) with config/memory.rviz: the route map, the
+               remembered sightings and the odometry (sets introspection:=true)
   record       an MCAP file to record the run to (camera, odometry, scan, goal, events, actions, cmd_vel,
                status; icrl_ros.nodes.recording); empty = no recording
 
@@ -53,6 +55,7 @@ def _nodes(context, *args, **kwargs):
         output="screen",
         additional_env=node_env(),  # the bridge stops if this launch process dies (SIGKILL)
     )
+    rviz = arg["rviz"].lower() in ("true", "1", "yes")
     agent = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(os.path.join(share, "launch", "agent.launch.py")),
         launch_arguments={
@@ -63,10 +66,22 @@ def _nodes(context, *args, **kwargs):
             "use_sim_time": "true",
             "namespace": arg["namespace"],
             "action_mode": "discrete" if mode == "lockstep" else "twist",
-            "introspection": arg["introspection"],
+            "introspection": "true" if rviz else arg["introspection"],
         }.items(),
     )
     actions = [bridge, agent]
+    if rviz:  # the memory beside the robot; topics under a namespace are remapped onto the config's names
+        ns = "/" + arg["namespace"].strip("/") if arg["namespace"].strip("/") else ""
+        actions.append(Node(
+            package="rviz2",
+            executable="rviz2",
+            name="rviz2",
+            arguments=["-d", os.path.join(share, "config", "memory.rviz")],
+            parameters=[{"use_sim_time": True}],  # the messages carry the bridge's /clock stamps
+            remappings=[(f"/{t}", f"{ns}/{t}") for t in ("icrl_agent/memory/route_map", "icrl_agent/memory/sightings",
+                                                           "odom")] if ns else [],
+            output="screen",
+        ))
     if arg["record"]:  # the run to MCAP (icrl_ros.nodes.recording); Ctrl-C / SIGTERM finishes the file
         actions.append(Node(
             package="icrl_ros",
@@ -94,6 +109,8 @@ def generate_launch_description():
         DeclareLaunchArgument("namespace", default_value=""),
         DeclareLaunchArgument("introspection", default_value="",
                               description="true: the agent publishes its route memory on ~/memory/* (docs/ros.md)"),
+        DeclareLaunchArgument("rviz", default_value="false",
+                              description="true: RViz2 with config/memory.rviz (the agent's memory; needs rviz2)"),
         DeclareLaunchArgument("record", default_value="",
                               description="record the run to this MCAP file (training/replay.py replays it)"),
         OpaqueFunction(function=_nodes),

@@ -10,10 +10,12 @@ bundle over real DDS and reads both topics from another node.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from tests.nodes.ros_support import require_ros, spin_for, spin_until
 
@@ -37,7 +39,7 @@ from icrl_ros.nodes import introspection  # noqa: E402
 from icrl_ros.nodes.agent_node import AgentNode  # noqa: E402
 from tests.nodes.fake_runner import FakeRunner, write_fake_bundle  # noqa: E402
 from tests.nodes.probe import Probe  # noqa: E402
-from tests.nodes.ros_support import require_house_bundle  # noqa: E402
+from tests.nodes.ros_support import REPO, require_house_bundle  # noqa: E402
 
 NAMES = ["red_ball", "blue_box", "green_key", "yellow_cone", "purple_cup"]
 SCALE_M = 5.0
@@ -260,6 +262,18 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         assert [m.action for m in got["sightings"][-1].markers] == [Marker.DELETEALL]
         assert spin_until(ex, lambda: set(got["route_map"][-1].data) == {-1}, 5)
         assert agent.counters.get("introspection_errors", 0) == 0
+
+        # the shipped RViz2 config (sim.launch.py rviz:=true) shows these topics with QoS that matches them
+        with open(os.path.join(REPO, "config", "memory.rviz")) as f:
+            rviz = yaml.safe_load(f)["Visualization Manager"]
+        displays = {d["Class"]: d for d in rviz["Displays"]}
+        assert rviz["Global Options"]["Fixed Frame"] == grid.header.frame_id
+        for cls, pub in (("rviz_default_plugins/MarkerArray", agent._memory_pubs[0]),
+                         ("rviz_default_plugins/Map", agent._memory_pubs[1])):
+            topic = displays[cls]["Topic"]
+            assert topic["Value"] == pub.topic_name, (cls, topic)
+            assert topic["Reliability Policy"] == "Reliable" and topic["Durability Policy"] == "Transient Local"
+            assert pub.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
     finally:
         ex.shutdown()
         agent.destroy_node()
