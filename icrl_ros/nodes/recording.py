@@ -11,7 +11,9 @@ timestamp), both in nanoseconds of system time, as rosbag2 records them.
 
 What the agent and the bridge exchange (:data:`RUN_TOPICS`, relative to the namespace): camera,
 odometry, laser scan, house-frame pose, goal, episode events, reward, the agent's discrete actions,
-``cmd_vel`` and its status. ``training/replay.py`` feeds such a recording back through the policy.
+``cmd_vel`` and its status, and the agent's memory introspection topics (published only with its
+``introspection`` parameter; a recorder subscribing to them makes the agent compute them).
+``training/replay.py`` feeds such a recording back through the policy.
 
     from icrl_ros.nodes.recording import make_recorder
     recorder = make_recorder("run.mcap", namespace="/robot", metadata={...})   # an rclpy node
@@ -40,9 +42,11 @@ RUN_TOPICS: list[tuple[str, str]] = [
     ("action", "std_msgs/msg/Int32"),
     ("cmd_vel", "geometry_msgs/msg/Twist"),
     ("agent_status", "diagnostic_msgs/msg/DiagnosticArray"),
+    ("icrl_agent/memory/sightings", "visualization_msgs/msg/MarkerArray"),
+    ("icrl_agent/memory/route_map", "nav_msgs/msg/OccupancyGrid"),
 ]
 #: topics published reliable + transient local (latched): recorded with that durability
-LATCHED_TOPICS = {"goal", "episode_events"}
+LATCHED_TOPICS = {"goal", "episode_events", "icrl_agent/memory/sightings", "icrl_agent/memory/route_map"}
 #: the MCAP metadata record a recorder writes its settings to (and that replay reads)
 METADATA_NAME = "icrl_ros.run"
 

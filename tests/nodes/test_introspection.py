@@ -37,6 +37,7 @@ from icrl_ros.memory.route import CELL_M, CELLS  # noqa: E402
 from icrl_ros.models.object_memory import STRUCT_DIM  # noqa: E402
 from icrl_ros.nodes import introspection  # noqa: E402
 from icrl_ros.nodes.agent_node import AgentNode  # noqa: E402
+from icrl_ros.nodes.recording import RUN_TOPICS, make_recorder, message_class  # noqa: E402
 from tests.nodes.fake_runner import FakeRunner, write_fake_bundle  # noqa: E402
 from tests.nodes.probe import Probe  # noqa: E402
 from tests.nodes.ros_support import REPO, require_house_bundle  # noqa: E402
@@ -207,6 +208,7 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         probe.send_image(stamp=stamp, height=64, width=64, value=40 * step[0])
         assert spin_until(ex, lambda: agent.counters["actions"] == step[0], 10), agent.status()
 
+    recorder = None
     try:
         assert agent.trigger_configure() == TransitionCallbackReturn.SUCCESS
         assert agent.trigger_activate() == TransitionCallbackReturn.SUCCESS
@@ -219,11 +221,16 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         assert calls == {"sightings": 0, "route_map": 0}  # nobody subscribed: nothing computed
 
         qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        recorder = make_recorder(str(tmp_path / "run.mcap"), namespace="/", context=ros_context, topics=[
+            t for t in RUN_TOPICS if "/memory/" in t[0]])  # the recorder's own subscriptions to both topics
+        ex.add_node(recorder)
         got: dict[str, list] = {"sightings": [], "route_map": []}
         probe.create_subscription(MarkerArray, "icrl_agent/memory/sightings", got["sightings"].append, qos)
         probe.create_subscription(OccupancyGrid, "icrl_agent/memory/route_map", got["route_map"].append, qos)
         # a viewer joining while the robot waits gets the memory without a step (the node checks each second)
         assert spin_until(ex, lambda: got["sightings"] and got["route_map"], 5)
+        # both viewers (this one and the recorder) matched before the robot moves on: both get every later message
+        assert spin_until(ex, lambda: all(p.get_subscription_count() == 2 for p in agent._memory_pubs), 10)
 
         # a confident sighting of red_ball at (2, -1) m in the memory's frame, written into the runner's memory
         cat = agent.runner.goal_names.index("red_ball")
@@ -262,6 +269,8 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         assert [m.action for m in got["sightings"][-1].markers] == [Marker.DELETEALL]
         assert spin_until(ex, lambda: set(got["route_map"][-1].data) == {-1}, 5)
         assert agent.counters.get("introspection_errors", 0) == 0
+        spin_for(ex, 0.3)
+        recorder.close()
 
         # the shipped RViz2 config (sim.launch.py rviz:=true) shows these topics with QoS that matches them
         with open(os.path.join(REPO, "config", "memory.rviz")) as f:
@@ -278,6 +287,26 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         ex.shutdown()
         agent.destroy_node()
         probe.destroy_node()
+        if recorder is not None:
+            recorder.close()
+            recorder.destroy_node()
+    # the recording, read back by another reader (rosbags) and decoded by rclpy: what the viewer received
+    from pathlib import Path
+
+    from rclpy.serialization import deserialize_message
+    from rosbags.highlevel import AnyReader
+
+    recorded: dict[str, list] = {}
+    with AnyReader([Path(tmp_path / "run.mcap")]) as reader:
+        for conn, _t, raw in reader.messages():
+            recorded.setdefault(conn.topic, []).append(deserialize_message(raw, message_class(conn.msgtype)))
+    grids, arrays = recorded["/icrl_agent/memory/route_map"], recorded["/icrl_agent/memory/sightings"]
+
+    def contents(arrays_) -> set:  # as a set: a reliable resend right after a match can arrive after later ones
+        return {tuple((m.ns, m.id, m.action, m.text) for m in a.markers) for a in arrays_}
+    assert {tuple(g.data) for g in grids} == {tuple(g.data) for g in got["route_map"]}
+    assert contents(arrays) == contents(got["sightings"])
+    assert (("", 0, Marker.DELETEALL, ""),) in contents(arrays)  # the reset is in the recording
 
 
 def test_a_bundle_without_a_route_memory_publishes_nothing(ros_context, tmp_path, capfd) -> None:
