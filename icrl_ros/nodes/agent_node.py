@@ -25,10 +25,10 @@ is converted, and off the control thread. When an episode ends (new
 goal, the bridge's ``episode_end``, a memory reset) its figures go out at once on the status
 topic as ``last_episode_*`` (steps, latency, act time, memory).
 
-With ``introspection`` the route memory of bundles that keep one is published after each step and
-on a reset or load (:mod:`~icrl_ros.nodes.introspection`): ``~/memory/sightings`` and
-``~/memory/route_map``, computed only while one of them has a subscriber (reliable, transient
-local, depth 1: a viewer that joins while the robot idles gets the memory within a second).
+With ``introspection`` the route memory of bundles that keep one goes out on ``~/memory/sightings``
+and ``~/memory/route_map`` (:mod:`~icrl_ros.nodes.introspection`) after each step that changed what
+they show and on a reset or load, computed only while one of them has a subscriber (reliable,
+transient local, depth 1: a viewer that joins while the robot idles gets the memory within a second).
 
 The decisions above are :class:`~icrl_ros.nodes.agent_loop.AgentLoop`'s (no ROS, tested without
 DDS); this module turns messages into its inputs and its outputs into messages.

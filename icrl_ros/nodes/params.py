@@ -222,7 +222,8 @@ class AgentParams(ParamsBase):
         "~/memory/sightings (visualization_msgs/MarkerArray: per goal category the remembered position, name and "
         "sighting mass; the current goal highlighted, with the places it was seen from) and ~/memory/route_map "
         "(nav_msgs/OccupancyGrid: the floor the robot stood on free, the rest unknown), in the odometry messages' "
-        "frame, after each step and on a memory reset or load. Computed only while a topic has a subscriber.",
+        "frame, after a step that changed what they show and on a memory reset or load (reliable, transient local). "
+        "Computed only while a topic has a subscriber.",
     )
     # --- rates and timeouts -------------------------------------------------------------------
     control_rate_hz: float = _live(
