@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -428,7 +429,7 @@ def main(argv=None) -> int:
         observer.bind_env = readout.bind_env  # run_house_trials hands it each batch's envs
     res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split, greedy=args.greedy,
                            temperature=args.temperature, batch=args.batch, env_options=options, teacher="memory",
-                           observer=observer)
+                           observer=observer, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     d = {**tally.summary(), **({"stop_views": views.summary()} if views else {}),
          **({"memory_readout": readout.summary(tally, args.late_from - 1)} if readout else {}),
          **({"census": census.summary(args.late_from - 1)} if census else {}), "policy": desc,
