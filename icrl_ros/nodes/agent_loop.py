@@ -221,6 +221,7 @@ class AgentLoop:
         self._scan: tuple[np.ndarray, float] | None = None  # (free headings, stamp): a bundle that reads a scan
         self.needs_scan = False
         self._pending: tuple[Any, float, float] | None = None  # (frame, stamp, t_in): converted only if used
+        self.last_pose: Pose | None = None  # the odometry pose of the last step acted on
         self.gate = StampGate(self.params.time_jump_s)
         self._camera_rx = -math.inf
         self._odom_rx = -math.inf
@@ -506,6 +507,7 @@ class AgentLoop:
             self.gate.acted(stamp)
             self._resumed_goal = None
             self.last_info = dict(info)
+            self.last_pose = pose  # the odometry pose this step acted at
             if kind is ActionKind.STOP:
                 self._stopped = True
             if not self.active or self.stale:  # stopped while the policy ran: do not move

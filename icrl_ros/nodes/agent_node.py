@@ -390,12 +390,14 @@ class AgentNode(LifecycleNode):
             # a step that changes nothing a viewer shows sends nothing to viewers that have it (transient local
             # keeps the last for a late one): most steps add a sighting too faint to change the drawn ones, and the
             # map changes only when the robot enters a cell it had not stood on
-            keys = [(introspection.sightings_key(route, goal), origin, frame) if counts[0] else None,
+            robot = loop.last_pose
+            keys = [(introspection.sightings_key(route, goal, robot=robot), origin, frame) if counts[0] else None,
                     (int(route.stood[0].sum()), origin, frame) if counts[1] else None]
             send = [bool(n) and (why != "step" or joined or key != last)
                     for n, key, last in zip(counts, keys, self._memory_keys)]
             if send[0]:
-                pubs[0].publish(introspection.sightings(route, loop.goal_names, goal, origin, frame, stamp))
+                pubs[0].publish(introspection.sightings(route, loop.goal_names, goal, origin, frame, stamp,
+                                                        robot=robot))
             if send[1]:
                 pubs[1].publish(introspection.route_map(route, origin, frame, stamp))
             self._memory_keys = [key if sent else last for key, sent, last in zip(keys, send, self._memory_keys)]

@@ -17,9 +17,11 @@ bridge's ``odom``, under ``map``).
   least :data:`MIN_MASS`, a sphere at the remembered position (the weighted mean of the sighted
   positions) and a text ``name mass``; the colour is the category's, its opacity rises with the
   mass. The current goal's sphere is larger and opaque, its text starts with ``goal``, and the places
-  it was seen from (``seen_from``) are a cube list. Every array starts with a DELETEALL marker, so
-  a viewer drops categories it no longer gets and an array of the DELETEALL alone (a memory reset)
-  clears the view.
+  it was seen from (``seen_from``) are a cube list. When the route memory handed the policy a way
+  to the goal on the last step (its ``route`` input: found, the waypoint in the robot's frame, the
+  route's length), an arrow runs from where the robot stood then to that waypoint, labelled with the
+  route's length (namespace ``route``). Every array starts with a DELETEALL marker, so a viewer drops
+  categories it no longer gets and an array of the DELETEALL alone (a memory reset) clears the view.
 * **route map**: the ``CELLS`` x ``CELLS`` grid of ``CELL_M`` cells the route memory keeps: cells
   the robot stood on are free (0), the rest unknown (-1).
 """
@@ -90,11 +92,28 @@ def category_color(cat: int, alpha: float) -> ColorRGBA:
     return ColorRGBA(r=r, g=g, b=b, a=float(alpha))
 
 
+def waypoint(route: Any, robot: Pose | None, env: int = 0) -> tuple[tuple[float, float], float] | None:
+    """The way the route memory handed the policy on the last step, in the odometry frame: (the waypoint's
+    (x, y), the route's length in metres), from its ``route`` input (found, the waypoint's forward and left
+    offsets from the robot in units of ``scale_m``, ..., the length) and ``robot``, the odometry pose of that
+    step; None when no way was found (or no step was taken since a reset)."""
+    feats = getattr(route, "last_route", None)
+    if feats is None or robot is None:
+        return None
+    f = [float(v) for v in feats[env]]
+    if f[0] <= 0.5:
+        return None
+    s = float(route.scale_m)
+    x, y, _ = compose_pose(robot, (f[1] * s, f[2] * s, 0.0))
+    return (x, y), f[5] * s
+
+
 def sightings(route: Any, goal_names: list[str], goal: int | None, origin: Pose, frame_id: str,
-              stamp: Time | None = None, env: int = 0) -> MarkerArray:
+              stamp: Time | None = None, env: int = 0, robot: Pose | None = None) -> MarkerArray:
     """The remembered sightings of env ``env`` of ``route`` as markers in ``frame_id`` (see the module
     docstring); ``goal``: the current goal's index (highlighted), None for none; ``origin``: the odometry
-    pose the memory's frame starts at."""
+    pose the memory's frame starts at; ``robot``: the odometry pose of the last step (the route's arrow
+    starts there)."""
     from icrl_ros.memory.route import CELL_M
 
     stamp = stamp or Time()
@@ -129,20 +148,37 @@ def sightings(route: Any, goal_names: list[str], goal: int | None, origin: Pose,
                     px, py, _ = compose_pose(origin, (float(cx), float(cy), 0.0))
                     cubes.points.append(Point(x=px, y=py, z=0.01))
                 out.markers.append(cubes)
+    way = waypoint(route, robot, env)
+    if way is not None:
+        (wx, wy), length = way
+        cat = goal if goal is not None else 0
+        arrow = _marker(frame_id, stamp, "route", 0, Marker.ARROW)
+        arrow.points = [Point(x=float(robot[0]), y=float(robot[1]), z=0.1), Point(x=wx, y=wy, z=0.1)]
+        arrow.scale.x, arrow.scale.y, arrow.scale.z = 0.05, 0.12, 0.15  # shaft and head diameter, head length
+        arrow.color = category_color(cat, 1.0)
+        label = _marker(frame_id, stamp, "route", 1, Marker.TEXT_VIEW_FACING)
+        label.pose.position.x, label.pose.position.y, label.pose.position.z = wx, wy, 0.3
+        label.scale.z = TEXT_M
+        label.color = category_color(cat, 1.0)
+        label.text = f"route {length:.1f} m"
+        out.markers += [arrow, label]
     return out
 
 
-def sightings_key(route: Any, goal: int | None, env: int = 0) -> tuple:
-    """What :func:`sightings` draws, to the precision it shows (positions to 1 cm, masses to 0.01, the goal and
-    how many places it was seen from): equal keys draw the same markers, so a step that changes none of it need
-    not be sent again."""
+def sightings_key(route: Any, goal: int | None, env: int = 0, robot: Pose | None = None) -> tuple:
+    """What :func:`sightings` draws, to the precision it shows (positions to 1 cm, masses to 0.01, the goal, how
+    many places it was seen from and the route's arrow): equal keys draw the same markers, so a step that changes
+    none of it need not be sent again."""
     drawn = []
     for cat in range(route.n_cat):
         xy, mass = route.remembered(env, cat)
         if mass >= MIN_MASS:
             drawn.append((cat, round(float(xy[0]), 2), round(float(xy[1]), 2), round(mass, 2)))
     seen = int(route.seen_from[env, goal].sum()) if goal is not None and 0 <= goal < route.n_cat else 0
-    return goal, seen, tuple(drawn)
+    way = waypoint(route, robot, env)
+    if way is not None:
+        way = (round(robot[0], 2), round(robot[1], 2), round(way[0][0], 2), round(way[0][1], 2), round(way[1], 1))
+    return goal, seen, tuple(drawn), way
 
 
 def route_map(route: Any, origin: Pose, frame_id: str, stamp: Time | None = None, env: int = 0) -> OccupancyGrid:
@@ -168,4 +204,4 @@ def route_map(route: Any, origin: Pose, frame_id: str, stamp: Time | None = None
 
 
 __all__ = ["MIN_MASS", "category_color", "clear_markers", "route_map", "route_state", "sightings", "sightings_key",
-           "stamp_msg"]
+           "stamp_msg", "waypoint"]

@@ -126,6 +126,39 @@ def test_the_marker_is_the_confidence_weighted_mean_of_the_sightings() -> None:
     assert (s[1].pose.position.x, s[1].pose.position.y) != pytest.approx((1.0, 1.0), abs=0.1)  # not a plain mean
 
 
+def test_the_route_arrow_runs_from_the_robot_to_the_waypoint_the_policy_was_handed() -> None:
+    """Standing where it saw its goal from, the route memory hands the policy the goal itself as the waypoint
+    (icrl_ros/memory/route.py): the arrow then ends on the goal's sphere."""
+    route = RouteState(1, len(NAMES), SCALE_M)
+    origin, at = (1.5, -2.0, 0.7), (1.1, 0.6, 0.4)  # the memory's frame in the odometry frame; the robot in it
+
+    def step(goal: int) -> None:
+        route.before_encode({"odom": torch.tensor([at]), "goal": torch.tensor([goal])}, torch.tensor([0]))
+
+    step(2)  # marks the floor; nothing remembered yet: no way
+    assert route.last_route is not None and float(route.last_route[0, 0]) == 0.0
+    robot = (*in_frame(origin, at[:2]), origin[2] + at[2])  # the odometry pose of that step
+    assert introspection.waypoint(route, robot) is None
+    route.observe(token(2, 0.95, (3.0, 1.0), robot=at[:2]))  # green_key seen from here
+    step(2)
+    way = introspection.waypoint(route, robot)
+    assert way is not None and way[1] > 0
+    msg = introspection.sightings(route, NAMES, goal=2, origin=origin, frame_id="odom", robot=robot)
+    arrow, label = by_ns(msg, "route")[0], by_ns(msg, "route")[1]
+    sphere = by_ns(msg, "sightings")[2]
+    assert arrow.type == Marker.ARROW and len(arrow.points) == 2
+    assert (arrow.points[0].x, arrow.points[0].y) == pytest.approx(robot[:2])
+    assert math.hypot(arrow.points[1].x - sphere.pose.position.x, arrow.points[1].y - sphere.pose.position.y) < 0.01
+    assert label.text == f"route {way[1]:.1f} m"
+    assert introspection.sightings_key(route, 2, robot=robot) != introspection.sightings_key(route, 2)
+
+    step(4)  # a goal never seen: no way, no arrow
+    assert "route" not in {m.ns for m in introspection.sightings(route, NAMES, 4, origin, "odom", robot=robot).markers}
+    step(2)
+    route.reset()  # a new trial: nothing to show
+    assert route.last_route is None and introspection.waypoint(route, robot) is None
+
+
 def test_the_sightings_key_changes_exactly_when_the_drawn_markers_do() -> None:
     """The node sends the markers again only when this key changes."""
     route = RouteState(1, len(NAMES), SCALE_M)
@@ -141,7 +174,7 @@ def test_the_sightings_key_changes_exactly_when_the_drawn_markers_do() -> None:
     route.observe(token(2, 0.9, (2.0, 1.0), robot=(1.0, 1.0)))  # a second confident sighting moves the mean
     assert introspection.sightings_key(route, goal=2) != key
     route.reset()
-    assert introspection.sightings_key(route, goal=2) == (2, 0, ())
+    assert introspection.sightings_key(route, goal=2) == (2, 0, (), None)
 
 
 def test_the_route_map_is_the_floor_the_robot_stood_on() -> None:
@@ -258,6 +291,10 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         x, y = in_frame(origin, (2.0, -1.0))
         assert math.hypot(spheres[cat].pose.position.x - x, spheres[cat].pose.position.y - y) < CELL_M
         assert by_ns(markers, "labels")[cat].text.startswith("goal red_ball ")
+        # the route the runner's memory handed the policy at that step starts where the robot stood
+        arrow = by_ns(markers, "route")[0]
+        assert float(route.last_route[0, 0]) == 1.0
+        assert (arrow.points[0].x, arrow.points[0].y) == pytest.approx(moved[:2], abs=1e-6)
         assert calls["sightings"] >= 2 and calls["route_map"] >= 2
 
         # a new trial: the view is cleared
