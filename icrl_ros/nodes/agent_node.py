@@ -26,9 +26,10 @@ goal, the bridge's ``episode_end``, a memory reset) its figures go out at once o
 topic as ``last_episode_*`` (steps, latency, act time, memory).
 
 With ``introspection`` the route memory of bundles that keep one goes out on ``~/memory/sightings``
-and ``~/memory/route_map`` (:mod:`~icrl_ros.nodes.introspection`) after each step that changed what
-they show and on a reset or load, computed only while one of them has a subscriber (reliable,
-transient local, depth 1: a viewer that joins while the robot idles gets the memory within a second).
+and ``~/memory/route_map`` (:mod:`~icrl_ros.nodes.introspection`) after a step that changed what
+they show (at most once per ``introspection_period_s``; a step held back goes out when the period
+is over) and on a reset or load, computed only while one of them has a subscriber (reliable,
+transient local, depth 1: a viewer that joins while the robot idles gets the memory within 0.1 s).
 
 The decisions above are :class:`~icrl_ros.nodes.agent_loop.AgentLoop`'s (no ROS, tested without
 DDS); this module turns messages into its inputs and its outputs into messages.
@@ -36,9 +37,11 @@ DDS); this module turns messages into its inputs and its outputs into messages.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -119,6 +122,8 @@ class AgentNode(LifecycleNode):
         self._memory_pubs: tuple[Any, Any] | None = None  # (sightings, route map): introspection on a route memory
         self._memory_route: Any = None
         self._memory_viewers = 0  # subscribers when the memory was last published (a new one gets it at once)
+        self._memory_sent = -math.inf  # steady time the memory last went out
+        self._memory_pending = False  # a step changed the memory since (introspection_period_s not over yet)
         self._memory_keys: list[Any] = [None, None]  # what the last sightings / route map showed (and where)
         self._odom_frame = "odom"  # frame id of the odometry acted on: the frame the memory is shown in
         self.loop = AgentLoop(params, AgentIO(
@@ -353,10 +358,11 @@ class AgentNode(LifecycleNode):
         self._memory_route = route
         self._memory_pubs = (self.create_publisher(MarkerArray, "~/memory/sightings", qos),
                              self.create_publisher(OccupancyGrid, "~/memory/route_map", qos))
-        self._memory_viewers = 0
+        self._memory_viewers, self._memory_sent, self._memory_pending = 0, -math.inf, False
         self._entities += [("pub", pub) for pub in self._memory_pubs]
-        # a viewer that joins while no step runs: default group, so never beside an act
-        self._entities.append(("timer", self.create_timer(1.0, self._memory_viewer_check, clock=self._steady)))
+        # a viewer that joins while no step runs, a step held back by introspection_period_s: default group, so
+        # never beside an act
+        self._entities.append(("timer", self.create_timer(0.1, self._memory_viewer_check, clock=self._steady)))
         self.get_logger().info(f"introspection: the route memory on {self._memory_pubs[0].topic_name} and "
                                f"{self._memory_pubs[1].topic_name} while subscribed")
 
@@ -366,6 +372,8 @@ class AgentNode(LifecycleNode):
         viewers = sum(p.get_subscription_count() for p in self._memory_pubs)
         if viewers > self._memory_viewers:
             self._publish_memory("subscribed")
+        elif self._memory_pending and time.monotonic() - self._memory_sent >= self.loop.params.introspection_period_s:
+            self._publish_memory("held step")
         self._memory_viewers = viewers
 
     def _publish_memory(self, why: str) -> None:
@@ -374,6 +382,11 @@ class AgentNode(LifecycleNode):
         pubs = self._memory_pubs
         if pubs is None:
             return
+        now = time.monotonic()
+        if why == "step" and now - self._memory_sent < self.loop.params.introspection_period_s:
+            self._memory_pending = True  # the check timer sends it once the period is over
+            return
+        self._memory_pending = False
         counts = [pub.get_subscription_count() for pub in pubs]
         joined = sum(counts) > self._memory_viewers
         self._memory_viewers = sum(counts)
@@ -393,7 +406,7 @@ class AgentNode(LifecycleNode):
             robot = loop.last_pose
             keys = [(introspection.sightings_key(route, goal, robot=robot), origin, frame) if counts[0] else None,
                     (int(route.stood[0].sum()), origin, frame) if counts[1] else None]
-            send = [bool(n) and (why != "step" or joined or key != last)
+            send = [bool(n) and (why not in ("step", "held step") or joined or key != last)
                     for n, key, last in zip(counts, keys, self._memory_keys)]
             if send[0]:
                 pubs[0].publish(introspection.sightings(route, loop.goal_names, goal, origin, frame, stamp,
@@ -401,6 +414,8 @@ class AgentNode(LifecycleNode):
             if send[1]:
                 pubs[1].publish(introspection.route_map(route, origin, frame, stamp))
             self._memory_keys = [key if sent else last for key, sent, last in zip(keys, send, self._memory_keys)]
+            if any(send):
+                self._memory_sent = now
         except Exception as e:  # noqa: BLE001 - showing the memory must never stop the agent
             loop.count("introspection_errors", f"introspection ({why}) failed: {type(e).__name__}: {e}", "error")
 

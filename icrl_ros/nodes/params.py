@@ -225,6 +225,13 @@ class AgentParams(ParamsBase):
         "frame, after a step that changed what they show and on a memory reset or load (reliable, transient local). "
         "Computed only while a topic has a subscriber.",
     )
+    introspection_period_s: float = _live(
+        0.2,
+        "introspection: the memory goes out after a step at most once per this many seconds (a step sooner is "
+        "shown by a 10 Hz check once the period is over: the last step's memory always goes out); 0 = after every "
+        "step. A reset or load goes out at once.",
+        min=0.0, max=60.0,
+    )
     # --- rates and timeouts -------------------------------------------------------------------
     control_rate_hz: float = _live(
         20.0, "Twist republish rate; >= 10 Hz (Fetch drops commands after 0.25 s).", min=10.0, max=1000.0

@@ -297,6 +297,20 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         assert (arrow.points[0].x, arrow.points[0].y) == pytest.approx(moved[:2], abs=1e-6)
         assert calls["sightings"] >= 2 and calls["route_map"] >= 2
 
+        # steps sooner than introspection_period_s after the last publication are held back; the last one's
+        # memory still goes out once the period is over
+        assert agent.set_parameters([Parameter("introspection_period_s", value=2.0)])[0].successful
+        spin_for(ex, 0.1)
+        n = len(got["route_map"])
+        for k in range(3):  # three new cells in quick succession
+            send(moved[0] + 0.3 * (k + 1), moved[1], moved[2])
+        spin_for(ex, 0.5)  # what was sent has arrived (with introspection_period_s 0: all 3 maps)
+        assert len(got["route_map"]) - n <= 2  # not one per step (each step entered a new cell)
+
+        def shows_stood() -> bool:
+            return np.array_equal(np.array(got["route_map"][-1].data).reshape(CELLS, CELLS) == 0, route.stood[0].T)
+        assert route.stood[0].sum() == 5 and spin_until(ex, shows_stood, 5)
+
         # a new trial: the view is cleared
         client = probe.create_client(Trigger, "icrl_agent/reset_memory")
         assert client.wait_for_service(timeout_sec=5)
