@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_introspection.py                      # house_relic_scan, 3 + 3 blocks of 40 steps
     .venv/bin/python scripts/bench_introspection.py --blocks 4 --block-steps 60 --out /tmp/introspection.json
+    .venv/bin/python scripts/bench_introspection.py --period 0                    # the memory after every step
 
 The house bridge (``sim_bridge_node``, MiniWorld house, test split, lockstep) runs in its own process and
 the agent node (``introspection:=true``, the real bundle on ONNX Runtime) in this one, on a single-threaded
@@ -14,7 +15,9 @@ while a viewer was being discovered or leaving (one topic matched, not the other
 Per step: the acting callback's wall time and this thread's CPU time (image taken -> action published ->
 memory published: ``AgentLoop.try_act``), the node's own in -> out latency (image in -> action out; the
 memory goes out after the action) and, inside the step, the introspection hook alone (with nobody
-subscribed: two ``get_subscription_count`` calls). Prints a table and the ratios on / off of the means.
+subscribed: two ``get_subscription_count`` calls). Per block: this thread's CPU time over the block's
+steps, every callback included (the 10 Hz check that sends a step held back by ``introspection_period_s``
+runs outside the acting callback). Prints a table and the ratios on / off of the means.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=200, help="bridge episode cap")
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--period", type=float, default=None,
+                   help="the agent's introspection_period_s (default: the parameter's default)")
     p.add_argument("--out", default="", help="also write the samples and the summary here (JSON)")
     args = p.parse_args(argv)
     if not (Path(args.bundle) / "manifest.yaml").is_file():
@@ -101,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
     agent = AgentNode(namespace=NAMESPACE, parameter_overrides=[
         Parameter("bundle_path", value=str(Path(args.bundle).resolve())), Parameter("introspection", value=True),
-        Parameter("input_timeout_s", value=30.0), Parameter("action_selection", value="sample")])
+        Parameter("input_timeout_s", value=30.0), Parameter("action_selection", value="sample"),
+        *([Parameter("introspection_period_s", value=args.period)] if args.period is not None else [])])
     ex = SingleThreadedExecutor()
     ex.add_node(agent)
     steps: list[dict] = []  # one per action: wall_ms, cpu_ms, hook_ms, hook_cpu_ms, viewers
@@ -145,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return sum(pub.get_subscription_count() for pub in agent._memory_pubs)
 
     blocks: list[tuple[str, int, int]] = []  # (kind, first step index, end)
+    block_cpu: list[tuple[str, float, int]] = []  # (kind, this thread's CPU ms over the block, actions in it)
     viewer_out = []
     t0 = time.monotonic()
     try:
@@ -159,16 +166,19 @@ def main(argv: list[str] | None = None) -> int:
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 spin_until(lambda: viewers() == 2, "the viewer's subscriptions")
             first = len(steps)
+            cpu0, acts0 = time.thread_time(), loop.counters["actions"]
             want = 2 if on else 0
             spin_until(lambda: sum(1 for s in steps[first:] if s["viewers"] == want == s["viewers_after"])
                        >= args.block_steps, f"block {b}")
             blocks.append(("on" if on else "off", first, len(steps)))
+            block_cpu.append(("on" if on else "off", (time.thread_time() - cpu0) * 1e3, loop.counters["actions"] - acts0))
             if on:
                 interrupt([viewer])
                 viewer_out.append(viewer.stdout.read().strip())
                 viewer = None
                 spin_until(lambda: viewers() == 0, "the viewer to leave")
         wall = time.monotonic() - t0
+        agent_period = agent.params.introspection_period_s
         episodes = agent.runner.episode + 1
         route = agent._memory_route
         drawn = sum(1 for c in range(route.n_cat) if route.remembered(0, c)[1] >= 0.05)
@@ -227,6 +237,16 @@ def main(argv: list[str] | None = None) -> int:
         ratio = f"{on['mean'] / off['mean']:.3f}" if off["mean"] else "-"
         print(f"| {name:<58} | {off['n']:>5} | {off['mean']:>8.3f} | {off['p50']:>7.3f} | {on['n']:>4} | "
               f"{on['mean']:>8.3f} | {on['p50']:>7.3f} | {ratio:>11} |")
+    per = {k: sum(c for kk, c, _ in block_cpu if kk == k) / max(sum(n for kk, _, n in block_cpu if kk == k), 1)
+           for k in ("off", "on")}
+    result["thread_cpu_per_step_ms"] = per
+    print(f"| {'this thread, all callbacks, CPU per step (block totals)':<58} | "
+          f"{sum(n for k, _, n in block_cpu if k == 'off'):>5} | {per['off']:>8.3f} | {'':>7} | "
+          f"{sum(n for k, _, n in block_cpu if k == 'on'):>4} | {per['on']:>8.3f} | {'':>7} | "
+          f"{per['on'] / per['off'] if per['off'] else float('nan'):>11.3f} |")
+    period = agent_period
+    print(f"(introspection_period_s {period})")
+    result["introspection_period_s"] = period
     if args.out:
         Path(args.out).write_text(json.dumps({**result, "steps": steps, "block_index": blocks}, indent=1))
     return 0
