@@ -35,7 +35,6 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 VIEWER = """
 import rclpy, signal, sys
