@@ -83,17 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.bundle} is not an export bundle (no manifest.yaml)", file=sys.stderr)
         return 2
 
-    from icrl_ros.nodes.demo_ros import NAMESPACE, interrupt, loopback_ros_env, params_file
+    from icrl_ros.nodes.demo_ros import NAMESPACE, interrupt, start_lockstep_bridge
 
     log_dir = Path(tempfile.mkdtemp(prefix="icrl_introspection_"))
-    env = loopback_ros_env(None, log_dir / "ros")
-    bridge_file = params_file(log_dir / "bridge.yaml", {
-        "env_kwargs": json.dumps({"split": "test"}), "seed": args.seed, "mode": "lockstep",
-        "max_episode_steps": args.max_steps})
-    bridge = subprocess.Popen(
-        [sys.executable, "-m", "icrl_ros.nodes.sim_bridge_node", "--ros-args", "-r", f"__ns:={NAMESPACE}",
-         "--params-file", str(REPO / "config" / "bridge.yaml"), "--params-file", str(bridge_file)],
-        cwd=REPO, env=env, stdout=open(log_dir / "bridge.log", "wb"), stderr=subprocess.STDOUT)
+    env, bridge = start_lockstep_bridge(args.seed, args.max_steps, log_dir)
 
     import rclpy
     from rclpy.executors import SingleThreadedExecutor

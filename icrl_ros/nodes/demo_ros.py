@@ -106,6 +106,19 @@ def params_file(path: Path, params: dict) -> Path:
     return path
 
 
+def start_lockstep_bridge(seed: int, max_steps: int, log_dir: Path) -> tuple[dict[str, str], subprocess.Popen]:
+    """A sim bridge process on the house (test split, lockstep) in the demo's namespace, on a private loopback DDS
+    domain: (that domain's environment, for the nodes that talk to it; the process). Its log: ``log_dir/bridge.log``."""
+    env = loopback_ros_env(None, log_dir / "ros")
+    bridge_file = params_file(log_dir / "bridge.yaml", {
+        "env_kwargs": json.dumps({"split": "test"}), "seed": seed, "mode": "lockstep", "max_episode_steps": max_steps})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "icrl_ros.nodes.sim_bridge_node", "--ros-args", "-r", f"__ns:={NAMESPACE}",
+         "--params-file", str(REPO_ROOT / "config" / "bridge.yaml"), "--params-file", str(bridge_file)],
+        cwd=REPO_ROOT, env=env, stdout=open(log_dir / "bridge.log", "wb"), stderr=subprocess.STDOUT)
+    return env, proc
+
+
 def demo_agent_params(overrides: dict) -> dict:
     """The agent's parameters in this demo: config/agent.yaml with the demo's overrides (what replay runs)."""
     import yaml

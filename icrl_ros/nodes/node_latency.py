@@ -21,10 +21,8 @@ from __future__ import annotations
 
 
 import argparse
-import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from icrl_ros.training._cli import REPO_ROOT, fail
-from icrl_ros.nodes.demo_ros import NAMESPACE, interrupt, loopback_ros_env, params_file
+from icrl_ros.nodes.demo_ros import NAMESPACE, interrupt, start_lockstep_bridge
 
 
 def stats(ms: np.ndarray) -> dict[str, float]:
@@ -57,14 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (Path(args.bundle) / "manifest.yaml").is_file():
         fail(f"{args.bundle} is not an export bundle (no manifest.yaml)")
     log_dir = Path(tempfile.mkdtemp(prefix="icrl_latency_"))
-    env = loopback_ros_env(None, log_dir / "ros")
-    bridge_file = params_file(log_dir / "bridge.yaml", {
-        "env_kwargs": json.dumps({"split": "test"}), "seed": args.seed, "mode": "lockstep",
-        "max_episode_steps": args.max_steps})
-    bridge = subprocess.Popen(
-        [sys.executable, "-m", "icrl_ros.nodes.sim_bridge_node", "--ros-args", "-r", f"__ns:={NAMESPACE}",
-         "--params-file", str(REPO_ROOT / "config" / "bridge.yaml"), "--params-file", str(bridge_file)],
-        cwd=REPO_ROOT, env=env, stdout=open(log_dir / "bridge.log", "wb"), stderr=subprocess.STDOUT)
+    env, bridge = start_lockstep_bridge(args.seed, args.max_steps, log_dir)
 
     import rclpy
     from rclpy.executors import SingleThreadedExecutor

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from icrl_ros.models.encoders import FeatureEncoder, feature_encoder_for
-from icrl_ros.training.house_encoder import N_CAT, Probe, collect
+from icrl_ros.training.house_encoder import Probe, collect
 
 SIZE_EDGES = (0.0, 5.0, 10.0, 15.0, 20.0, 40.0, 80.0, math.inf)  # pixels of a 64x64 frame
 METRE_EDGES = (0.0, 1.0, 2.0, 3.5, 6.0, math.inf)
