@@ -91,7 +91,7 @@ class AgentNode(LifecycleNode):
 
     Threads: the console script spins the node on a single-threaded executor, one callback at a
     time: only the frame the policy acts on is converted, so the longest callback is one act plus
-    one conversion (BENCHMARKS: `cmd_vel` max 77 ms at 640x480, 169 ms at 1080p, 30 Hz camera). A
+    one conversion (measured: `cmd_vel` max 77 ms at 640x480, 169 ms at 1080p, 30 Hz camera). A
     4-thread ``MultiThreadedExecutor`` stalled the whole node for up to 3 s on this 2-core machine
     and dropped a third of the frames. The callback groups stay (the control group: odometry, the
     ``cmd_vel`` republish and watchdog timers; the default group: camera, goal, events, acting,

@@ -27,7 +27,7 @@ The default bundle (``bundles/house_relic_scan``) is a real ReLIC policy exporte
 checkpoint: a student of the in-context house teacher (imitation, DAgger and PPO on this CPU, with
 the object, place and route memories, a stop rule and a route-following head that reads the laser
 scan the bridge publishes). Held out it finds the goal in a fifth of first episodes and about half
-of episodes 10-20 (BENCHMARKS.md, issue 12): one trial is one house, so a single run is an anecdote
+of episodes 10-20: one trial is one house, so a single run is an anecdote
 beside that curve. ``--bundle bundles/house_memo_scan`` runs the Memo with the same head, ``--bundle
 bundles/house_memo`` the Memo student without it (no laser), ``--bundle bundles/house_relic`` the ReLIC without it.
 """
@@ -59,20 +59,20 @@ SHIPPED_NOTES = {
     "house_relic_scan": ("is a ReLIC student of the house teacher (imitation, DAgger, PPO, object / place / route "
                          "memory, a stop rule, a route-following head reading the laser scan) that finds the goal more "
                          "often and faster in later episodes (held-out success 0.20 in episode 1, 0.47 over episodes "
-                         "10-20; SPL 0.11 -> 0.40; BENCHMARKS.md)",
+                         "10-20; SPL 0.11 -> 0.40)",
                          "ReLIC student of the house teacher with a route-following head on the laser scan"),
     "house_memo_scan": ("is a Memo student of the house teacher (imitation, PPO, object / place / route memory, a "
                         "stop rule, a route-following head reading the laser scan) that finds the goal more often and "
                         "faster in later episodes (held-out success 0.22 in episode 1, 0.51 over episodes 10-20; SPL "
-                        "0.13 -> 0.43; BENCHMARKS.md)",
+                        "0.13 -> 0.43)",
                         "Memo student of the house teacher with a route-following head on the laser scan"),
     "house_memo": ("is a Memo student of the house teacher (imitation, object and place memory, a stop rule, then "
                    "PPO) that finds the goal in a minority of episodes, more often in later ones (held-out success "
-                   "0.33 in episode 1, 0.43 over episodes 10-20; BENCHMARKS.md)",
+                   "0.33 in episode 1, 0.43 over episodes 10-20)",
                    "Memo student of the house teacher (imitation + PPO): finds the goal in a minority of episodes"),
     "house_relic": ("is a ReLIC student of the house teacher (imitation, DAgger, place memory, a stop rule, then PPO) "
                     "that finds the goal in a minority of episodes (held-out success 0.25 in episode 1, 0.40 over "
-                    "episodes 10-20; BENCHMARKS.md)",
+                    "episodes 10-20)",
                     "ReLIC student of the house teacher (imitation + PPO): finds the goal in a minority of episodes"),
 }
 """What the demo says about a shipped bundle: (a line before the run, a line under the plots' title)."""
