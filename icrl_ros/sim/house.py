@@ -429,17 +429,17 @@ class HouseEnv(gym.Env):
         near = np.array([math.hypot(o.x - self.x, o.z - self.z) - o.cat.radius <= self.success_distance for o in inst])
         return bool((near & self.visible_targets()).any())
 
-    def goal_sight(self) -> tuple[float, bool]:
-        """(pixels of a 64x64 frame the largest goal instance covers in the current camera view,
-        whether a goal instance is within ``success_distance`` and visible): privileged, for
-        diagnostics that ask whether a failed episode ever showed or reached its goal."""
+    def goal_sight(self) -> tuple[np.ndarray, bool]:
+        """(per goal category, the pixels of a 64x64 frame its largest instance covers in the current camera
+        view (n_goals,); whether an instance of the current goal is within ``success_distance`` and visible):
+        privileged, for diagnostics that ask what a failed episode ever showed or reached."""
         from icrl_ros.sim.house_view import cast_view
 
         view = cast_view(self.layout, self.nav.walls, self.x, self.z, self.yaw, 64, CAMERA_HEIGHT, CAMERA_PITCH_DEG,
                          FOV_Y_DEG)
-        px = view.pixels
-        goal = [k for k, o in enumerate(self.layout.objects) if o.category == self.goal]
-        return float(px[goal].max()) if goal else 0.0, self.target_visible_in_reach()
+        out = np.zeros(len(GOAL_NAMES), np.float32)
+        np.maximum.at(out, [o.category for o in self.layout.objects], view.pixels.astype(np.float32))
+        return out, self.target_visible_in_reach()
 
     def oracle_action(self) -> int:
         """The action of a shortest-path follower (see ``house_oracle``); for tests, sanity

@@ -6,12 +6,15 @@ instance covers; the in-context teacher recognises it from 10) and by the frozen
 presence head (P(goal in view) > 0.5), and the env says whether a goal instance is within the
 success distance and visible. Each episode then falls in exactly one class, first match wins:
 
-``success``; ``wrong_stop`` (stopped where no goal was in reach and view); and, for timeouts,
-``timeout_goal_remembered`` (the watching teacher, which saw only what the robot saw, knew where an
-instance was at the episode start: memory was not used), ``never_saw`` (the goal never covered 10
-pixels: exploration), ``saw_not_recognised`` (it did, but the encoder never called it in such a
-frame: perception), ``recognised_not_reached`` (navigation), ``reached_no_stop`` (it stood in reach
-and view and did not stop).
+``success``; ``wrong_stop`` (stopped where no goal was in reach and view); and, for timeouts, with
+the goal's position known at the episode start: ``timeout_goal_recognised_before`` (the robot's own
+encoder had called the goal category present in an earlier frame of the trial where it covered >= 10
+pixels: its memory could hold the sighting, and using it failed) or ``timeout_goal_seen_not_recognised``
+(only the watching teacher, which recognises whatever covers 10 pixels of what the robot saw, knew it:
+the robot's encoder never recognised it, so its memory had nothing to use); then ``never_saw`` (the
+goal never covered 10 pixels in this episode: exploration), ``saw_not_recognised`` (it did, but the
+encoder never called it in such a frame: perception), ``recognised_not_reached`` (navigation),
+``reached_no_stop`` (it stood in reach and view and did not stop).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from icrl_ros.models.encoders import FeatureHeads, feature_encoder_for, load_fro
 from icrl_ros.sim.house import STOP
 from icrl_ros.sim.house_view import MIN_PIXELS
 
-CLASSES = ("success", "wrong_stop", "timeout_goal_remembered", "never_saw", "saw_not_recognised",
-           "recognised_not_reached", "reached_no_stop")
+CLASSES = ("success", "wrong_stop", "timeout_goal_recognised_before", "timeout_goal_seen_not_recognised", "never_saw",
+           "saw_not_recognised", "recognised_not_reached", "reached_no_stop")
 
 
 class Census:
@@ -48,13 +51,16 @@ class Census:
         self.reached = np.zeros(shape, bool)
         self.outcome = np.full(shape, -1, np.int8)  # 0 success, 1 wrong stop, 2 timeout
         self.known_at_start = np.full(shape, -1, np.int8)
+        self.recognised_before = np.zeros(shape, bool)  # the encoder had recognised the goal earlier in the trial
+        self._seen_cats = np.zeros((trials, n_cat), bool)  # per trial: categories the encoder recognised so far
+        self._started = np.full(trials, -1, np.int64)  # per trial: the last episode whose first frame was scored
         self._next, self._start, self._env, self._episode = 0, 0, None, np.zeros(0, np.int64)
         self._fresh = np.ones(trials, bool)
 
     def bind_env(self, env) -> None:
         self._env, self._start = env, self._next
         self._next += env.num_envs
-        self._episode = np.zeros(env.num_envs, np.int64)
+        self._episode = np.full(env.num_envs, -1, np.int64)  # -1: the trial's first frame not seen yet
 
     def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:
         _, known = labels
@@ -75,26 +81,32 @@ class Census:
     def see(self, obs: dict) -> None:
         """Score the frames the policy is about to act on (each env's current episode)."""
         sight = self._env.call("goal_sight")
-        goal = torch.as_tensor(obs["goal"]).long().reshape(-1)
-        p = self.heads(self.enc(torch.as_tensor(obs["rgb"])))["present"].sigmoid()
-        p_goal = p.gather(-1, goal[:, None]).squeeze(-1).numpy()
-        for i, (px, reach) in enumerate(sight):
+        goal = np.asarray(obs["goal"]).astype(np.int64).reshape(-1)
+        said_all = (self.heads(self.enc(torch.as_tensor(obs["rgb"])))["present"].sigmoid() > self.threshold).numpy()
+        self._episode[self._episode < 0] = 0
+        for i, (cat_px, reach) in enumerate(sight):
             t, e = self._start + i, int(self._episode[i])
             if e >= self.episodes:
                 continue
+            g = int(goal[i])
+            if self._started[t] != e:  # the episode's first frame: what the encoder had recognised before it
+                self._started[t] = e
+                self.recognised_before[t, e] = bool(self._seen_cats[t, g])
+            px, said = float(cat_px[g]), bool(said_all[i, g])
             self.max_px[t, e] = max(self.max_px[t, e], px)
-            said = p_goal[i] > self.threshold
-            self.recognised[t, e] |= bool(said and px >= MIN_PIXELS)
-            self.false_alarm[t, e] |= bool(said and px <= 0)
+            self.recognised[t, e] |= said and px >= MIN_PIXELS
+            self.false_alarm[t, e] |= said and px <= 0
             self.reached[t, e] |= bool(reach)
+            self._seen_cats[t] |= said_all[i] & (np.asarray(cat_px) >= MIN_PIXELS)
 
     def classes(self) -> np.ndarray:
         """(trials, episodes) index into :data:`CLASSES` (-1: not run)."""
         c = np.full(self.outcome.shape, -1, np.int8)
         timeout = self.outcome == 2
-        order = [(self.outcome == 0, 0), (self.outcome == 1, 1), (timeout & (self.known_at_start == 1), 2),
-                 (timeout & (self.max_px < MIN_PIXELS), 3), (timeout & ~self.recognised, 4),
-                 (timeout & ~self.reached, 5), (timeout, 6)]
+        known = timeout & (self.known_at_start == 1)
+        order = [(self.outcome == 0, 0), (self.outcome == 1, 1), (known & self.recognised_before, 2), (known, 3),
+                 (timeout & (self.max_px < MIN_PIXELS), 4), (timeout & ~self.recognised, 5),
+                 (timeout & ~self.reached, 6), (timeout, 7)]
         for mask, k in reversed(order):  # the first match wins: assign in reverse so it overwrites
             c[mask] = k
         return c
@@ -118,7 +130,7 @@ class Census:
 def print_census(name: str, summary: dict) -> None:
     keys = [k for k in summary if k.startswith("episode")] + ["all"]
     print(f"{name}: failure census (share of episodes; first matching class)")
-    print(f"  {'class':<24}" + "".join(f"{k:>16}" for k in keys))
+    print(f"  {'class':<34}" + "".join(f"{k:>16}" for k in keys))
     for cls in CLASSES:
-        print(f"  {cls:<24}" + "".join(f"{summary[k][cls]:>16.3f}" for k in keys))
-    print(f"  {'episodes':<24}" + "".join(f"{summary[k]['episodes']:>16d}" for k in keys))
+        print(f"  {cls:<34}" + "".join(f"{summary[k][cls]:>16.3f}" for k in keys))
+    print(f"  {'episodes':<34}" + "".join(f"{summary[k]['episodes']:>16d}" for k in keys))
