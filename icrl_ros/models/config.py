@@ -74,6 +74,9 @@ class ModelArgs:
     ``pretrained_encoder``; training caches its features per frame)."""
     feature_dim: int = 128
     """``visual_encoder: features``: size of the frozen encoder's feature vector."""
+    feature_pooled: int = 0
+    """``visual_encoder: features``: how many of those features the frozen encoder reads as the maximum of a
+    per-cell head over its conv map (``training/house_encoder.py --pooled``; 0 for the shipped encoder)."""
     odom_fourier: int = 0
     """Fourier scales (1, 2, 4, ... m) of odometry x and y added to the odometry input (0: none)."""
     goal_readout: bool = False
@@ -189,6 +192,9 @@ class ModelArgs:
         check_choice("model.grid_encoding", self.grid_encoding, GRID_ENCODINGS)
         check_positive("model.image_size", self.image_size)
         check_positive("model.feature_dim", self.feature_dim)
+        if not 0 <= self.feature_pooled < self.feature_dim:
+            raise ValueError(f"model.feature_pooled: must be in [0, feature_dim={self.feature_dim}), "
+                             f"got {self.feature_pooled}")
         check_positive("model.odom_fourier", self.odom_fourier, allow_zero=True)
         if self.last_obs and self.obs_type != "discrete":
             raise ValueError("model.last_obs: only for discrete (grid-world) observations")

@@ -253,7 +253,7 @@ class StepEncoder(nn.Module):
                 raise ValueError(f"model.{flag}: needs an image env and visual_encoder: features")
         if a.obs_type == "image":
             if a.visual_encoder == "features":
-                self.image = FeatureEncoder(a.feature_dim, a.image_size)
+                self.image = FeatureEncoder(a.feature_dim, a.image_size, pooled=a.feature_pooled)
                 self.image.requires_grad_(False)  # frozen: pretrained on simulator labels
                 self.image_proj = nn.Linear(a.feature_dim, a.d_model)
                 if self.readout:

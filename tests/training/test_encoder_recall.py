@@ -81,3 +81,29 @@ def test_recall_cli_refuses_a_bad_encoder_spec_in_one_line(tmp_path, capsys):
             main(["--encoder", spec, "--out", str(tmp_path)])
         err = capsys.readouterr().err
         assert e.value.code == 2 and words in err.strip().splitlines()[-1] and "Traceback" not in err
+
+
+def test_a_policy_on_a_pooled_encoder_loads_it_and_exports_with_its_outputs(tmp_path):
+    """model.feature_pooled: the policy builds the frozen encoder with the pooled path, loads the file's weights,
+    and its bundle (ONNX Runtime, the max over the map inside the graph) reproduces the torch step."""
+    from icrl_ros.models import build_policy
+    from icrl_ros.models.config import ModelArgs
+    from icrl_ros.runtime.bundle import load_bundle
+    from icrl_ros.runtime.selfcheck import check_sample
+    from icrl_ros.training.export import export_bundle
+
+    torch.manual_seed(0)
+    enc = FeatureEncoder(16, 24, pooled=4)
+    torch.save(enc.state_dict(), tmp_path / "enc.pt")
+    args = ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, d_model=32, n_layers=1, n_heads=4, d_mlp=64,
+                     obs_type="image", image_size=24, n_goals=3, sink="kv0", visual_encoder="features", feature_dim=16,
+                     feature_pooled=4, pretrained_encoder=str(tmp_path / "enc.pt"), use_reward=False)
+    policy = build_policy(args, load_pretrained=True).eval()
+    rgb = torch.randint(0, 256, (2, 24, 24, 3), dtype=torch.uint8)
+    with torch.no_grad():
+        assert torch.equal(policy.encoder.image(rgb), enc.eval()(rgb))
+    bundle = export_bundle(policy, tmp_path / "b", env={"goal_names": ["a", "b", "c"],
+                                                         "action_names": ["stop", "forward", "left", "right"]})
+    assert check_sample(load_bundle(bundle))["ok"]
+    with pytest.raises(ValueError, match="feature_pooled"):
+        ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, feature_dim=16, feature_pooled=16)
