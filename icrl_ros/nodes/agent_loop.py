@@ -323,7 +323,12 @@ class AgentLoop:
             key = (run, trial)
             if trial is not None and key == self._bridge_trial:
                 return  # the same trial announced twice (or its latched copy after a load)
+            first_contact = self._bridge_trial is None and not new_run and self.episodes_done == 0
             self._bridge_trial = key
+            if first_contact:  # the first trial this agent hears of, in its first episode: the one it is acting in
+                # (its latched trial_start can arrive after the first images; a reset would cut them off)
+                self.io.log("info", f"trial_start event (trial {clip(trial)}): the trial this agent is in, memory kept")
+                return
             self.reset_memory(f"trial_start event (trial {clip(trial)}"
                               + (f", a new bridge run {clip(run)})" if new_run else ")"))
         elif new_run:  # a restarted bridge whose trial_start did not reach us: its house is another one

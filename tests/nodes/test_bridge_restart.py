@@ -70,7 +70,7 @@ def test_a_bridge_restarted_with_another_seed_starts_a_new_trial_in_the_agent(ro
         assert spin_until(ex, lambda: status().get("state") == "active", 180), logs()
         bridge = _bridge(tmp_path, 0, "first")
         # the first house: the agent took its trial 0, acts, and its memory grows
-        assert spin_until(ex, lambda: "memory reset: trial_start event (trial 0)" in logs(), 90), logs()
+        assert spin_until(ex, lambda: "trial_start event (trial 0): the trial this agent is in" in logs(), 90), logs()
         assert spin_until(ex, lambda: int(status().get("memory_tokens", 0)) >= 30, 120), logs()
         first = _events(probe, "trial_start")
         assert first and first[-1]["trial"] == 0 and first[-1]["run"], first
@@ -96,7 +96,9 @@ def test_a_bridge_restarted_with_another_seed_starts_a_new_trial_in_the_agent(ro
         assert spin_until(ex, lambda: any(0 < t < tokens_before for t in after_reset()), 60), \
             (tokens_before, after_reset()[-20:], logs())
         log = (tmp_path / "agent.log").read_text(errors="replace")
-        assert log.count("memory reset: trial_start event (trial 0") == 2, log[-3000:]
+        # the first bridge's trial was the one the fresh agent was in (kept); the restarted bridge's reset it
+        assert log.count("memory reset: trial_start event (trial 0") == 1, log[-3000:]
+        assert log.count("trial_start event (trial 0): the trial this agent is in, memory kept") == 1, log[-3000:]
         assert f"trial 0, a new bridge run '{restarted['run']}'" in log, log[-3000:]
     finally:
         for proc in (bridge, second, agent):
