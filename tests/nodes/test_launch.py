@@ -182,6 +182,7 @@ def test_sim_launch_runs_the_house_in_lockstep_on_sim_time(ws) -> None:
     assert log.count("process has finished cleanly") == 2, log[-3000:]
 
 
+@pytest.mark.slow  # ~45 s; the topics' contents are checked over DDS in test_introspection.py (make test)
 def test_sim_launch_introspection_shows_the_memory_to_the_ros2_cli(ws) -> None:
     """``introspection:=true``: the parameter as ``ros2 param describe`` shows it, and ``ros2 topic echo`` receives
     the route map and the sightings (as a viewer would subscribe: the CLI's own QoS)."""
