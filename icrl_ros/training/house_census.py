@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from icrl_ros.models.encoders import FeatureHeads, feature_encoder_for, load_frozen, read_encoder_file
-from icrl_ros.sim.house import STOP
 from icrl_ros.sim.house_view import MIN_PIXELS
 
 CLASSES = ("success", "wrong_stop", "timeout_goal_recognised_before", "timeout_goal_seen_not_recognised", "never_saw",
@@ -31,10 +30,11 @@ CLASSES = ("success", "wrong_stop", "timeout_goal_recognised_before", "timeout_g
 
 
 class Census:
-    """An observer for :func:`~icrl_ros.training.house_eval.run_house_trials` (with ``teacher="memory"``):
-    per (trial, episode) the largest goal size seen, whether the encoder recognised the goal in a frame
-    where it covered >= 10 pixels, whether the robot reached it, the outcome and whether the teacher
-    knew the goal at the episode start."""
+    """An observer for :func:`~icrl_ros.training.house_eval.run_house_trials` (with ``teacher="memory"``), run
+    beside :class:`~icrl_ros.training.house_diagnose.Tally`, which keeps each episode's outcome and whether the
+    teacher knew the goal at its start: per (trial, episode) the largest goal size seen, whether the encoder
+    recognised the goal in a frame where it covered >= 10 pixels (and in an earlier episode), whether the robot
+    reached it."""
 
     def __init__(self, trials: int, episodes: int, encoder_path: str, image_size: int, threshold: float = 0.5) -> None:
         state = read_encoder_file(encoder_path)
@@ -49,13 +49,10 @@ class Census:
         self.recognised = np.zeros(shape, bool)
         self.false_alarm = np.zeros(shape, bool)  # P > threshold on a frame where the goal covered no pixel
         self.reached = np.zeros(shape, bool)
-        self.outcome = np.full(shape, -1, np.int8)  # 0 success, 1 wrong stop, 2 timeout
-        self.known_at_start = np.full(shape, -1, np.int8)
         self.recognised_before = np.zeros(shape, bool)  # the encoder had recognised the goal earlier in the trial
         self._seen_cats = np.zeros((trials, n_cat), bool)  # per trial: categories the encoder recognised so far
         self._started = np.full(trials, -1, np.int64)  # per trial: the last episode whose first frame was scored
         self._next, self._start, self._env, self._episode = 0, 0, None, np.zeros(0, np.int64)
-        self._fresh = np.ones(trials, bool)
 
     def bind_env(self, env) -> None:
         self._env, self._start = env, self._next
@@ -63,19 +60,7 @@ class Census:
         self._episode = np.full(env.num_envs, -1, np.int64)  # -1: the trial's first frame not seen yet
 
     def __call__(self, labels, first, action, logits, done, info, done_eps) -> None:
-        _, known = labels
-        a = action.numpy()
-        for i in range(len(a)):
-            t, e = first + i, int(done_eps[i])
-            if e >= self.episodes:
-                continue
-            if self._fresh[t] and known[i] >= 0:
-                self.known_at_start[t, e] = int(known[i])
-                self._fresh[t] = False
-            if done[i]:
-                self.outcome[t, e] = 0 if info[i]["success"] else (1 if a[i] == STOP else 2)
-                self._fresh[t] = True
-        self._episode = done_eps + np.asarray(done, np.int64)
+        self._episode = done_eps + np.asarray(done, np.int64)  # each env's episode from the next frame on
 
     @torch.no_grad()
     def see(self, obs: dict) -> None:
@@ -99,21 +84,23 @@ class Census:
             self.reached[t, e] |= bool(reach)
             self._seen_cats[t] |= said_all[i] & (np.asarray(cat_px) >= MIN_PIXELS)
 
-    def classes(self) -> np.ndarray:
-        """(trials, episodes) index into :data:`CLASSES` (-1: not run)."""
-        c = np.full(self.outcome.shape, -1, np.int8)
-        timeout = self.outcome == 2
-        known = timeout & (self.known_at_start == 1)
-        order = [(self.outcome == 0, 0), (self.outcome == 1, 1), (known & self.recognised_before, 2), (known, 3),
+    def classes(self, tally) -> np.ndarray:
+        """(trials, episodes) index into :data:`CLASSES` (-1: not run), with the outcomes and teacher knowledge
+        ``tally`` (a :class:`~icrl_ros.training.house_diagnose.Tally` of the same run) kept."""
+        outcome = tally.outcome  # 0 success, 1 wrong stop, 2 timeout
+        c = np.full(outcome.shape, -1, np.int8)
+        timeout = outcome == 2
+        known = timeout & (tally.known_at_start == 1)
+        order = [(outcome == 0, 0), (outcome == 1, 1), (known & self.recognised_before, 2), (known, 3),
                  (timeout & (self.max_px < MIN_PIXELS), 4), (timeout & ~self.recognised, 5),
                  (timeout & ~self.reached, 6), (timeout, 7)]
         for mask, k in reversed(order):  # the first match wins: assign in reverse so it overwrites
             c[mask] = k
         return c
 
-    def summary(self, late_from: int) -> dict:
+    def summary(self, tally, late_from: int) -> dict:
         """Shares of each class in episode 1, in episodes ``late_from``+1 on, and in all; per-trial classes."""
-        c = self.classes()
+        c = self.classes(tally)
         out = {}
         for name, cols in (("episode_1", slice(0, 1)), (f"episodes_{late_from + 1}_on", slice(late_from, None)),
                            ("all", slice(None))):
@@ -121,7 +108,7 @@ class Census:
             sub = sub[sub >= 0]
             out[name] = {"episodes": int(sub.size), **{k: float((sub == j).mean()) if sub.size else float("nan")
                                                        for j, k in enumerate(CLASSES)}}
-        failed = (self.outcome > 0)
+        failed = tally.outcome > 0
         out["failed_episodes_encoder_false_alarm"] = float(self.false_alarm[failed].mean()) if failed.any() else None
         out["per_trial"] = {"class": c.tolist(), "max_goal_px": np.round(self.max_px, 1).tolist()}
         return out

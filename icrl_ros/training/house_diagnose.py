@@ -432,7 +432,7 @@ def main(argv=None) -> int:
                            observer=observer, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     d = {**tally.summary(), **({"stop_views": views.summary()} if views else {}),
          **({"memory_readout": readout.summary(tally, args.late_from - 1)} if readout else {}),
-         **({"census": census.summary(args.late_from - 1)} if census else {}), "policy": desc,
+         **({"census": census.summary(tally, args.late_from - 1)} if census else {}), "policy": desc,
          "trials": args.trials, "episodes": args.episodes, "seed": args.seed,
          "greedy": args.greedy, "temperature": None if args.greedy else args.temperature,
          "success_rate": float(res["success"].mean()), "spl": float(res["spl"].mean())}

@@ -322,17 +322,17 @@ def test_census_classes_take_the_first_matching_reason():
     recognised, recognised but not reached, reached without a stop."""
     from icrl_ros.training.house_census import CLASSES, Census
 
-    c = Census(1, 9, "checkpoints/house_encoder.pt", 64)
-    c.outcome[0] = [0, 1, 2, 2, 2, 2, 2, 2, -1]
-    c.known_at_start[0] = [1, 1, 1, 1, 0, 0, 0, 0, -1]
+    c, tally = Census(1, 9, "checkpoints/house_encoder.pt", 64), Tally(1, 9)
+    tally.outcome[0] = [0, 1, 2, 2, 2, 2, 2, 2, -1]
+    tally.known_at_start[0] = [1, 1, 1, 1, 0, 0, 0, 0, -1]
     c.recognised_before[0] = [True, False, True, False, False, True, False, False, False]
     c.max_px[0] = [50, 0, 0, 0, 9.9, 30, 30, 30, 0]
     c.recognised[0] = [True, False, False, False, False, False, True, True, False]
     c.reached[0] = [True, False, False, False, False, False, False, True, False]
-    got = [CLASSES[k] if k >= 0 else None for k in c.classes()[0]]
+    got = [CLASSES[k] if k >= 0 else None for k in c.classes(tally)[0]]
     assert got == ["success", "wrong_stop", "timeout_goal_recognised_before", "timeout_goal_seen_not_recognised",
                    "never_saw", "saw_not_recognised", "recognised_not_reached", "reached_no_stop", None]
-    s = c.summary(late_from=4)
+    s = c.summary(tally, late_from=4)
     assert s["episode_1"]["success"] == 1.0 and s["all"]["episodes"] == 8
     assert s["episodes_5_on"]["episodes"] == 4 and s["episodes_5_on"]["reached_no_stop"] == pytest.approx(1 / 4)
 
