@@ -15,8 +15,8 @@ A pipeline file (YAML)::
       - name: train
         run: training/train.py --config config/train/darkroom.yaml --run-dir {run}/train
         creates: [{run}/train/checkpoints/final.pt]      # the stage is done when these exist
-        resume_if: {run}/train/checkpoints/last.pt       # optional: a half-done stage resumes ...
-        resume: training/train.py --resume {run}/train/checkpoints/last.pt   # ... with this command
+        resume_if: {run}/train/checkpoints/latest.pt     # optional: a half-done stage resumes ...
+        resume: training/train.py --resume {run}/train/checkpoints/latest.pt   # ... with this command
 
 ``run`` is a script of this repository with its arguments (run with this Python, from the repository
 root); ``{run}`` is the run directory. A stage whose ``creates`` all exist is skipped, so after a crash,
