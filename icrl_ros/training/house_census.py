@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from icrl_ros.models.encoders import FeatureHeads, feature_encoder_for, load_frozen, read_encoder_file
+from icrl_ros.training.encoder_recall import load_encoder
 from icrl_ros.sim.house_view import MIN_PIXELS
 
 CLASSES = ("success", "wrong_stop", "timeout_goal_recognised_before", "timeout_goal_seen_not_recognised", "never_saw",
@@ -37,12 +37,8 @@ class Census:
     reached it."""
 
     def __init__(self, trials: int, episodes: int, encoder_path: str, image_size: int, threshold: float = 0.5) -> None:
-        state = read_encoder_file(encoder_path)
-        self.enc = feature_encoder_for(state, image_size).eval()
-        load_frozen(self.enc, encoder_path, state=state)
-        n_cat, d_feat = state["heads.present.weight"].shape
-        self.heads = FeatureHeads(d_feat, n_cat).eval()
-        load_frozen(self.heads, encoder_path, prefix="heads.", state=state)
+        self.enc, self.heads = load_encoder(encoder_path, image_size)
+        n_cat = self.heads.n_cat
         self.episodes, self.threshold = episodes, threshold
         shape = (trials, episodes)
         self.max_px = np.zeros(shape, np.float32)
