@@ -383,6 +383,19 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"],
                    help="bundles: the runtime engine (default %(default)s)")
     p.add_argument("--batch", type=int, default=25, help="house: trials stepped together (default %(default)s)")
+    p.add_argument("--loc-noise", metavar="M,DEG[,TAU_S]",
+                   help="house: the policy's pose comes from a localiser with this bounded, slowly varying map-frame "
+                        "error (RMS metres, RMS degrees, correlation time in seconds, default 30; clipped at 2x the "
+                        "RMS), e.g. 0.15,3 (icrl_ros/sim/pose_noise.py)")
+    p.add_argument("--odom-drift", metavar="SCALE,HEADING,BIAS",
+                   help="house: odometry drifts (scale error fraction, heading random walk in radians per sqrt(radian "
+                        "turned + metre driven), heading bias in degrees per minute), e.g. 0.01,0.01,1; alone, the policy's pose "
+                        "is this odometry since boot; with --loc-noise, the odometry between localiser fixes")
+    p.add_argument("--loc-every", type=int, default=1, metavar="N",
+                   help="house, with --loc-noise: a localiser fix every N steps, odometry composed in between "
+                        "(default %(default)s)")
+    p.add_argument("--step-s", type=float, default=1.0, metavar="S",
+                   help="house, with --loc-noise / --odom-drift: simulated seconds per step (default %(default)s)")
     p.add_argument("--out", default="eval", help="output directory for eval.json / curves.json and icl_curve.png "
                    "(default %(default)s)")
     args = p.parse_args(argv)
@@ -410,10 +423,13 @@ def main(argv=None) -> int:
     house = [is_house(c) for c in args.checkpoints]
     if args.wipe_memory and not all(house):
         fail("--wipe-memory is the house no-memory ablation; grid-world checkpoints have no_iea configs instead")
+    pose_errors = parse_pose_errors(args)
+    if pose_errors is not None and not all(house):
+        fail("--loc-noise / --odom-drift are for house policies (their odometry input)")
     if any(house):
         if not all(house):
             fail("house policies and grid-world checkpoints cannot share one evaluation; run them separately")
-        return evaluate_house(args, labels)
+        return evaluate_house(args, labels, pose_errors)
     results = []
     for c in args.checkpoints:
         try:
@@ -470,7 +486,26 @@ def is_house(path: str) -> bool:
     return ((blob.get("config") or {}).get("env") or {}).get("id") == HOUSE_ENV
 
 
-def evaluate_house(args, labels: list[str]) -> int:
+def parse_pose_errors(args):
+    """The command line's :class:`~icrl_ros.sim.pose_noise.PoseErrors`, or None (none asked for); a mistake
+    ends the run with one line."""
+    from icrl_ros.sim.pose_noise import LocalisationNoise, OdometryDrift, PoseErrors
+
+    if args.loc_noise is None and args.odom_drift is None:
+        if args.loc_every != 1 or args.step_s != 1.0:
+            fail("--loc-every / --step-s apply only with --loc-noise or --odom-drift")
+        return None
+    try:
+        loc = LocalisationNoise.parse(args.loc_noise) if args.loc_noise is not None else None
+        drift = OdometryDrift.parse(args.odom_drift) if args.odom_drift is not None else None
+        if args.loc_every != 1 and loc is None:
+            raise ValueError("--loc-every needs --loc-noise (a localiser to take fixes from)")
+        return PoseErrors(loc=loc, drift=drift, fix_every=args.loc_every, dt_s=args.step_s)
+    except ValueError as e:
+        fail(str(e))
+
+
+def evaluate_house(args, labels: list[str], pose_errors=None) -> int:
     from icrl_ros.training import house_curves
     from icrl_ros.training.house_eval import check_wipe_batch, run_house_trials, stepper_for
 
@@ -493,6 +528,9 @@ def evaluate_house(args, labels: list[str]) -> int:
 
                 build_memory(stepper.bundle, memory)
             check_wipe_batch(stepper, args.batch)  # refused here too, before any trial runs
+            if pose_errors is not None and options.get("pose_frame", "house") != "house":
+                raise ValueError(f"--loc-noise / --odom-drift apply to house-frame odometry; this policy reads "
+                                 f"{options['pose_frame']!r}")
         except (FileNotFoundError, ValueError, KeyError) as e:
             fail(f"{path}: {e}")
         greedy, temperature = acting(args, getattr(stepper, "bundle", None))
@@ -502,11 +540,14 @@ def evaluate_house(args, labels: list[str]) -> int:
         res = run_house_trials(stepper, args.trials, args.episodes, seed=args.seed, split=args.split,
                                greedy=greedy, temperature=temperature, batch=args.batch,
                                env_options=options, progress=lambda m, lab=lab: print(f"  {lab}: {m}",
-                                                                                       file=sys.stderr, flush=True))
+                                                                                       file=sys.stderr, flush=True),
+                               pose_errors=pose_errors)
         raw[lab] = {k: res[k] for k in ("success", "spl", "steps", "house_seed")}
         curves[lab] = house_curves.summarise(raw[lab])
         runs[lab] = {**desc, **acts[lab], "env_options": options,
                      **{k: res[k] for k in ("agent_steps", "wall_s", "steps_per_s")},
+                     **({"pose_errors": pose_errors.describe()} if pose_errors is not None else {}),
+                     **{k: v for k, v in res.items() if k.startswith("pose_error_m")},
                      **{k: v for k, v in res.items() if k.startswith("memory")}}
         print(f"{lab}: {args.trials} trials x {args.episodes} episodes, {res['agent_steps']} steps in "
               f"{res['wall_s']:.0f} s ({res['steps_per_s']:.0f} steps/s)", flush=True)

@@ -101,7 +101,8 @@ class BundleStepper:
 def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: str = "test",
                      greedy: bool = False, temperature: float = 1.0, batch: int = 25, workers: int = 2,
                      env_options: dict | None = None, teacher: str | None = None, observer=None,
-                     drive: str = "policy", teacher_episodes: int | None = None, progress=None) -> dict:
+                     drive: str = "policy", teacher_episodes: int | None = None, progress=None,
+                     pose_errors=None) -> dict:
     """``trials`` trials of ``episodes`` episodes each, ``batch`` trials at a time. Returns the
     (trials, episodes) matrices ``success``, ``spl``, ``steps`` and run figures.
 
@@ -118,7 +119,13 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     are then the teacher's results. ``teacher_episodes`` N (with ``drive="teacher"``): the teacher drives
     each trial's first N episodes only and the policy the rest, on a memory that holds the teacher's
     (the policy's draws are made at every step either way, so runs stay paired draw for draw).
-    ``progress(message)``: called after each batch of trials with a line on how far the run is."""
+    ``progress(message)``: called after each batch of trials with a line on how far the run is.
+
+    ``pose_errors`` (:class:`~icrl_ros.sim.pose_noise.PoseErrors`): the policy's odometry is what a robot
+    with that localisation error / odometry drift would hand it (:class:`~icrl_ros.sim.pose_noise.PoseObserver`,
+    seeded per trial from ``seed``, so two runs meet the same errors where they take the same path); the env,
+    the teacher and the scores keep the true pose. Needs the house frame (``pose_frame: house``). The result
+    then has ``pose_error_m_mean`` / ``_p95``: the position error of the pose handed over, over every step."""
     if drive not in ("policy", "teacher"):
         raise ValueError(f"drive: {drive!r} is not 'policy' or 'teacher'")
     if drive == "teacher" and teacher is None:
@@ -133,6 +140,11 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     if teacher is not None:
         options["teacher"] = teacher
     max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))
+    if pose_errors is not None and not pose_errors.active:
+        pose_errors = None
+    if pose_errors is not None and options.get("pose_frame", "house") != "house":
+        raise ValueError(f"pose errors are applied to house-frame odometry; this policy reads {options['pose_frame']!r}")
+    pose_err_m: list[float] = []
     taught_episodes = episodes if teacher_episodes is None else teacher_episodes  # drive="teacher": its episodes
     out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps")}
     houses, total, t0 = [], 0, time.perf_counter()
@@ -154,6 +166,12 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
             if hasattr(observer, "bind_env"):  # an observer that asks the envs for privileged facts
                 observer.bind_env(env)
             obs = env.reset_trial()
+            poses = None
+            if pose_errors is not None:
+                from icrl_ros.sim.pose_noise import PoseObserver
+
+                poses = PoseObserver(pose_errors, [[seed, start + i, 0x90D] for i in range(B)])
+                obs["odom"] = poses.reset(obs["odom"])
             see = getattr(observer, "see", None)
             if see is not None:
                 see(obs)
@@ -170,6 +188,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                 action = torch.where(torch.as_tensor(done_eps >= episodes), STOP, action)
                 before = (env.teacher_action.copy(), env.teacher_goal_known.copy())
                 obs, reward, done, info = env.step(action.numpy())
+                if poses is not None:
+                    obs["odom"] = poses.step(obs["odom"])
                 if forget and done[0]:  # the no-memory ablation of a non-ReLIC policy: batch 1
                     stepper.forget()
                 if observer is not None:
@@ -186,6 +206,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                     done_eps[i] += 1
                 cur = next_step_inputs(env, obs, action, reward, done, cur, "cpu", info)
             stats = stepper.memory_stats()
+            if poses is not None:
+                pose_err_m += [e for errs in poses.errors_m for e in errs]
             if progress is not None:
                 done = start + B
                 el = time.perf_counter() - t0
@@ -195,8 +217,10 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
         if env is not None:
             env.close()
     wall = time.perf_counter() - t0
+    extra = {"pose_error_m_mean": float(np.mean(pose_err_m)), "pose_error_m_p95": float(np.percentile(pose_err_m, 95))
+             } if pose_err_m else {}
     return {**out, "house_seed": np.array(houses), "agent_steps": total, "wall_s": wall,
-            "steps_per_s": total / wall, **stats}
+            "steps_per_s": total / wall, **stats, **extra}
 
 
 def check_wipe_batch(stepper, batch: int) -> None:
