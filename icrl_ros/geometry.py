@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+Pose = tuple[float, float, float]
+
 
 def wrap_angle(a: float) -> float:
     """Angle in radians wrapped to [-pi, pi)."""
@@ -48,6 +50,21 @@ def map_to_odom(map_pose: tuple[float, float, float], odom_pose: tuple[float, fl
     """The map -> odom transform (x, y, yaw) given the base's pose in both frames: the map pose
     composed with the inverse of the odometry pose (what a localisation node publishes on TF)."""
     return compose_pose(map_pose, tuple(float(v) for v in relative_pose(odom_pose, (0.0, 0.0, 0.0))))
+
+
+def between(a: Pose, b: Pose) -> Pose:
+    """``b`` in ``a``'s frame, in float64 (:func:`relative_pose` is the float32 the policies observe; poses
+    integrated over thousands of increments keep full precision here)."""
+    c, s = math.cos(a[2]), math.sin(a[2])
+    dx, dy = b[0] - a[0], b[1] - a[1]
+    return (c * dx + s * dy, -s * dx + c * dy, wrap_angle(b[2] - a[2]))
+
+
+def fused_pose(fix_map: Pose, fix_odom: Pose, odom_now: Pose) -> Pose:
+    """The map-frame pose now from a localiser fix and odometry: the fix (``fix_map``, taken when odometry
+    read ``fix_odom``) composed with the odometry travelled since (``odom_now`` in ``fix_odom``'s frame).
+    This is the map -> odom correction (``map_to_odom(fix_map, fix_odom)``) applied to ``odom_now``."""
+    return compose_pose(fix_map, between(fix_odom, odom_now))
 
 
 def episode_odometry(start: tuple[float, float, float], pose: tuple[float, float, float]) -> np.ndarray:

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from torch import Tensor
 
 from icrl_ros.memory.route import RouteMemory
+from icrl_ros.sim.house_nav import MOVES
 
 
 class RouteState(RouteMemory):
     """:class:`~icrl_ros.memory.route.RouteMemory` fed by the control step: it writes the ``route``
-    input before the encoder and takes in each committed token's sightings. ``last_route`` is the
-    ``route`` input it wrote for the last step (B, ROUTE_DIM), None after a reset (what a viewer shows
-    as the way the policy was handed)."""
+    input before the encoder and takes in each committed token's sightings. What a viewer shows of the
+    last step is kept (None after a reset or load): ``last_route``, the ``route`` input it wrote (B,
+    ROUTE_DIM) (the way the policy was handed); ``last_pose`` (B, 3) and ``last_goal`` (B,), the
+    step's odometry and goal (the fixed heads' queries, :mod:`icrl_ros.house.memory_view`)."""
 
     owns = ("route",)
     last_route: Tensor | None = None
+    last_pose: np.ndarray | None = None
+    last_goal: np.ndarray | None = None
 
     def before_encode(self, inputs: dict[str, Tensor], episode: Tensor) -> None:
         self.last_route = self.fill(inputs, episode)
+        self.last_pose = inputs["odom"].detach().cpu().double().numpy().copy()
+        self.last_goal = inputs["goal"].detach().cpu().numpy().astype(np.int64).reshape(-1).copy()
 
     def after_encode(self, token: Tensor) -> None:
         self.observe(token)
@@ -25,8 +34,42 @@ class RouteState(RouteMemory):
     def reset(self, envs=None) -> None:
         super().reset(envs)
         if envs is None:
-            self.last_route = None
+            self.last_route = self.last_pose = self.last_goal = None
 
     def restored(self) -> None:
         super().restored()
-        self.last_route = None
+        self.last_route = self.last_pose = self.last_goal = None
+
+    def way(self, b: int = 0) -> tuple[np.ndarray, float] | None:
+        """The whole way the memory gives now from the last step's pose to its goal, as the route input's
+        waypoint is picked from it: (points (N, 2) in the odometry frame: the pose, the track cell the way
+        leaves from, the cells down the distance field to a place the goal was seen from, the remembered
+        goal position; the route's cost in metres); None when the memory has no way (goal not remembered
+        with mass above one half, no stood floor joins a place it was seen from, or no step yet)."""
+        if self.last_pose is None or self.last_goal is None:
+            return None
+        odom, cat = self.last_pose[b], int(self.last_goal[b])
+        if not 0 <= cat < self.n_cat:
+            return None
+        goal_xy, mass = self.remembered(b, cat)
+        if mass <= 0.5:
+            return None
+        field = self._field(b, cat, goal_xy)
+        if field is None:
+            return None
+        D, origin, D0 = field
+        start = self._start(D, origin, odom[:2])
+        if start is None:
+            return None
+        (i, j), length, _ = start
+        H, W = D.shape
+        pts = [np.asarray(odom[:2], dtype=np.float64), self._centre(np.array([i, j]) + origin)]
+        while D[i, j] < D0[i, j]:  # down the field, by the moves it was relaxed over, to a seed
+            best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W),
+                       key=lambda c: D[c])
+            if not D[best] < D[i, j]:
+                break
+            i, j = best
+            pts.append(self._centre(np.array([i, j]) + origin))
+        pts.append(np.asarray(goal_xy, dtype=np.float64))
+        return np.stack(pts), float(length) if math.isfinite(length) else float("nan")

@@ -9,6 +9,10 @@ loop calls back through :class:`AgentIO` to publish, log and re-arm watchdogs.
 - **Input sync:** the newest usable camera frame waits (unconverted) for odometry stamped no
   earlier than ``odom_sync_tolerance_s`` before it; frames stamped before the last one acted on
   are dropped unless time jumped back (:class:`StampGate`).
+- **Pose:** the policy's pose is the odometry (``pose_source: odom``) or a localiser's map-frame
+  pose composed with the odometry travelled since it (``pose_topic``: :class:`LocaliserFusion`);
+  with a localiser, frames wait for its first pose, and a pose the odometry has travelled more than
+  ``pose_max_travel_m`` from is stale: the base stops and frames are dropped until the next one.
 - **Episode state:** a goal starts an episode at the next frame (its odometry is the episode-start
   pose, or in the house frame the trial's first start pose); a ``trial_start`` event or a reset
   starts a new trial with the memory cleared; ``episode_end`` closes the episode's figures.
@@ -45,6 +49,10 @@ from icrl_ros.nodes.action_executor import ActionExecutor, ActionKind, ExecutorC
 from icrl_ros.nodes.convert import InputError, relative_pose
 from icrl_ros.nodes.input_gate import BACK_DATED, JUMP, REPEAT, StampGate
 from icrl_ros.nodes.params import AgentParams
+from icrl_ros.nodes.pose_input import BACK_DATED as POSE_BACK_DATED
+from icrl_ros.nodes.pose_input import JUMP as POSE_JUMP
+from icrl_ros.nodes.pose_input import TOO_OLD as POSE_TOO_OLD
+from icrl_ros.nodes.pose_input import LocaliserFusion
 
 Pose = tuple[float, float, float]
 
@@ -53,7 +61,7 @@ COUNTERS = (
     "bad_image_step", "bad_image_data", "back_dated_images", "time_jumps", "bad_odometry", "unknown_goal",
     "goal_before_image", "image_without_goal", "dropped_stale", "watchdog_trips", "runner_errors",
     "bundle_errors", "config_errors", "memory_resets", "memory_saves", "memory_loads", "memory_errors",
-    "executor_timeouts", "bad_events", "bad_scan",
+    "executor_timeouts", "bad_events", "bad_scan", "bad_pose", "back_dated_poses", "stale_pose",
 )
 
 
@@ -221,7 +229,10 @@ class AgentLoop:
         self._scan: tuple[np.ndarray, float] | None = None  # (free headings, stamp): a bundle that reads a scan
         self.needs_scan = False
         self._pending: tuple[Any, float, float] | None = None  # (frame, stamp, t_in): converted only if used
-        self.last_pose: Pose | None = None  # the odometry pose of the last step acted on
+        self.last_pose: Pose | None = None  # the policy's pose (odometry or localised) of the last step acted on
+        self.uses_localiser = self.params.pose_source == "pose_topic"  # read at configure (attach)
+        self.fusion = LocaliserFusion(self.params.time_jump_s)  # localiser fixes x odometry (pose_topic)
+        self._pose_stale = False  # the fix in use is stale (pose_max_travel_m): stopped until the next one
         self.gate = StampGate(self.params.time_jump_s)
         self._camera_rx = -math.inf
         self._odom_rx = -math.inf
@@ -252,6 +263,7 @@ class AgentLoop:
             self.action_executor = executor
             self.twist_mode = bool(twist)
             self.needs_scan = bool(scan)
+            self.uses_localiser = self.params.pose_source == "pose_topic"
 
     def detach(self) -> Any:
         """Forget the runner and every episode state; returns the runner for the caller to close."""
@@ -374,11 +386,46 @@ class AgentLoop:
         with self.lock:
             self._odom = (pose, stamp)
             self._odom_rx = self.clock()
+            if self.uses_localiser and self.fusion.odometry(pose, stamp) == POSE_JUMP:
+                self.count("time_jumps", f"odometry stamps jumped back to {stamp:.3f} s: the localiser pose composed "
+                           "so far is forgotten; acting waits for the next one")
             if self.active:
                 self.io.rearm("odometry")
             waiting = self._pending is not None
         if waiting:
             self._request_act()  # the frame waiting for this odometry acts
+
+    def localiser(self, pose: Pose, stamp: float) -> None:
+        """A localiser's map-frame pose of the base (pose_source pose_topic; control group, cheap). Back-dated,
+        stale and jumped-back stamps are counted and logged (throttled); nothing of them reaches the memory."""
+        if not self.uses_localiser:
+            return
+        with self.lock:
+            last = self.fusion.fix_stamp
+            verdict = self.fusion.fix(pose, stamp)
+            waiting = self._pending is not None
+        if verdict == POSE_BACK_DATED:
+            self.count("back_dated_poses", f"localiser pose dropped: stamped {stamp:.3f} s, before the one in use "
+                       f"({last:.3f} s)")
+        elif verdict == POSE_TOO_OLD:
+            self.count("stale_pose", f"localiser pose dropped: stamped {stamp:.3f} s, before the odometry kept to "
+                       "compose it with")
+        elif verdict == POSE_JUMP:
+            self.count("time_jumps", f"localiser stamps jumped back from {last:.3f} s to {stamp:.3f} s: the old pose "
+                       "and odometry history are forgotten")
+        if waiting:
+            self._request_act()  # a frame waiting for a (fresh) localiser pose acts
+
+    def _stop_for_pose(self, message: str) -> None:
+        """The localiser pose is stale: abort the step, zero velocity, drop the frame, count and log (lock held)."""
+        self._pending = None
+        if self.action_executor is not None:
+            self.action_executor.abort()
+        if self.twist_mode and self.active:
+            self.io.twist(0.0, 0.0)
+        if not self._pose_stale:
+            self._pose_stale = True
+        self.count("stale_pose", message)
 
     def scan(self, free: np.ndarray, stamp: float) -> None:
         """A laser scan's free headings (:func:`~icrl_ros.geometry.free_headings_from_scan`; cheap, any group)."""
@@ -433,8 +480,8 @@ class AgentLoop:
     # -----------------------------------------------------------------------------------------
     # acting (the thread that owns the runner)
 
-    def _take_pending(self) -> tuple[Any, float, float, Pose] | None:
-        """The frame to act on now and its odometry pose, or None (lock held)."""
+    def _take_pending(self) -> tuple[Any, float, float, Pose, Pose] | None:
+        """The frame to act on now, its odometry pose and the policy's pose, or None (lock held)."""
         if not self.active or self._pending is None or self.runner is None:
             return None
         frame, stamp, t_in = self._pending
@@ -457,8 +504,23 @@ class AgentLoop:
                 return None  # wait for a scan (the watchdog reports if it never comes)
             if self._behind(self._scan[1], stamp):
                 return None  # a scan older than the image: wait for the matching one
+        policy_pose = pose
+        if self.uses_localiser:
+            if not self.fusion.has_fix:
+                self.log_throttled("no_pose", f"waiting for a localiser pose on {self.params.pose_topic!r} "
+                                   "(pose_source pose_topic)", "info")
+                return None
+            travelled = self.fusion.travelled()
+            if travelled > self.params.pose_max_travel_m:
+                self._stop_for_pose(f"localiser pose stale: the odometry travelled {travelled:.2f} m since it "
+                                    f"(pose_max_travel_m {self.params.pose_max_travel_m}): robot stopped, image dropped")
+                return None
+            if self._pose_stale:
+                self._pose_stale = False
+                self.io.log("info", "localiser pose fresh again: resuming")
+            policy_pose = self.fusion.pose(pose)
         self._pending = None
-        return frame, stamp, t_in, pose
+        return frame, stamp, t_in, pose, policy_pose
 
     def _behind(self, input_stamp: float, image_stamp: float) -> bool:
         """An input stamped more than ``odom_sync_tolerance_s`` before the image (zero stamps: unset, never behind)."""
@@ -471,7 +533,7 @@ class AgentLoop:
             taken = self._take_pending()
         if taken is None:
             return
-        frame, stamp, t_in, pose = taken
+        frame, stamp, t_in, odom_pose, pose = taken  # pose: the policy's (odometry, or localised)
         if self._pending_goal is not None:
             self.close_episode()
             try:
@@ -512,7 +574,7 @@ class AgentLoop:
             self.gate.acted(stamp)
             self._resumed_goal = None
             self.last_info = dict(info)
-            self.last_pose = pose  # the odometry pose this step acted at
+            self.last_pose = pose  # the policy's pose this step acted at
             if kind is ActionKind.STOP:
                 self._stopped = True
             if not self.active or self.stale:  # stopped while the policy ran: do not move
@@ -525,7 +587,7 @@ class AgentLoop:
             self.episode_stats.add(latency_ms, info, self.goal)
             self.counters["actions"] += 1
             if self.twist_mode and self.action_executor is not None:
-                self.action_executor.start(kind, pose)
+                self.action_executor.start(kind, odom_pose)  # the executor closes its loop on odometry
                 self._drive()  # first command without waiting for the next tick
         self.io.memory("step")  # after the action went out: showing the memory never delays it
 

@@ -25,9 +25,9 @@ is converted, and off the control thread. When an episode ends (new
 goal, the bridge's ``episode_end``, a memory reset) its figures go out at once on the status
 topic as ``last_episode_*`` (steps, latency, act time, memory).
 
-With ``introspection`` the route memory of bundles that keep one goes out on ``~/memory/sightings``
-and ``~/memory/route_map`` (:mod:`~icrl_ros.nodes.introspection`) after a step that changed what
-they show (at most once per ``introspection_period_s``; a step held back goes out when the period
+With ``introspection`` the memory of bundles that keep a route memory goes out on ``~/memory/sightings``,
+``route_map``, ``route``, ``looked_at`` and ``attention`` (:mod:`~icrl_ros.nodes.introspection`) after a step
+that changed what they show (at most once per ``introspection_period_s``; a step held back goes out when the period
 is over) and on a reset or load, computed only while one of them has a subscriber (reliable,
 transient local, depth 1: a viewer that joins while the robot idles gets the memory within 0.1 s).
 
@@ -47,7 +47,7 @@ from typing import Any
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import Twist
+from geometry_msgs.msg import PoseStamped, PoseWithCovarianceStamped, Twist
 from nav_msgs.msg import Odometry
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
@@ -64,7 +64,8 @@ from std_srvs.srv import Trigger
 from icrl_ros.nodes.action_executor import ActionExecutor, ExecutorConfig
 from icrl_ros.nodes.agent_loop import COUNTERS, AgentIO, AgentLoop, RunnerSetup, clip, executor_config
 from icrl_ros.nodes.convert import (
-    InputError, check_image_msg, image_msg_to_rgb, odometry_msg_to_pose, scan_msg_to_free, stamp_to_seconds,
+    InputError, check_image_msg, image_msg_to_rgb, odometry_msg_to_pose, pose_msg_to_pose, scan_msg_to_free,
+    stamp_to_seconds,
 )
 from icrl_ros.nodes.dds import use_shipped_profile
 from icrl_ros.nodes.lifetime import stop_with_parent
@@ -119,13 +120,14 @@ class AgentNode(LifecycleNode):
         self._scan_step_m = 0.0  # the bundle's forward step (manifest action.forward_m), set at configure
         self._act_trigger: Any = None
         self._status_pubs: list[Any] = []
-        self._memory_pubs: tuple[Any, Any] | None = None  # (sightings, route map): introspection on a route memory
-        self._memory_route: Any = None
+        self._memory_pubs: dict[str, Any] | None = None  # ~/memory/<name> publishers: introspection on a route memory
+        self._memory_route: Any = None  # introspection.MemoryTopics: each topic's key and message
         self._memory_viewers = 0  # subscribers when the memory was last published (a new one gets it at once)
         self._memory_sent = -math.inf  # steady time the memory last went out
         self._memory_pending = False  # a step changed the memory since (introspection_period_s not over yet)
-        self._memory_keys: list[Any] = [None, None]  # what the last sightings / route map showed (and where)
+        self._memory_keys: dict[str, Any] = {}  # what each topic showed last (and where)
         self._odom_frame = "odom"  # frame id of the odometry acted on: the frame the memory is shown in
+        self._pose_frame_id = "map"  # frame id of the localiser's pose (pose_source pose_topic): then the memory's
         self.loop = AgentLoop(params, AgentIO(
             action=lambda a: self.pub_action.publish(Int32(data=a)), log=self._log, convert=image_msg_to_rgb,
             twist=self._send_twist, status=self.publish_status, rearm=self._rearm, request_act=self._request_act,
@@ -311,6 +313,14 @@ class AgentNode(LifecycleNode):
         add(("sub", self.create_subscription(String, p.goal_topic, self._on_goal, goal_qos)))
         add(("sub", self.create_subscription(Odometry, p.odom_topic, self._on_odom, qos_profile_sensor_data,
                                              callback_group=control)))
+        if p.pose_source == "pose_topic":
+            pose_qos = (QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                                   durability=DurabilityPolicy.TRANSIENT_LOCAL) if p.pose_transient_local else
+                        QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
+                                   durability=DurabilityPolicy.VOLATILE))
+            pose_type = PoseStamped if p.pose_topic_type == "PoseStamped" else PoseWithCovarianceStamped
+            add(("sub", self.create_subscription(pose_type, p.pose_topic, self._on_pose, pose_qos,
+                                                 callback_group=control)))
         add(("sub", self.create_subscription(Image, p.camera_topic, self._on_image, qos_profile_sensor_data)))
         if self.loop.needs_scan:
             add(("sub", self.create_subscription(LaserScan, p.scan_topic, self._on_scan, qos_profile_sensor_data,
@@ -346,30 +356,26 @@ class AgentNode(LifecycleNode):
             self.get_logger().warning(f"introspection: cannot import its messages ({e}); install "
                                       "visualization_msgs (ros-<distro>-visualization-msgs); not published")
             return
-        route = introspection.route_state(self.runner)
-        if route is None:
+        if introspection.route_state(self.runner) is None:
             self.get_logger().info("introspection: the bundle's model keeps no route memory (bundles house_relic_scan "
                                    "and house_memo_scan do); ~/memory topics are not published")
             return
-        from nav_msgs.msg import OccupancyGrid
-        from visualization_msgs.msg import MarkerArray
-
         qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self._memory_route = route
-        self._memory_pubs = (self.create_publisher(MarkerArray, "~/memory/sightings", qos),
-                             self.create_publisher(OccupancyGrid, "~/memory/route_map", qos))
-        self._memory_viewers, self._memory_sent, self._memory_pending = 0, -math.inf, False
-        self._entities += [("pub", pub) for pub in self._memory_pubs]
+        self._memory_route = topics = introspection.MemoryTopics(self.runner)
+        self._memory_pubs = {name: self.create_publisher(cls, f"~/memory/{name}", qos)
+                             for name, cls in topics.types.items()}
+        self._memory_viewers, self._memory_sent, self._memory_pending, self._memory_keys = 0, -math.inf, False, {}
+        self._entities += [("pub", pub) for pub in self._memory_pubs.values()]
         # a viewer that joins while no step runs, a step held back by introspection_period_s: default group, so
         # never beside an act
         self._entities.append(("timer", self.create_timer(0.1, self._memory_viewer_check, clock=self._steady)))
-        self.get_logger().info(f"introspection: the route memory on {self._memory_pubs[0].topic_name} and "
-                               f"{self._memory_pubs[1].topic_name} while subscribed")
+        self.get_logger().info(f"introspection: the memory on {', '.join(p.topic_name for p in self._memory_pubs.values())} "
+                               "while subscribed")
 
     def _memory_viewer_check(self) -> None:
         if self._memory_pubs is None:
             return
-        viewers = sum(p.get_subscription_count() for p in self._memory_pubs)
+        viewers = sum(p.get_subscription_count() for p in self._memory_pubs.values())
         if viewers > self._memory_viewers:
             self._publish_memory("subscribed")
         elif self._memory_pending and time.monotonic() - self._memory_sent >= self.loop.params.introspection_period_s:
@@ -377,7 +383,7 @@ class AgentNode(LifecycleNode):
         self._memory_viewers = viewers
 
     def _publish_memory(self, why: str) -> None:
-        """The route memory on the ~/memory topics, each only while it has a subscriber (nothing is computed
+        """The memory on the ~/memory topics, each only while it has a subscriber (nothing is computed
         otherwise). Runs on the default group, as acting does: the memory does not change meanwhile."""
         pubs = self._memory_pubs
         if pubs is None:
@@ -387,34 +393,32 @@ class AgentNode(LifecycleNode):
             self._memory_pending = True  # the check timer sends it once the period is over
             return
         self._memory_pending = False
-        counts = [pub.get_subscription_count() for pub in pubs]
-        joined = sum(counts) > self._memory_viewers
-        self._memory_viewers = sum(counts)
-        if not any(counts):
+        counts = {name: pub.get_subscription_count() for name, pub in pubs.items()}
+        joined = sum(counts.values()) > self._memory_viewers
+        self._memory_viewers = sum(counts.values())
+        if not any(counts.values()):
             return
         from icrl_ros.nodes import introspection
 
-        loop = self.loop
+        loop, topics = self.loop, self._memory_route
         try:
-            origin = loop.origin or (0.0, 0.0, 0.0)
-            stamp = introspection.stamp_msg(loop.gate.last_acted)
-            goal = getattr(self.runner, "goal", None)
-            route, frame = self._memory_route, self._odom_frame
+            ctx = {"origin": loop.origin or (0.0, 0.0, 0.0), "stamp": introspection.stamp_msg(loop.gate.last_acted),
+                   "goal": getattr(self.runner, "goal", None), "robot": loop.last_pose,
+                   "frame": self._pose_frame_id if loop.uses_localiser else self._odom_frame,
+                   "goal_names": loop.goal_names}
             # a step that changes nothing a viewer shows sends nothing to viewers that have it (transient local
             # keeps the last for a late one): most steps add a sighting too faint to change the drawn ones, and the
             # map changes only when the robot enters a cell it had not stood on
-            robot = loop.last_pose
-            keys = [(introspection.sightings_key(route, goal, robot=robot), origin, frame) if counts[0] else None,
-                    (int(route.stood[0].sum()), origin, frame) if counts[1] else None]
-            send = [bool(n) and (why not in ("step", "held step") or joined or key != last)
-                    for n, key, last in zip(counts, keys, self._memory_keys)]
-            if send[0]:
-                pubs[0].publish(introspection.sightings(route, loop.goal_names, goal, origin, frame, stamp,
-                                                        robot=robot))
-            if send[1]:
-                pubs[1].publish(introspection.route_map(route, origin, frame, stamp))
-            self._memory_keys = [key if sent else last for key, sent, last in zip(keys, send, self._memory_keys)]
-            if any(send):
+            sent = False
+            for name, pub in pubs.items():
+                if not counts[name]:
+                    continue
+                key = topics.key(name, ctx)
+                if why in ("step", "held step") and not joined and key == self._memory_keys.get(name):
+                    continue
+                pub.publish(topics.message(name, ctx))
+                self._memory_keys[name], sent = key, True
+            if sent:
                 self._memory_sent = now
         except Exception as e:  # noqa: BLE001 - showing the memory must never stop the agent
             loop.count("introspection_errors", f"introspection ({why}) failed: {type(e).__name__}: {e}", "error")
@@ -515,6 +519,16 @@ class AgentNode(LifecycleNode):
             return
         self._odom_frame = msg.header.frame_id or "odom"
         self.loop.odometry(pose, stamp_to_seconds(msg.header.stamp))
+
+    def _on_pose(self, msg: Any) -> None:
+        """Control group: a localiser's map-frame pose (PoseStamped or PoseWithCovarianceStamped), cheap."""
+        try:
+            pose = pose_msg_to_pose(msg)
+        except InputError as e:
+            self.loop.count("bad_pose", f"localiser pose dropped: {e}")
+            return
+        self._pose_frame_id = msg.header.frame_id or "map"
+        self.loop.localiser(pose, stamp_to_seconds(msg.header.stamp))
 
     def _on_scan(self, msg: LaserScan) -> None:
         """Control group: the free headings now (cheap: a few hundred returns), the scan itself is not kept."""

@@ -227,6 +227,16 @@ def odometry_msg_to_pose(msg: Any) -> tuple[float, float, float]:
     return (float(p.x), float(p.y), yaw)
 
 
+def pose_msg_to_pose(msg: Any) -> tuple[float, float, float]:
+    """``geometry_msgs/PoseStamped`` or ``PoseWithCovarianceStamped`` -> planar (x, y, yaw) in its header's frame;
+    InputError on NaN / inf or a zero-norm quaternion."""
+    pose = msg.pose.pose if hasattr(msg.pose, "covariance") else msg.pose
+    p, q = pose.position, pose.orientation
+    if not (math.isfinite(p.x) and math.isfinite(p.y) and math.isfinite(p.z)):
+        raise InputError(f"pose position: non-finite value ({p.x}, {p.y}, {p.z})", "position")
+    return (float(p.x), float(p.y), yaw_from_quaternion(q.x, q.y, q.z, q.w))
+
+
 def scan_msg_to_free(msg: Any, step_m: float, clearance_m: float) -> np.ndarray:
     """``sensor_msgs/LaserScan`` -> the policy's ``scan`` input (:func:`~icrl_ros.geometry.free_headings_from_scan`):
     which of the 12 headings around the base a ``step_m`` forward step can take with ``clearance_m`` around it.
@@ -263,5 +273,6 @@ __all__ = [
     "relative_pose",
     "compose_pose",
     "odometry_msg_to_pose",
+    "pose_msg_to_pose",
     "stamp_to_seconds",
 ]

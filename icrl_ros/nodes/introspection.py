@@ -1,10 +1,14 @@
-"""What the agent remembers, as messages a viewer shows: the route memory's sightings and floor map.
+"""What the agent remembers, as messages a viewer shows: sightings, floor maps, the route, attention.
 
-Pure functions from the runner's route memory (:class:`~icrl_ros.memory.route.RouteMemory`, the
-``route`` state of the control step, kept beside the KV cache for bundles whose model has
-``route_memory``) to ``visualization_msgs/MarkerArray`` and ``nav_msgs/OccupancyGrid``; the agent
-node publishes them on ``~/memory/sightings`` and ``~/memory/route_map`` (parameter
-``introspection``), and only while someone subscribes. Nothing here reads the simulator.
+Pure functions from the runner's memory to ROS messages: the route memory
+(:class:`~icrl_ros.memory.route.RouteMemory`, the ``route`` state of the control step, kept beside the
+KV cache for bundles whose model has ``route_memory``) and the KV cache as the house model's fixed heads
+read it (:class:`~icrl_ros.house.memory_view.HouseMemoryView`: each stored step's sighting and view
+point, the fixed heads' attention on the last step). The agent node publishes them (parameter
+``introspection``) on ``~/memory/sightings`` (``visualization_msgs/MarkerArray``), ``~/memory/route_map``
+and ``~/memory/looked_at`` (``nav_msgs/OccupancyGrid``), ``~/memory/route`` (``nav_msgs/Path``) and
+``~/memory/attention`` (``std_msgs/Float32MultiArray``), each only while someone subscribes to it
+(:class:`MemoryTopics`). Nothing here reads the simulator.
 
 Frames: the memory keeps positions in the policy's odometry frame, i.e. relative to ``origin``, the
 odometry pose (in the odometry topic's frame) the node measures the policy's odometry from (house
@@ -22,8 +26,23 @@ bridge's ``odom``, under ``map``).
   route's length), an arrow runs from where the robot stood then to that waypoint, labelled with the
   route's length (namespace ``route``). Every array starts with a DELETEALL marker, so a viewer drops
   categories it no longer gets and an array of the DELETEALL alone (a memory reset) clears the view.
+  With the KV cache's sightings (``sighted``), each drawn category also gets its stored sightings
+  (the steps whose object-memory key says the heads saw it above ``SIGHTING_P``), one point per 0.25 m
+  cell and episode, as a sphere list (namespace ``sighted``) whose opacity falls with the sighting's
+  age in episodes (:func:`age_alpha`), and its label adds how many steps saw it and how many
+  episodes ago the last and the first did (``goal chair 0.97 | 12 seen, 0-2 ep ago``).
 * **route map**: the ``CELLS`` x ``CELLS`` grid of ``CELL_M`` cells the route memory keeps: cells
   the robot stood on are free (0), the rest unknown (-1).
+* **looked-at floor**: on the same grid, what a place memory probe standing on each cell would read
+  (:meth:`~icrl_ros.house.memory_view.HouseMemoryView.looked_at`): 1-100 = 100 x its attention mass on
+  past view points (one pass by reads about 50), -1 where it is below 0.02 (never looked there).
+* **route**: the whole way the route memory gives from the last step's pose to the remembered goal
+  (:meth:`~icrl_ros.house.route_state.RouteState.way`) as a ``nav_msgs/Path`` (the pose, the stood
+  cells down its distance field, the goal's remembered position); no poses when it has none.
+* **attention**: the fixed heads' attention mass of the last step per episode of the trial
+  (:meth:`~icrl_ros.house.memory_view.HouseMemoryView.attention_by_episode`), a
+  ``Float32MultiArray`` of rows = heads (object memory, place memory probes), columns = episodes 0 ..
+  E - 1 then one for the sink (nothing remembered); each row sums to 1.
 """
 
 from __future__ import annotations
@@ -34,9 +53,9 @@ from typing import Any
 
 import numpy as np
 from builtin_interfaces.msg import Time
-from geometry_msgs.msg import Point
-from nav_msgs.msg import OccupancyGrid
-from std_msgs.msg import ColorRGBA
+from geometry_msgs.msg import Point, PoseStamped
+from nav_msgs.msg import OccupancyGrid, Path
+from std_msgs.msg import ColorRGBA, Float32MultiArray, MultiArrayDimension
 from visualization_msgs.msg import Marker, MarkerArray
 
 from icrl_ros.geometry import compose_pose
@@ -108,12 +127,41 @@ def waypoint(route: Any, robot: Pose | None, env: int = 0) -> tuple[tuple[float,
     return (x, y), f[5] * s
 
 
+def sighted_points(sighted: dict[str, np.ndarray] | None, cat: int, current: int) -> list[tuple[float, float, int, float]]:
+    """Category ``cat``'s stored sightings (:meth:`~icrl_ros.house.memory_view.HouseMemoryView.sightings`) one per
+    ``CELL_M`` cell and episode: (x, y) of the most confident of them in the memory frame, its age in episodes
+    (``current`` minus its episode), its confidence; newest first."""
+    from icrl_ros.memory.route import CELL_M
+
+    if sighted is None:
+        return []
+    sel = sighted["cat"] == cat
+    if not sel.any():
+        return []
+    xy, conf, ep = sighted["xy"][sel], sighted["conf"][sel], sighted["episode"][sel]
+    best: dict[tuple[int, int, int], int] = {}
+    cells = np.floor(xy / CELL_M).astype(np.int64)
+    for k in range(len(conf)):
+        key = (int(cells[k, 0]), int(cells[k, 1]), int(ep[k]))
+        if key not in best or conf[k] > conf[best[key]]:
+            best[key] = k
+    out = [(float(xy[k, 0]), float(xy[k, 1]), max(current - int(ep[k]), 0), float(conf[k])) for k in best.values()]
+    return sorted(out, key=lambda p: (p[2], -p[3]))
+
+
+def age_alpha(age: int) -> float:
+    """A sighting's opacity by its age in episodes: 1 this episode, 0.6 the last, 0.35 older."""
+    return 1.0 if age <= 0 else 0.6 if age == 1 else 0.35
+
+
 def sightings(route: Any, goal_names: list[str], goal: int | None, origin: Pose, frame_id: str,
-              stamp: Time | None = None, env: int = 0, robot: Pose | None = None) -> MarkerArray:
+              stamp: Time | None = None, env: int = 0, robot: Pose | None = None,
+              sighted: dict[str, np.ndarray] | None = None, current: int = 0) -> MarkerArray:
     """The remembered sightings of env ``env`` of ``route`` as markers in ``frame_id`` (see the module
     docstring); ``goal``: the current goal's index (highlighted), None for none; ``origin``: the odometry
     pose the memory's frame starts at; ``robot``: the odometry pose of the last step (the route's arrow
-    starts there)."""
+    starts there); ``sighted``: the KV cache's stored sightings (their points and ages, ``current``: the
+    last step's episode), None for none."""
     from icrl_ros.memory.route import CELL_M
 
     stamp = stamp or Time()
@@ -136,6 +184,18 @@ def sightings(route: Any, goal_names: list[str], goal: int | None, origin: Pose,
         text.color = category_color(cat, 1.0)
         text.text = f"{'goal ' if is_goal else ''}{name} {mass:.2f}"
         out.markers += [sphere, text]
+        points = sighted_points(sighted, cat, current)
+        if points:
+            ages = [p[2] for p in points]
+            text.text += f" | {int((sighted['cat'] == cat).sum())} seen, {min(ages)}-{max(ages)} ep ago"
+            dots = _marker(frame_id, stamp, "sighted", cat, Marker.SPHERE_LIST)
+            dots.scale.x = dots.scale.y = dots.scale.z = 0.12
+            dots.color = category_color(cat, 1.0)
+            for px, py, age, _ in points:
+                qx, qy, _ = compose_pose(origin, (px, py, 0.0))
+                dots.points.append(Point(x=qx, y=qy, z=0.06))
+                dots.colors.append(category_color(cat, age_alpha(age)))
+            out.markers.append(dots)
         if is_goal:
             seen = np.argwhere(route.seen_from[env, cat])
             if len(seen):
@@ -165,15 +225,18 @@ def sightings(route: Any, goal_names: list[str], goal: int | None, origin: Pose,
     return out
 
 
-def sightings_key(route: Any, goal: int | None, env: int = 0, robot: Pose | None = None) -> tuple:
+def sightings_key(route: Any, goal: int | None, env: int = 0, robot: Pose | None = None,
+                  sighted: dict[str, np.ndarray] | None = None, current: int = 0) -> tuple:
     """What :func:`sightings` draws, to the precision it shows (positions to 1 cm, masses to 0.01, the goal, how
-    many places it was seen from and the route's arrow): equal keys draw the same markers, so a step that changes
-    none of it need not be sent again."""
+    many places it was seen from, the stored sightings' count and episodes and the route's arrow): equal keys draw
+    the same markers, so a step that changes none of it need not be sent again."""
     drawn = []
     for cat in range(route.n_cat):
         xy, mass = route.remembered(env, cat)
         if mass >= MIN_MASS:
             drawn.append((cat, round(float(xy[0]), 2), round(float(xy[1]), 2), round(mass, 2)))
+    if sighted is not None:
+        drawn.append((len(sighted["cat"]), current, int(sighted["episode"].sum()), int(sighted["cat"].sum())))
     seen = int(route.seen_from[env, goal].sum()) if goal is not None and 0 <= goal < route.n_cat else 0
     way = waypoint(route, robot, env)
     if way is not None:
@@ -186,6 +249,16 @@ def route_map(route: Any, origin: Pose, frame_id: str, stamp: Time | None = None
     (-1) elsewhere. Cell (row r, column c) of the message is the memory's cell (r along the memory frame's y,
     c along its x); the grid's origin is the memory frame's (-CELLS/2, -CELLS/2) cell corner composed with
     ``origin``."""
+    grid = _grid(frame_id, stamp, origin)
+    # the memory indexes stood[x cell, y cell]; the message is row-major with rows along y
+    cells = np.where(route.stood[env].T, np.int8(0), np.int8(-1)).astype(np.int8)
+    grid.data = array.array("b", cells.tobytes())
+    return grid
+
+
+
+def _grid(frame_id: str, stamp: Time | None, origin: Pose) -> OccupancyGrid:
+    """An empty grid message with the route memory's geometry (see :func:`route_map`)."""
     from icrl_ros.memory.route import CELL_M, CELLS
 
     grid = OccupancyGrid()
@@ -197,11 +270,156 @@ def route_map(route: Any, origin: Pose, frame_id: str, stamp: Time | None = None
     ox, oy, oyaw = compose_pose(origin, (-half, -half, 0.0))
     info.origin.position.x, info.origin.position.y = ox, oy
     _yaw_quaternion(info.origin, oyaw)
-    # the memory indexes stood[x cell, y cell]; the message is row-major with rows along y
-    cells = np.where(route.stood[env].T, np.int8(0), np.int8(-1)).astype(np.int8)
+    return grid
+
+
+LOOKED_MIN = 0.02
+"""Looked-at cells whose probe mass is below this are unknown (-1) in the grid."""
+
+
+def looked_at_map(view: Any, origin: Pose, frame_id: str, stamp: Time | None = None, env: int = 0) -> OccupancyGrid:
+    """The place memory's looked-at floor (:meth:`~icrl_ros.house.memory_view.HouseMemoryView.looked_at`) on the
+    route map's grid: 100 x the mass a probe on the cell would read (1-100), -1 below :data:`LOOKED_MIN`."""
+    from icrl_ros.memory.route import CELL_M, CELLS
+
+    grid = _grid(frame_id, stamp, origin)
+    mass = view.looked_at(CELLS, CELL_M, env).T  # rows along the memory frame's y
+    cells = np.where(mass >= LOOKED_MIN, np.clip(np.rint(100.0 * mass), 1, 100), -1).astype(np.int8)
     grid.data = array.array("b", cells.tobytes())
     return grid
 
 
-__all__ = ["MIN_MASS", "category_color", "clear_markers", "route_map", "route_state", "sightings", "sightings_key",
-           "stamp_msg", "waypoint"]
+def route_path(route: Any, origin: Pose, frame_id: str, stamp: Time | None = None, env: int = 0) -> Path:
+    """The route memory's whole way from the last step's pose to the remembered goal
+    (:meth:`~icrl_ros.house.route_state.RouteState.way`) in ``frame_id``; each pose faces along the way.
+    No poses when the memory has no way."""
+    path = Path()
+    path.header.frame_id, path.header.stamp = frame_id, stamp or Time()
+    way = route.way(env) if callable(getattr(route, "way", None)) else None
+    if way is None:
+        return path
+    pts = [compose_pose(origin, (float(x), float(y), 0.0))[:2] for x, y in way[0]]
+    for n, (x, y) in enumerate(pts):
+        nx, ny = pts[min(n + 1, len(pts) - 1)] if n + 1 < len(pts) else pts[n]
+        px, py = pts[n - 1] if n else (x, y)
+        yaw = math.atan2(ny - y, nx - x) if n + 1 < len(pts) else math.atan2(y - py, x - px)
+        ps = PoseStamped()
+        ps.header = path.header
+        ps.pose.position.x, ps.pose.position.y = float(x), float(y)
+        _yaw_quaternion(ps.pose, yaw)
+        path.poses.append(ps)
+    return path
+
+
+def attention_array(view: Any, env: int = 0) -> Float32MultiArray:
+    """The fixed heads' attention mass of the last step per episode
+    (:meth:`~icrl_ros.house.memory_view.HouseMemoryView.attention_by_episode`): rows = heads, columns =
+    episodes 0 .. E - 1 then the sink; the dimensions' labels name them. Empty (no dimensions) before a step."""
+    msg = Float32MultiArray()
+    got = view.attention_by_episode(env)
+    if got is None:
+        return msg
+    mass, n_ep = got
+    rows, cols = mass.shape
+    msg.layout.dim = [
+        MultiArrayDimension(label="head: " + ", ".join(view.head_names), size=rows, stride=rows * cols),
+        MultiArrayDimension(label=f"episode: 0-{n_ep - 1}, then the sink" if n_ep else "the sink", size=cols,
+                            stride=cols)]
+    msg.data = array.array("f", mass.astype(np.float32).ravel().tobytes())
+    return msg
+
+
+TRUTH_M = 0.35
+"""Diameter of a true object's cylinder (the memory's sphere is 0.3 m, the goal's 0.5 m)."""
+
+
+def true_objects(cats: np.ndarray, xy: np.ndarray, goal_names: list[str], goal: int | None, frame_id: str,
+                 stamp: Time | None = None) -> MarkerArray:
+    """The simulator's objects (categories (n,), positions (n, 2) in ``frame_id``) as the bridge publishes them
+    beside the agent's memory: a flat cylinder ring per object in its category's colour (namespace ``truth``,
+    id = the object's index), the current goal's instances taller and labelled ``true goal name``
+    (``truth_labels``). Starts with a DELETEALL, like :func:`sightings`."""
+    stamp = stamp or Time()
+    out = clear_markers(frame_id, stamp)
+    for n, (cat, (x, y)) in enumerate(zip(np.asarray(cats).tolist(), np.asarray(xy, dtype=np.float64).tolist())):
+        is_goal = cat == goal
+        cyl = _marker(frame_id, stamp, "truth", n, Marker.CYLINDER)
+        cyl.pose.position.x, cyl.pose.position.y = float(x), float(y)
+        cyl.scale.x = cyl.scale.y = TRUTH_M
+        cyl.scale.z = 0.6 if is_goal else 0.08
+        cyl.pose.position.z = cyl.scale.z / 2
+        cyl.color = category_color(cat, 0.9 if is_goal else 0.5)
+        out.markers.append(cyl)
+        if is_goal:
+            name = goal_names[cat] if 0 <= cat < len(goal_names) else f"category {cat}"
+            text = _marker(frame_id, stamp, "truth_labels", n, Marker.TEXT_VIEW_FACING)
+            text.pose.position.x, text.pose.position.y, text.pose.position.z = float(x), float(y), 0.6 + TEXT_M
+            text.scale.z = TEXT_M
+            text.color = category_color(cat, 1.0)
+            text.text = f"true goal {name}"
+            out.markers.append(text)
+    return out
+
+
+class MemoryTopics:
+    """What the agent node publishes of ``runner``'s memory, by topic name under ``~/memory/``: the message type,
+    a key that is equal when the message would be too (a step that changes nothing shown is not sent again),
+    and the message. ``runner``: a runner with a route memory (:func:`route_state`); the looked-at floor and the
+    attention need the house's fixed heads as well (:class:`~icrl_ros.house.memory_view.HouseMemoryView`;
+    without them those topics are absent). Keys and messages take ``ctx``: goal (index or None), origin,
+    frame id, stamp, robot (the last step's odometry pose or None) and goal_names."""
+
+    def __init__(self, runner: Any) -> None:
+        from icrl_ros.house.memory_view import HouseMemoryView
+
+        self.route = route_state(runner)
+        if self.route is None:
+            raise ValueError("the runner keeps no route memory")
+        self.view = HouseMemoryView.for_runner(runner)
+        self.runner = runner
+        self.types: dict[str, type] = {"sightings": MarkerArray, "route_map": OccupancyGrid, "route": Path}
+        if self.view is not None:
+            if self.view.place:
+                self.types["looked_at"] = OccupancyGrid
+            self.types["attention"] = Float32MultiArray
+
+    def _sighted(self) -> tuple[dict | None, int]:
+        if self.view is None:
+            return None, 0
+        return self.view.sightings(), self.view.current_episode()
+
+    def key(self, name: str, ctx: dict) -> Any:
+        route, place = self.route, (ctx["origin"], ctx["frame"])
+        if name == "sightings":
+            sighted, current = self._sighted()
+            return sightings_key(route, ctx["goal"], robot=ctx["robot"], sighted=sighted, current=current), place
+        if name == "route_map":
+            return int(route.stood[0].sum()), place
+        if name == "route":
+            way = route.way()
+            return (None if way is None else tuple(np.round(way[0], 2).ravel().tolist())), place
+        if name == "looked_at":
+            return len(self.view.view_points()), place
+        if name == "attention":  # every step moves it
+            return int(getattr(self.view.runner, "total_steps", 0)), route.last_pose is None
+        raise KeyError(name)
+
+    def message(self, name: str, ctx: dict) -> Any:
+        route, origin, frame, stamp = self.route, ctx["origin"], ctx["frame"], ctx["stamp"]
+        if name == "sightings":
+            sighted, current = self._sighted()
+            return sightings(route, ctx["goal_names"], ctx["goal"], origin, frame, stamp, robot=ctx["robot"],
+                             sighted=sighted, current=current)
+        if name == "route_map":
+            return route_map(route, origin, frame, stamp)
+        if name == "route":
+            return route_path(route, origin, frame, stamp)
+        if name == "looked_at":
+            return looked_at_map(self.view, origin, frame, stamp)
+        if name == "attention":
+            return attention_array(self.view)
+        raise KeyError(name)
+
+__all__ = ["LOOKED_MIN", "MIN_MASS", "MemoryTopics", "age_alpha", "attention_array", "category_color", "clear_markers",
+           "looked_at_map", "route_map", "route_path", "route_state", "sighted_points", "sightings", "sightings_key",
+           "stamp_msg", "true_objects", "waypoint"]

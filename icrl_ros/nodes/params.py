@@ -21,6 +21,8 @@ MEMORY_POLICIES = ("", "full", "window", "memo", "hcam", "retrieval")  # "" + ic
 ACTION_MODES = ("discrete", "twist")
 ACTION_SELECTIONS = ("", "sample", "greedy")  # "" + icrl_ros.runtime.manifest.ACTION_SELECTIONS
 BRIDGE_MODES = ("lockstep", "realtime")
+POSE_SOURCES = ("odom", "pose_topic")
+POSE_TOPIC_TYPES = ("PoseWithCovarianceStamped", "PoseStamped")
 
 
 APPLY_LIVE = "live"
@@ -203,6 +205,30 @@ class AgentParams(ParamsBase):
         "at configure.",
         choices=("", "house", "episode"),
     )
+    pose_source: str = _conf(
+        "odom",
+        "Where the policy's pose comes from. odom: odom_topic alone (in the house frame, odometry since boot: it "
+        "drifts). pose_topic: a localiser's map-frame pose on pose_topic (AMCL's amcl_pose, slam_toolbox's pose), "
+        "composed with the odometry travelled since that pose's stamp, so the policy gets a pose at every step "
+        "while the localiser updates more slowly; odom_topic still drives the twist executor's steps. The frame "
+        "that holds up on a real base under drift: pose_topic.",
+        choices=POSE_SOURCES,
+    )
+    pose_topic: str = _conf(
+        "localiser_pose", "pose_source pose_topic: the localiser's pose of the base in the map frame (QoS: "
+        "pose_transient_local).")
+    pose_topic_type: str = _conf(
+        "PoseWithCovarianceStamped", "Message type on pose_topic: geometry_msgs/PoseWithCovarianceStamped (AMCL, "
+        "slam_toolbox) or geometry_msgs/PoseStamped.", choices=POSE_TOPIC_TYPES)
+    pose_transient_local: bool = _conf(
+        True, "Subscribe to pose_topic reliable with transient-local durability, depth 1, as AMCL publishes amcl_pose "
+        "(a node started while the robot stands still gets the last pose at once); false: reliable, volatile, depth "
+        "10, as slam_toolbox publishes pose (a transient-local subscription does not match a volatile publisher).")
+    pose_max_travel_m: float = _live(
+        2.0, "pose_source pose_topic: metres the odometry may travel since the last localiser pose before that pose "
+        "counts as stale: then the base stops (a zero velocity), the image is dropped (stale_pose) and acting resumes "
+        "with the next localiser pose. Measured as travelled rather than as time because AMCL and slam_toolbox "
+        "publish only after the base moved (a robot that stands still keeps a valid pose).", min=0.01)
     goal_topic: str = _conf("goal", "std_msgs/String goal category; each message starts an episode.")
     goal_transient_local: bool = _conf(
         True, "Subscribe to the goal with transient-local durability (receives the bridge's latched goal)."
@@ -319,6 +345,11 @@ class BridgeParams(ParamsBase):
     map_pose_topic: str = _param(
         "map_pose", "geometry_msgs/PoseStamped output: the robot's pose in the house frame (map_frame), for envs "
         "that report it (env.pose_in('house')), whatever pose_frame odom_topic uses. Empty = off.")
+    objects_topic: str = _param(
+        "true_objects", "visualization_msgs/MarkerArray output (transient local): the env's goal-category objects "
+        "where they truly are, in map_frame, the current goal's instances marked, at each episode start, for envs "
+        "that report them (env.object_positions('house')): beside the agent's ~/memory/sightings a viewer shows "
+        "belief and truth. Empty = off.")
     odom_frame: str = _param("odom", "Odometry frame id.")
     base_frame: str = _param("base_link", "Robot base frame id.")
     camera_frame: str = _param("camera_optical_frame", "Image frame id (optical convention).")

@@ -10,7 +10,7 @@ when the message was received here and ``publish_time`` when it was published (D
 timestamp), both in nanoseconds of system time, as rosbag2 records them.
 
 What the agent and the bridge exchange (:data:`RUN_TOPICS`, relative to the namespace): camera,
-odometry, laser scan, house-frame pose, goal, episode events, reward, the agent's discrete actions,
+odometry, laser scan, house-frame pose, the true objects (the bridge's), goal, episode events, reward, the agent's discrete actions,
 ``cmd_vel`` and its status, and the agent's memory introspection topics (published only with its
 ``introspection`` parameter; a recorder subscribing to them makes the agent compute them).
 ``training/replay.py`` feeds such a recording back through the policy.
@@ -44,9 +44,13 @@ RUN_TOPICS: list[tuple[str, str]] = [
     ("agent_status", "diagnostic_msgs/msg/DiagnosticArray"),
     ("icrl_agent/memory/sightings", "visualization_msgs/msg/MarkerArray"),
     ("icrl_agent/memory/route_map", "nav_msgs/msg/OccupancyGrid"),
+    ("icrl_agent/memory/route", "nav_msgs/msg/Path"),
+    ("icrl_agent/memory/looked_at", "nav_msgs/msg/OccupancyGrid"),
+    ("icrl_agent/memory/attention", "std_msgs/msg/Float32MultiArray"),
+    ("true_objects", "visualization_msgs/msg/MarkerArray"),
 ]
 #: topics published reliable + transient local (latched): recorded with that durability
-LATCHED_TOPICS = {"goal", "episode_events", "icrl_agent/memory/sightings", "icrl_agent/memory/route_map"}
+LATCHED_TOPICS = {"goal", "episode_events", "true_objects", *(t for t, _ in RUN_TOPICS if "/memory/" in t)}
 #: the MCAP metadata record a recorder writes its settings to (and that replay reads)
 METADATA_NAME = "icrl_ros.run"
 

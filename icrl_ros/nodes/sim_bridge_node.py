@@ -10,7 +10,9 @@ Published: camera ``sensor_msgs/Image`` (rgb8) + ``CameraInfo``, ``nav_msgs/Odom
 ``pose_frame`` (``house``: one frame for the whole trial, like a base's odometry since boot or
 a localisation map frame; ``episode``: re-anchored at each episode start, like a base whose
 odometry is reset; the env computes both), the house-frame pose as ``geometry_msgs/PoseStamped``
-on ``map_pose_topic`` (frame ``map_frame``) for envs with ``pose_in(frame)``, TF odom ->
+on ``map_pose_topic`` (frame ``map_frame``) for envs with ``pose_in(frame)``, the true objects as a
+``visualization_msgs/MarkerArray`` on ``objects_topic`` (frame ``map_frame``, at each episode start) for envs
+with ``object_positions(frame)``, so a viewer shows the agent's ``~/memory`` beside the truth, TF odom ->
 base_link (and map -> odom beside the map pose) when ``tf2_msgs`` is installed, goal ``std_msgs/String`` (transient local, once per
 episode), reward ``std_msgs/Float32``, episode events ``std_msgs/String`` (JSON) and ``/clock``.
 
@@ -149,6 +151,14 @@ class SimBridgeNode(Node):
         self.pub_map_pose = None
         if p.map_pose_topic and callable(getattr(self._base, "pose_in", None)):
             self.pub_map_pose = self.create_publisher(PoseStamped, p.map_pose_topic, 10)
+        self.pub_objects = None
+        if p.objects_topic and callable(getattr(self._base, "object_positions", None)):
+            try:
+                from visualization_msgs.msg import MarkerArray
+            except ImportError:  # pragma: no cover - depends on the install
+                self.get_logger().info("visualization_msgs is not installed: the true objects are not published")
+            else:
+                self.pub_objects = self.create_publisher(MarkerArray, p.objects_topic, LATCHED)
         self.pub_goal = self.create_publisher(String, p.goal_topic, LATCHED)
         self.pub_reward = self.create_publisher(Float32, p.reward_topic, 10)
         self.pub_events = self.create_publisher(String, p.episode_events_topic, QoSProfile(
@@ -237,6 +247,7 @@ class SimBridgeNode(Node):
                         if start is not None else {}),
                      **({"replayed": True} if options else {}), **self._house(info)})
         self.pub_goal.publish(String(data=goal))
+        self._publish_objects(obs)
         self._advance(0.0)
         delay = self.params.episode_start_delay_s
         if self.params.mode == "lockstep" and delay > 0:
@@ -374,6 +385,17 @@ class SimBridgeNode(Node):
             img.header.frame_id = p.camera_frame
             self.pub_info.publish(self._camera_info(fields["height"], fields["width"], stamp))
             self.pub_image.publish(img)
+
+    def _publish_objects(self, obs: Any) -> None:
+        """The env's true objects in the house frame (the goal's instances marked), for a viewer beside the memory."""
+        if self.pub_objects is None:
+            return
+        from icrl_ros.nodes.introspection import true_objects
+
+        cats, xy = self._base.object_positions("house")
+        goal = int(np.asarray(obs["goal"]).reshape(-1)[0]) if isinstance(obs, dict) and "goal" in obs else None
+        self.pub_objects.publish(true_objects(cats, xy, self.goal_names, goal, self.params.map_frame,
+                                              _time_msg(self.sim_time)))
 
     def _scan_msg(self, stamp: Any) -> LaserScan:
         angle_min, increment, ranges, range_max = self._base.laser_scan()

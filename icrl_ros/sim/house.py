@@ -418,6 +418,14 @@ class HouseEnv(gym.Env):
         return np.array([episode_odometry(origin, (o.x, o.z, 0.0))[:2] for o in self.target_instances()],
                         np.float64).reshape(-1, 2)
 
+    def object_positions(self, frame: str = "house") -> tuple[np.ndarray, np.ndarray]:
+        """Every object of a goal category in the house: (categories (n,) goal indices, positions (n, 2) in
+        ``frame`` (``POSE_FRAMES``)); privileged, what a viewer shows as the truth beside a policy's memory."""
+        origin = self._frame_origin(frame)
+        objs = list(self.layout.objects)
+        return (np.array([o.category for o in objs], np.int64),
+                np.array([episode_odometry(origin, (o.x, o.z, 0.0))[:2] for o in objs], np.float64).reshape(-1, 2))
+
     def visible_targets(self) -> np.ndarray:
         """Which target instances show in the current camera image (geometric test)."""
         return visible(self.target_instances(), (self.x, CAMERA_HEIGHT, self.z), self.yaw, CAMERA_PITCH_DEG,

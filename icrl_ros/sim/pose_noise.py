@@ -20,8 +20,9 @@ Both errors are applied to planar poses (x, y, yaw) in one fixed frame (the hous
 :class:`PoseNoise` runs both for one robot. A jump of the true pose (the simulator placing the robot at
 the next episode's start) is integrated as one increment, as if the robot had driven there.
 
-:func:`fused_pose` is how a robot stack combines the two (a localiser fix composed with the odometry
-travelled since it): the agent node does exactly this between localiser updates.
+:func:`~icrl_ros.geometry.fused_pose` is how a robot stack combines the two (a localiser fix composed with
+the odometry travelled since it): the agent node does exactly this between localiser updates, and
+:class:`PoseObserver` with ``loc`` and ``fix_every`` does it in evaluation.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from icrl_ros.geometry import compose_pose, relative_pose, wrap_angle
+from icrl_ros.geometry import between, compose_pose, fused_pose, relative_pose, wrap_angle
 
 Pose = tuple[float, float, float]
 
@@ -110,21 +111,6 @@ class OdometryDrift:
         """``"SCALE,HEADING_NOISE,BIAS_DEG_PER_MIN"``, e.g. ``"0.01,0.01,1"``."""
         v = _parse_floats(text, "odometry drift", ("SCALE", "HEADING_NOISE", "BIAS_DEG_PER_MIN"), 3)
         return cls(*v)
-
-
-def between(a: Pose, b: Pose) -> Pose:
-    """``b`` in ``a``'s frame, in float64 (:func:`~icrl_ros.geometry.relative_pose` is the float32 the policies
-    observe; poses integrated over thousands of increments keep full precision here)."""
-    c, s = math.cos(a[2]), math.sin(a[2])
-    dx, dy = b[0] - a[0], b[1] - a[1]
-    return (c * dx + s * dy, -s * dx + c * dy, wrap_angle(b[2] - a[2]))
-
-
-def fused_pose(fix_map: Pose, fix_odom: Pose, odom_now: Pose) -> Pose:
-    """The map-frame pose now from a localiser fix and odometry: the fix (``fix_map``, taken when odometry
-    read ``fix_odom``) composed with the odometry travelled since (``odom_now`` in ``fix_odom``'s frame).
-    This is the map -> odom correction (``map_to_odom(fix_map, fix_odom)``) applied to ``odom_now``."""
-    return compose_pose(fix_map, between(fix_odom, odom_now))
 
 
 class PoseNoise:
@@ -293,4 +279,4 @@ class PoseObserver:
         return out
 
 
-__all__ = ["between", "LocalisationNoise", "OdometryDrift", "PoseErrors", "PoseNoise", "PoseObserver", "fused_pose"]
+__all__ = ["LocalisationNoise", "OdometryDrift", "PoseErrors", "PoseNoise", "PoseObserver", "fused_pose"]

@@ -26,9 +26,9 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.lifecycle import TransitionCallbackReturn  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
-from nav_msgs.msg import OccupancyGrid  # noqa: E402
+from nav_msgs.msg import OccupancyGrid, Path  # noqa: E402
 from sensor_msgs.msg import LaserScan  # noqa: E402
-from std_msgs.msg import String  # noqa: E402
+from std_msgs.msg import Float32MultiArray, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
@@ -263,7 +263,7 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         # a viewer joining while the robot waits gets the memory without a step (the node checks each second)
         assert spin_until(ex, lambda: got["sightings"] and got["route_map"], 5)
         # both viewers (this one and the recorder) matched before the robot moves on: both get every later message
-        assert spin_until(ex, lambda: all(p.get_subscription_count() == 2 for p in agent._memory_pubs), 10)
+        assert spin_until(ex, lambda: all(agent._memory_pubs[n].get_subscription_count() == 2 for n in got), 10)
 
         # a confident sighting of red_ball at (2, -1) m in the memory's frame, written into the runner's memory
         cat = agent.runner.goal_names.index("red_ball")
@@ -296,6 +296,25 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         assert float(route.last_route[0, 0]) == 1.0
         assert (arrow.points[0].x, arrow.points[0].y) == pytest.approx(moved[:2], abs=1e-6)
         assert calls["sightings"] >= 2 and calls["route_map"] >= 2
+        # the other topics, each from the runner's memory (its KV cache through the house's fixed heads)
+        assert set(agent._memory_pubs) == {"sightings", "route_map", "route", "looked_at", "attention"}
+        extra: dict[str, list] = {"route": [], "looked_at": [], "attention": []}
+        for name, cls in (("route", Path), ("looked_at", OccupancyGrid), ("attention", Float32MultiArray)):
+            probe.create_subscription(cls, f"icrl_agent/memory/{name}", extra[name].append, qos)
+        assert spin_until(ex, lambda: all(extra.values()), 5)  # a new viewer gets each at once
+        view = agent._memory_route.view
+        by_ep, n_ep = view.attention_by_episode()
+        att = extra["attention"][-1]
+        assert [d.size for d in att.layout.dim] == [view.n_fixed, n_ep + 1]
+        np.testing.assert_allclose(np.array(att.data).reshape(by_ep.shape), by_ep, atol=1e-6)
+        np.testing.assert_allclose(by_ep.sum(1), 1.0, atol=1e-6)
+        frame_origin = agent.loop.origin
+        assert extra["looked_at"][-1].data == introspection.looked_at_map(view, frame_origin, "odom").data
+        assert max(extra["looked_at"][-1].data) > 0  # two steps looked somewhere
+        path = extra["route"][-1]
+        assert route.way() is not None and len(path.poses) == len(route.way()[0])
+        end = path.poses[-1].pose.position
+        assert (end.x, end.y) == pytest.approx(in_frame(origin, (2.0, -1.0)), abs=0.01)  # ends at the sighting
 
         # steps sooner than introspection_period_s after the last publication are held back; the last one's
         # memory still goes out once the period is over
@@ -328,8 +347,8 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
             rviz = yaml.safe_load(f)["Visualization Manager"]
         displays = {d["Class"]: d for d in rviz["Displays"]}
         assert rviz["Global Options"]["Fixed Frame"] == grid.header.frame_id
-        for cls, pub in (("rviz_default_plugins/MarkerArray", agent._memory_pubs[0]),
-                         ("rviz_default_plugins/Map", agent._memory_pubs[1])):
+        for cls, pub in (("rviz_default_plugins/MarkerArray", agent._memory_pubs["sightings"]),
+                         ("rviz_default_plugins/Map", agent._memory_pubs["route_map"])):
             topic = displays[cls]["Topic"]
             assert topic["Value"] == pub.topic_name, (cls, topic)
             assert topic["Reliability Policy"] == "Reliable" and topic["Durability Policy"] == "Transient Local"
@@ -342,13 +361,11 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
             recorder.close()
             recorder.destroy_node()
     # the recording, read back by another reader (rosbags) and decoded by rclpy: what the viewer received
-    from pathlib import Path
-
     from rclpy.serialization import deserialize_message
     from rosbags.highlevel import AnyReader
 
     recorded: dict[str, list] = {}
-    with AnyReader([Path(tmp_path / "run.mcap")]) as reader:
+    with AnyReader([tmp_path / "run.mcap"]) as reader:
         for conn, _t, raw in reader.messages():
             recorded.setdefault(conn.topic, []).append(deserialize_message(raw, message_class(conn.msgtype)))
     grids, arrays = recorded["/icrl_agent/memory/route_map"], recorded["/icrl_agent/memory/sightings"]

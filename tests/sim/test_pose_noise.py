@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from icrl_ros.geometry import compose_pose, relative_pose, wrap_angle
+from icrl_ros.geometry import compose_pose, fused_pose, relative_pose, wrap_angle
 from icrl_ros.sim.pose_noise import (
-    LocalisationNoise, OdometryDrift, PoseErrors, PoseNoise, PoseObserver, fused_pose,
+    LocalisationNoise, OdometryDrift, PoseErrors, PoseNoise, PoseObserver,
 )
 
 

@@ -1,0 +1,249 @@
+"""The KV cache as the house model's fixed heads read it, on the viewer's topics: stored sightings with their age,
+the looked-at floor, the route as a Path, the fixed heads' attention per episode, and the bridge's true objects.
+
+Everything runs on the shipped ``house_relic_scan`` bundle's runner: sightings are written into its KV cache
+(layer 0, head 0 keys and values, laid out as the object memory head writes them) and must come back at the
+right place with the right age; a trial reset must clear them. The attention recomputed from the cache is
+compared with what the torch engine's attention module computed on the same step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tests.nodes.ros_support import require_house_bundle, require_ros
+
+require_ros()
+pytest.importorskip("visualization_msgs.msg", reason="visualization_msgs: scripts/ensure_ros.sh installs it")
+
+from visualization_msgs.msg import Marker  # noqa: E402
+
+from icrl_ros.house.memory_view import HouseMemoryView  # noqa: E402
+from icrl_ros.memory.route import CELL_M, CELLS  # noqa: E402
+from icrl_ros.models.encoders import OBJECT_SCALE_M  # noqa: E402
+from icrl_ros.models.object_memory import BETA  # noqa: E402
+from icrl_ros.models.place_memory import PRIOR_VIEWS, SIGMA_M, VIEW_AHEAD_M  # noqa: E402
+from icrl_ros.nodes import introspection  # noqa: E402
+from tests.nodes.test_introspection import by_ns, grid_value, in_frame  # noqa: E402
+
+ORIGIN = (1.5, -2.0, 0.7)
+
+
+def obs(rng, pose=(0.0, 0.0, 0.0)) -> dict:
+    return {"rgb": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), "odom": np.array(pose, np.float32),
+            "scan": np.ones(12, np.float32)}
+
+
+@pytest.fixture(scope="module")
+def runner():
+    from icrl_ros.runtime import PolicyRunner
+
+    torch.set_num_threads(1)
+    return PolicyRunner.from_bundle(require_house_bundle(), backend="torch")
+
+
+def fresh(runner, steps: int, episodes: int = 1, goal: str = "cone", seed: int = 0):
+    """A new trial of ``episodes`` episodes of ``steps`` random frames each (poses along a line)."""
+    runner.reset_trial()
+    rng = np.random.default_rng(seed)
+    for e in range(episodes):
+        runner.begin_episode(goal)
+        for t in range(steps):
+            runner.act(obs(rng, (0.25 * t, 0.1 * e, 0.1 * t)))
+    return rng
+
+
+def stored_slots(runner) -> np.ndarray:
+    _, _, valid, episode = runner.memory.view()
+    return np.flatnonzero(valid[0].numpy() & (episode[0].numpy() >= 0))
+
+
+def write_sighting(runner, slot: int, cat: int, conf: float, xy) -> None:
+    """Head 0 of layer 0's key and value of a stored step that saw ``cat`` at ``xy`` (metres): what
+    ObjectMemoryHead.qkv writes (key: one-hot category x confidence; value: position / OBJECT_SCALE_M, 1)."""
+    k, v, _, _ = runner.memory.view()
+    n = len(runner.goal_names)
+    k[0, 0, 0, slot, :n + 1] = 0.0
+    k[0, 0, 0, slot, cat] = conf
+    v[0, 0, 0, slot, 0:2] = torch.tensor(xy) / OBJECT_SCALE_M
+    v[0, 0, 0, slot, 2] = 1.0
+
+
+def test_a_sighting_written_into_the_cache_is_drawn_at_its_place_with_its_age_and_a_reset_clears_it(runner) -> None:
+    fresh(runner, 4, episodes=3)
+    view = HouseMemoryView.for_runner(runner)
+    slots = stored_slots(runner)
+    _, _, _, episode = runner.memory.view()
+    assert list(episode[0, slots].numpy()) == [0] * 4 + [1] * 4 + [2] * 4
+    cat = runner.goal_names.index("red_ball")
+    write_sighting(runner, slots[1], cat, 0.97, (3.0, 1.0))  # episode 0: two episodes ago
+    write_sighting(runner, slots[9], cat, 0.9, (3.1, 1.05))  # episode 2: this one, same cell
+    write_sighting(runner, slots[5], cat, 0.6, (-4.0, 2.0))  # below SIGHTING_P: not remembered
+    seen = view.sightings()
+    mine = seen["cat"] == cat
+    assert sorted(seen["episode"][mine].tolist()) == [0, 2]
+    assert np.allclose(np.sort(seen["xy"][mine][:, 0]), [3.0, 3.1], atol=1e-5)
+    assert view.current_episode() == 2
+
+    route = runner.control.states["route"]
+    route.sums[0, cat] = (3.0, 1.0, 1.0)  # the route memory's mean there too (its sphere is drawn from it)
+    msg = introspection.sightings(route, runner.goal_names, cat, ORIGIN, "odom", sighted=seen, current=2)
+    dots = by_ns(msg, "sighted")[cat]
+    assert dots.type == Marker.SPHERE_LIST and len(dots.points) == 2  # one per cell and episode
+    placed = {(round(p.x, 3), round(p.y, 3)): c.a for p, c in zip(dots.points, dots.colors)}
+    for xy, age in (((3.1, 1.05), 0), ((3.0, 1.0), 2)):
+        x, y = in_frame(ORIGIN, xy)
+        (px, py), alpha = min(placed.items(), key=lambda kv: math.hypot(kv[0][0] - x, kv[0][1] - y))
+        assert math.hypot(px - x, py - y) < 1e-3 and alpha == introspection.age_alpha(age)
+    assert introspection.age_alpha(0) > introspection.age_alpha(1) > introspection.age_alpha(2)
+    label = by_ns(msg, "labels")[cat].text
+    assert label.startswith("goal red_ball ") and label.endswith("| 2 seen, 0-2 ep ago")
+    key = introspection.sightings_key(route, cat, sighted=seen, current=2)
+    write_sighting(runner, slots[10], cat, 0.95, (3.2, 1.0))  # one more step saw it: the key changes
+    assert introspection.sightings_key(route, cat, sighted=view.sightings(), current=2) != key
+
+    runner.reset_trial()  # a new trial: the cache holds no sighting, nothing is drawn
+    assert len(view.sightings()["cat"]) == 0
+    cleared = introspection.sightings(route, runner.goal_names, cat, ORIGIN, "odom", sighted=view.sightings())
+    assert [m.action for m in cleared.markers] == [Marker.DELETEALL]
+    assert view.attention() is None and introspection.attention_array(view).data.tolist() == []
+
+
+def test_the_recomputed_attention_is_what_the_step_computed(runner) -> None:
+    """The fixed heads' weights over [sink | the cache] recomputed from the cache, times the cache's values, equal
+    the fixed heads' outputs the torch engine's layer-0 attention returned on the same step."""
+    from icrl_ros.models.attention import SinkAttention
+
+    att0 = next(m for m in runner.engine.graphs["core"].modules() if isinstance(m, SinkAttention))
+    got = {}
+    hook = att0.register_forward_hook(lambda m, a, o: got.__setitem__("y", o[3].detach().double().clone()))
+    try:
+        rng = fresh(runner, 10, episodes=2, goal="red_ball")
+        cat = runner.goal_names.index("red_ball")
+        slots = stored_slots(runner)
+        write_sighting(runner, slots[2], cat, 0.95, (2.0, -1.0))  # episode 0
+        write_sighting(runner, slots[14], cat, 0.9, (2.2, -1.1))  # episode 1
+        runner.act(obs(rng, (1.0, 0.5, 0.3)))  # the step attends to both
+        view = HouseMemoryView.for_runner(runner)
+        att = view.attention()
+        _, v, _, _ = runner.memory.view()
+        for h in range(view.n_fixed):
+            out = att["slots"][h] @ v[0, 0, h].double().numpy()  # the sink's value is 0
+            np.testing.assert_allclose(out, got["y"][0, h, 0].numpy(), atol=1e-5)
+        # head 0: the two sightings beat the sink; their weights' ratio is the object memory's exp(BETA (P1 - P2))
+        w = att["slots"][0]
+        assert w[slots[2]] / w[slots[14]] == pytest.approx(math.exp(BETA * 0.05), rel=1e-4)
+        _, mass = runner.control.states["route"].remembered(0, cat)
+        by_ep, n_ep = view.attention_by_episode()
+        assert n_ep == 2 and by_ep.shape == (view.n_fixed, 3)
+        np.testing.assert_allclose(by_ep.sum(1), 1.0, atol=1e-9)
+        assert by_ep[0, 0] == pytest.approx(w[slots[2]], abs=1e-6) and by_ep[0, 0] > 0.5 > by_ep[0, 2]
+        msg = introspection.attention_array(view)
+        assert [d.size for d in msg.layout.dim] == [view.n_fixed, 3]
+        assert msg.layout.dim[0].label.startswith("head: object memory, place memory here")
+        np.testing.assert_allclose(np.array(msg.data).reshape(view.n_fixed, 3), by_ep, atol=1e-6)
+        assert mass == 0.0  # the route memory never saw these tokens (written behind its back): the view reads the cache
+    finally:
+        hook.remove()
+
+
+def test_the_object_heads_attention_agrees_with_the_route_memorys_sighting_mass() -> None:
+    """Two paths to one number: the route memory's sums (fed from the step's tokens) and the object memory head's
+    attention recomputed from the KV cache, on a real house trial."""
+    import gymnasium as gym
+
+    import icrl_ros.sim  # noqa: F401
+    from icrl_ros.runtime import PolicyRunner
+
+    r = PolicyRunner.from_bundle(require_house_bundle())
+    env = gym.make("icrl_ros/MiniWorldHouse-v0", scan=True)
+    o, _ = env.reset(seed=3)
+    r.begin_episode(int(o["goal"]))
+    for _ in range(60):
+        a, _ = r.act({"rgb": o["rgb"], "odom": o["odom"], "scan": o["scan"]})
+        o, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            break
+    view = HouseMemoryView.for_runner(r)
+    route = r.control.states["route"]
+    goal = int(route.last_goal[0])
+    _, mass = route.remembered(0, goal)
+    assert 1.0 - view.attention()["sink"][0] == pytest.approx(mass, abs=1e-5)
+    seen = view.sightings()
+    assert len(seen["cat"]) > 0  # the frozen heads saw something in 60 steps of a house
+    for cat in np.unique(seen["cat"]):  # each stored sighting is one the route memory also summed
+        assert route.remembered(0, int(cat))[1] > 0.5
+
+
+def test_the_looked_at_floor_is_what_a_place_probe_would_read(runner) -> None:
+    fresh(runner, 1)
+    view = HouseMemoryView.for_runner(runner)
+    k, _, _, _ = runner.memory.view()
+    slot = stored_slots(runner)[0]
+    # the step stood at (0, 0) facing yaw 0: its view point lies VIEW_AHEAD_M ahead
+    assert view.view_points() == pytest.approx(np.array([[VIEW_AHEAD_M, 0.0]]), abs=1e-5)
+    k[0, 0, 1:, slot, 0:2] = torch.tensor([2.0, -1.0]) / OBJECT_SCALE_M  # move that view point
+    grid = introspection.looked_at_map(view, ORIGIN, "odom")
+    assert grid.info.resolution == CELL_M and grid.info.width == CELLS
+    centre = ((math.floor(2.0 / CELL_M) + 0.5) * CELL_M, (math.floor(-1.0 / CELL_M) + 0.5) * CELL_M)
+    expect = 1.0 / (1.0 + PRIOR_VIEWS)  # one view right at the probe
+    assert grid_value(grid, in_frame(ORIGIN, centre)) == round(100 * expect)
+    away = (centre[0] + 1.0, centre[1])  # a metre off: exp(-(1 / SIGMA_M)^2)
+    s = math.exp(-(1.0 / SIGMA_M) ** 2)
+    assert grid_value(grid, in_frame(ORIGIN, away)) == round(100 * s / (s + PRIOR_VIEWS))
+    assert grid_value(grid, in_frame(ORIGIN, (-5.0, 5.0))) == -1  # never looked there
+    runner.reset_trial()
+    assert set(introspection.looked_at_map(view, ORIGIN, "odom").data) == {-1}
+
+
+def test_the_route_path_runs_from_the_robot_over_stood_floor_to_the_remembered_goal() -> None:
+    from icrl_ros.house.route_state import RouteState
+    from tests.nodes.test_introspection import NAMES, SCALE_M, token
+
+    route = RouteState(1, len(NAMES), SCALE_M)
+    track = [(0.125 + 0.25 * i, 0.125, 0.0) for i in range(12)]  # a corridor along x
+    for pose in track:
+        route.before_encode({"odom": torch.tensor([pose]), "goal": torch.tensor([2])}, torch.tensor([0]))
+    assert introspection.route_path(route, ORIGIN, "odom").poses == []  # nothing remembered: no way
+    route.observe(token(2, 0.95, (3.2, 1.5), robot=(2.875, 0.125)))  # seen from the corridor's far end
+    route.before_encode({"odom": torch.tensor([track[0]]), "goal": torch.tensor([2])}, torch.tensor([0]))
+    path = introspection.route_path(route, ORIGIN, "odom")
+    pts = [(p.pose.position.x, p.pose.position.y) for p in path.poses]
+    assert path.header.frame_id == "odom" and len(pts) >= 4
+    assert pts[0] == pytest.approx(in_frame(ORIGIN, track[0][:2]))  # from where the robot stands
+    assert pts[-1] == pytest.approx(in_frame(ORIGIN, route.remembered(0, 2)[0]), abs=1e-9)  # to the goal
+    way, length = route.way()
+    for x, y in way[1:-1]:  # every point between lies on floor the robot stood on
+        i, j = (int(math.floor(v / CELL_M)) + CELLS // 2 for v in (x, y))
+        assert route.stood[0, i, j]
+    assert length > 2.5  # the corridor's length, at least
+    route.reset()
+    assert route.way() is None and introspection.route_path(route, ORIGIN, "odom").poses == []
+
+
+def test_the_bridge_marks_the_true_objects_in_the_house_frame() -> None:
+    import gymnasium as gym
+
+    import icrl_ros.sim  # noqa: F401
+
+    env = gym.make("icrl_ros/MiniWorldHouse-v0")
+    o, _ = env.reset(seed=5)
+    u = env.unwrapped
+    cats, xy = u.object_positions("house")
+    assert len(cats) == len(u.layout.objects) and xy.shape == (len(cats), 2)
+    goal = int(o["goal"])
+    np.testing.assert_allclose(xy[cats == goal], u.target_positions("house"))  # the task's own targets
+    msg = introspection.true_objects(cats, xy, list(u.goal_names), goal, "map")
+    assert msg.markers[0].action == Marker.DELETEALL
+    cyl = by_ns(msg, "truth")
+    assert len(cyl) == len(cats) and {m.header.frame_id for m in cyl.values()} == {"map"}
+    for n, m in cyl.items():
+        assert (m.pose.position.x, m.pose.position.y) == pytest.approx(tuple(xy[n]))
+        assert (m.color.r, m.color.g, m.color.b) == pytest.approx(introspection.PALETTE[cats[n] % 10])
+    labels = by_ns(msg, "truth_labels")
+    assert set(labels) == set(np.flatnonzero(cats == goal).tolist())
+    assert all(m.text == f"true goal {u.goal_names[goal]}" for m in labels.values())
