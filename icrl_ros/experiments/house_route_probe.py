@@ -68,7 +68,7 @@ import numpy as np
 from icrl_ros.geometry import relative_pose
 from icrl_ros.models.object_memory import ROUTE_DIM
 from icrl_ros.sim.house import HouseEnv
-from icrl_ros.sim.house_oracle import FORWARD, STOP, TURN_LEFT, TURN_RIGHT, _steer, end_game, robot_frame_to_world
+from icrl_ros.sim.house_oracle import FORWARD, STOP, TURN_LEFT, TURN_RIGHT, steer, end_game, robot_frame_to_world
 from icrl_ros.sim.house_teacher import HouseTeacher
 from icrl_ros.training._cli import fail
 
@@ -119,7 +119,7 @@ class Greedy:
                     self.escaping, self.since, self.best = ESCAPE_STEPS, 0, math.inf
         if d < AT_M:
             return TURN_LEFT  # at the remembered spot: look round
-        return _steer(env, *target)
+        return steer(env, *target)
 
 
 class JoinKnownFloor:
@@ -140,7 +140,7 @@ class JoinKnownFloor:
             if te._start_cell(D) is None and np.isfinite(D).any():
                 i, j = np.nonzero(np.isfinite(D))
                 k = int(np.argmin(np.hypot(te.xs[j] - env.x, te.zs[i] - env.z)))
-                return _steer(env, float(te.xs[j[k]]), float(te.zs[i[k]]))
+                return steer(env, float(te.xs[j[k]]), float(te.zs[i[k]]))
         return te.act()
 
 
@@ -198,12 +198,12 @@ class RouteFollower:
         r = sight.route
         if r[0] > 0:
             self.routed_steps += 1
-            return _steer(env, *robot_frame_to_world(env, r[1] * sight.scale, r[2] * sight.scale))
+            return steer(env, *robot_frame_to_world(env, r[1] * sight.scale, r[2] * sight.scale))
         g, _ = sight.memory.remembered(0, int(env.goal))
         fwd, left = (float(v) for v in relative_pose(tuple(sight.odom), (g[0], g[1], 0.0))[:2])
         if math.hypot(fwd, left) < AT_M:
             return TURN_LEFT
-        return _steer(env, *robot_frame_to_world(env, fwd, left))
+        return steer(env, *robot_frame_to_world(env, fwd, left))
 
 
 def hybrid_agent(env: HouseEnv, stood: dict, via_sighting: bool, rng: np.random.Generator) -> Greedy:

@@ -8,7 +8,11 @@ seeded per trial, and none of the agents draws random numbers):
 
 * ``oracle``: the privileged shortest-path follower (knows the map and every object);
 * ``teacher``: :class:`~icrl_ros.sim.house_teacher.HouseTeacher` with the trial's memory;
-* ``wiped``: the same teacher with its memory wiped at every episode start.
+* ``wiped``: the same teacher with its memory wiped at every episode start;
+* ``seeing`` / ``seeing_wiped`` (with ``--encoder``): the same search on a student's perception
+  (:class:`~icrl_ros.sim.house_teacher.PerceivingTeacher`): recognition, sighting positions and the
+  stop from a frozen encoder's label heads on the camera image, with and without the trial's memory.
+  What separates it from ``teacher`` is perception; what separates a student from it is the policy.
 
 Each trial is one house for ``--episodes`` episodes (capped at ``--max-steps`` steps). Prints
 the per-episode table and writes ``curves.json`` and ``icl_curve.png`` to ``--out`` after every
@@ -28,10 +32,33 @@ import numpy as np
 
 from icrl_ros.training import house_curves
 
-AGENTS = ("oracle", "teacher", "wiped")
+AGENTS = ("oracle", "teacher", "wiped", "seeing", "seeing_wiped")
+SEEING = ("seeing", "seeing_wiped")
 
 
 _ENVS: dict = {}  # one env per worker process and setting (its renderer is reused across trials)
+_PERCEIVERS: dict = {}  # one loaded encoder per worker process and file
+
+
+def perceiver(encoder: str, image_size: int):
+    """``PerceivingTeacher``'s detector from an encoder file (``house_encoder.py``): its label heads'
+    P(in view) per category, the position each implies and the expected distance."""
+    if (encoder, image_size) not in _PERCEIVERS:
+        import torch
+
+        from icrl_ros.training.encoder_recall import load_encoder
+
+        torch.set_num_threads(1)
+        enc, heads = load_encoder(encoder, image_size)
+
+        @torch.no_grad()
+        def perceive(rgb, pose):
+            f = enc(torch.as_tensor(np.ascontiguousarray(rgb))[None])
+            p, xy, dist = heads.object_estimates(f, torch.tensor([pose], dtype=torch.float32))
+            return p[0].numpy(), xy[0].numpy(), dist[0].numpy()
+
+        _PERCEIVERS[(encoder, image_size)] = perceive
+    return _PERCEIVERS[(encoder, image_size)]
 
 
 def run_trial(job: tuple) -> dict[str, list]:
@@ -39,6 +66,8 @@ def run_trial(job: tuple) -> dict[str, list]:
     os.environ.setdefault("LP_NUM_THREADS", "1")
     from icrl_ros.sim.house import OLD_TASK, HouseEnv
 
+    seeing = extra.pop("seeing", None) if agent in SEEING else None
+    extra = {k: v for k, v in extra.items() if k != "seeing"}
     key = (agent, max_steps, split, task, tuple(sorted(extra.items())))
     if key not in _ENVS:
         kw = {**(dict(OLD_TASK) if task == "old" else {}), **extra}
@@ -46,18 +75,36 @@ def run_trial(job: tuple) -> dict[str, list]:
         _ENVS[key] = HouseEnv(split=split, max_episode_steps=max_steps, teacher=teacher, **kw)
     env = _ENVS[key]
     out = {"success": [], "spl": [], "steps": [], "house_seed": None}
-    _, info = env.reset(seed=trial_seed)
+    obs, info = env.reset(seed=trial_seed)
     out["house_seed"] = info["house_seed"]
+    searcher = None
+    if seeing is not None:
+        from icrl_ros.sim.house_teacher import PerceivingTeacher
+
+        opts = dict(seeing)
+        perceive = perceiver(opts.pop("encoder"), env.image_size)
+        searcher = PerceivingTeacher(env, perceive, memory=agent == "seeing", **opts)
     for _ in range(episodes):
+        if searcher is not None:
+            searcher.see(obs["rgb"])
+            searcher.episode_start()
         while True:
-            a = env.oracle_action() if agent == "oracle" else info["teacher_action"]
-            _, _, term, trunc, info = env.step(a)
+            if agent == "oracle":
+                a = env.oracle_action()
+            elif searcher is not None:
+                a = searcher.act()
+            else:
+                a = info["teacher_action"]
+            obs, _, term, trunc, info = env.step(a)
             if term or trunc:
                 break
+            if searcher is not None:
+                searcher.see(obs["rgb"])
+                searcher.observe()
         out["success"].append(float(info["success"]))
         out["spl"].append(float(info["spl"]))
         out["steps"].append(float(info["episode_step"]))
-        _, info = env.reset()
+        obs, info = env.reset()
     return out
 
 
@@ -71,7 +118,10 @@ def main(argv=None) -> int:
     p.add_argument("--task", choices=("new", "old"), default="new", help="task defaults (env OLD_TASK for old)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="a further HouseEnv argument (e.g. min_start_distance=4)")
-    p.add_argument("--agents", default=",".join(AGENTS))
+    p.add_argument("--agents", default=",".join(AGENTS[:3]))
+    p.add_argument("--encoder", help="the frozen encoder file the seeing agents perceive with (house_encoder.py's encoder.pt)")
+    p.add_argument("--searcher", action="append", default=[], metavar="KEY=VALUE",
+                   help="a PerceivingTeacher setting for the seeing agents: present, stop_p, stop_m, whole_map")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="docs/results/house_teacher")
     p.add_argument("--resume", action="store_true",
@@ -89,6 +139,18 @@ def main(argv=None) -> int:
     for a in agents:
         if a not in AGENTS:
             p.error(f"--agents: {a!r} is not one of {AGENTS}")
+    if set(agents) & set(SEEING):
+        if not args.encoder:
+            p.error("--agents seeing / seeing_wiped need --encoder PATH")
+        if not Path(args.encoder).is_file():
+            p.error(f"--encoder: {args.encoder} does not exist")
+        seeing = {"encoder": args.encoder}
+        for kv in args.searcher:
+            k, _, v = kv.partition("=")
+            if k not in ("present", "stop_p", "stop_m", "whole_map") or not v:
+                p.error(f"--searcher: expected present|stop_p|stop_m|whole_map=VALUE, got {kv!r}")
+            seeing[k] = yaml.safe_load(v)
+        extra["seeing"] = seeing
     raw, curves = {}, {}
     same = ("trials", "episodes", "max_steps", "split", "seed", "task", "env")
     settings = {k: v for k, v in vars(args).items() if k != "resume"}
@@ -108,8 +170,8 @@ def main(argv=None) -> int:
             print(f"--resume: {args.out}/curves.json has other settings; starting over", flush=True)
     t0 = time.perf_counter()
     title = f"House teacher, {args.task} task defaults, {args.split} houses"
-    if extra:  # a reader must not take a changed env for the defaults
-        title += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
+    if set(extra) - {"seeing"}:  # a reader must not take a changed env for the defaults
+        title += " (" + ", ".join(f"{k}={v}" for k, v in extra.items() if k != "seeing") + ")"
     ctx = mp.get_context("forkserver")
     with ctx.Pool(args.workers) as pool:
         for agent in agents:

@@ -24,7 +24,7 @@ LOOKAHEAD = 1.0
 STOP, FORWARD, TURN_LEFT, TURN_RIGHT = 0, 1, 2, 3
 
 
-def _steer(env: HouseEnv, x: float, z: float) -> int:
+def steer(env: HouseEnv, x: float, z: float) -> int:
     """Head for (x, z): of the headings reachable by turning (the 30-degree lattice around
     the current yaw) whose full forward step is collision-free, take the one closest to the
     bearing; step forward if it is the current heading, else turn towards it. The choice
@@ -54,7 +54,7 @@ def approach(env: HouseEnv, o) -> int | None:
     err = wrap_angle(math.atan2(-(o.z - env.z), o.x - env.x) - env.yaw)
     if abs(err) > env.turn_step / 2:
         return TURN_LEFT if err > 0 else TURN_RIGHT
-    return _steer(env, o.x, o.z)  # facing it but hidden (occluded): get closer
+    return steer(env, o.x, o.z)  # facing it but hidden (occluded): get closer
 
 
 def pursue(env: HouseEnv, points: list[tuple[float, float]]) -> int:
@@ -68,7 +68,7 @@ def pursue(env: HouseEnv, points: list[tuple[float, float]]) -> int:
             break
         if env.nav.segment_free(env.x, env.z, p[0], p[1]):
             target = p
-    return _steer(env, *target)
+    return steer(env, *target)
 
 
 def end_game(env: HouseEnv) -> int | None:
@@ -90,14 +90,14 @@ def robot_frame_to_world(env: HouseEnv, fwd: float, left: float) -> tuple[float,
 def follow_waypoint(env: HouseEnv, fwd: float, left: float) -> int:
     """A follower of a waypoint that comes from outside (a policy's route memory), (forward, left) metres
     from the robot, with what a robot senses around it: stop / face a target instance within reach
-    (:func:`end_game`), else the free heading closest to the waypoint's bearing (:func:`_steer`): the
+    (:func:`end_game`), else the free heading closest to the waypoint's bearing (:func:`steer`): the
     follower that reached 0.76 of remembered goals in ``house_route_probe.py``. No turning on the spot
     near the waypoint: a route's waypoint can lie within 0.4 m of the robot metres before the goal (16% of
     route steps measured), where a look-round-then-give-up rule fired on the way."""
     near = end_game(env)
     if near is not None:
         return near
-    return _steer(env, *robot_frame_to_world(env, fwd, left))
+    return steer(env, *robot_frame_to_world(env, fwd, left))
 
 
 def oracle_action(env: HouseEnv) -> int:
@@ -109,6 +109,6 @@ def oracle_action(env: HouseEnv) -> int:
     if cell is None:
         return TURN_LEFT
     if D[cell] == 0.0:  # in the goal region, the nearest instance hidden from here
-        return _steer(env, nav.xs[cell[1]], nav.zs[cell[0]])
+        return steer(env, nav.xs[cell[1]], nav.zs[cell[0]])
     path = nav.descend(D, cell, max_steps=int(LOOKAHEAD / nav.cell) + 4)
     return pursue(env, [(float(nav.xs[j]), float(nav.zs[i])) for i, j in path])

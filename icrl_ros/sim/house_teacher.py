@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from icrl_ros.geometry import planar, wrap_angle
 from icrl_ros.sim.house_nav import grid_distances
-from icrl_ros.sim.house_oracle import LOOKAHEAD, TURN_LEFT, TURN_RIGHT, approach, pursue
+from icrl_ros.sim.house_oracle import FORWARD, LOOKAHEAD, TURN_LEFT, TURN_RIGHT, steer, approach, pursue
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
 from icrl_ros.sim.house_view import MIN_PIXELS, cast_view
 
@@ -57,6 +58,8 @@ MIN_UNSEEN = 4  # a frontier needs this many unseen free cells in its 5x5 neighb
 SCAN_TURNS = 12  # turns on the spot (30 degrees each) before a remembered goal counts as not there
 LOOKED_M = 1.0  # a full turn without a sighting: the floor this close counts as looked at
 SEARCH_M = 2.5  # how far round a coarse memory it searches before it drops it
+CLOSE_IN_M = 2.5  # PerceivingTeacher: a goal in view this close is headed for straight
+REGROUP_M = 1.5  # PerceivingTeacher: a sighting this far from the running average starts a new one
 
 
 def _box5(mask: np.ndarray) -> np.ndarray:
@@ -141,16 +144,25 @@ class HouseTeacher:
         view = cast_view(env.layout, env.nav.walls, env.x, env.z, env.yaw, RECOGNITION_SIZE,
                          CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
         self.view = view  # the current image's cast (for diagnostics: house_label_noise --encoder)
-        resolved = view.resolved(self.min_pixels)
-        self.known |= resolved
-        for k in np.flatnonzero(resolved & ~self.fresh):
-            self.guess[k], self.fresh[k] = env.layout.objects[k], True
+        self.recognise(view)
         if len(view.floor_xz) and self.floor == "seen":
             i, j = self._index(view.floor_xz[:, 0], view.floor_xz[:, 1])
             self.seen[i, j] = True
         d2 = (self.X - env.x) ** 2 + (self.Z - env.z) ** 2
         self.seen |= d2 <= FOOTPRINT_M ** 2
         self.near |= d2 <= NEAR_M ** 2
+
+    def recognise(self, view) -> None:
+        """Take in the instances the current view shows: those of at least ``min_pixels``, at their
+        true positions (exact for the rest of this episode)."""
+        resolved = view.resolved(self.min_pixels)
+        self.known |= resolved
+        for k in np.flatnonzero(resolved & ~self.fresh):
+            self.guess[k], self.fresh[k] = self.env.layout.objects[k], True
+
+    def stop_now(self) -> bool:
+        """Whether to stop here: an instance of the goal is in reach and in view."""
+        return self.env.target_visible_in_reach()
 
     def goal_known(self) -> bool:
         """Whether an instance of the current goal category has been seen (this trial, or this
@@ -238,7 +250,7 @@ class HouseTeacher:
     def act(self) -> int:
         """The teacher's action for the env's current state."""
         env = self.env
-        if env.target_visible_in_reach():
+        if self.stop_now():
             return STOP
         key, target, _ = self._target()
         nearest, looking = None, False  # looking: the goal is remembered from an earlier episode, coarse
@@ -283,3 +295,107 @@ class HouseTeacher:
             return pursue(env, [(float(self.xs[start[1]]), float(self.zs[start[0]]))])
         path = self.env.nav.descend(D, start, max_steps=int(LOOKAHEAD / self.cell) + 3)
         return pursue(env, [(float(self.xs[j]), float(self.zs[i])) for i, j in path])
+
+
+class PerceivingTeacher(HouseTeacher):
+    """The teacher's search on a student's perception: a scripted searcher with no learning.
+
+    It plans and explores as :class:`HouseTeacher` does (the floor its camera swept, the nearest
+    frontier, the look-around where a coarse memory puts the goal), but what it recognises, where it
+    believes a sighting lies and when it stops come from ``perceive``, a frozen detector run on the
+    camera image (e.g. a student's encoder and its label heads):
+
+    * a category whose P(in view) is at least ``present`` is a sighting, at the position the detector
+      implies (robot pose + expected bearing and distance). Sightings of a category are averaged
+      (weighted by P) into as many places as the category has instances (their count, not their
+      positions): a sighting joins the nearest place within ``REGROUP_M``, else a free one, else
+      replaces the one with the least evidence. Every place is coarse: there the searcher looks
+      around, and drops the place when a full turn shows nothing;
+    * it stops when the detector gives the goal P >= ``stop_p`` at an expected distance <= ``stop_m``.
+
+    ``perceive(rgb, pose)`` -> (P per category (C,), implied positions (C, 2), expected distances (C,)),
+    with ``pose`` and the positions in the planar world frame (x, y = -z, yaw) of
+    :func:`~icrl_ros.geometry.planar`. Call :meth:`see` with
+    every image the robot acts on, before :meth:`observe` (the env does not call this teacher).
+    """
+
+    def __init__(self, env: HouseEnv, perceive, memory: bool = True, present: float = 0.5, stop_p: float = 0.5,
+                 stop_m: float = 1.0, whole_map: bool = True) -> None:
+        self.perceive, self.present, self.stop_p, self.stop_m = perceive, float(present), float(stop_p), float(stop_m)
+        self._p = self._xy = self._dist = None
+        super().__init__(env, memory=memory, whole_map=whole_map)
+        self.slots: dict[int, list[int]] = {}  # per category: the instance slots its sightings fill
+        for k, o in enumerate(env.layout.objects):
+            self.slots.setdefault(o.category, []).append(k)
+        self.sightings = 0
+
+    def wipe(self) -> None:
+        super().wipe()
+        self._sums: dict[int, tuple[float, float, float]] = {}  # per instance: P-weighted sums of its sightings
+
+    def see(self, rgb: np.ndarray) -> None:
+        """The detector's reading of the image the robot now faces."""
+        pose = planar((self.env.x, self.env.z, self.env.yaw))
+        self._p, self._xy, self._dist = (np.asarray(a, np.float64) for a in self.perceive(rgb, pose))
+
+    def recognise(self, view) -> None:
+        if self._p is None:
+            raise RuntimeError("PerceivingTeacher: call see(rgb) before observe()")
+        objects = self.env.layout.objects
+        for c in np.flatnonzero(self._p >= self.present):
+            slots = self.slots.get(int(c))
+            if not slots:
+                continue
+            x, z, w = float(self._xy[c, 0]), -float(self._xy[c, 1]), float(self._p[c])
+            k = self._slot(slots, x, z)
+            sx, sz, sw = self._sums.get(k, (0.0, 0.0, 0.0)) if self.known[k] else (0.0, 0.0, 0.0)
+            sx, sz, sw = sx + w * x, sz + w * z, sw + w
+            self._sums[k] = (sx, sz, sw)
+            self.guess[k] = dataclasses.replace(objects[k], x=sx / sw, z=sz / sw)
+            self.known[k] = True
+            self.sightings += 1
+            if objects[k].category == self.env.goal:  # sighted again: look where it now puts it
+                self.scan, self.looks, self._plan = 0, 0, None
+                self.checked[:] = False
+        if len(self._inst_masks) > 512:
+            self._inst_masks.clear()
+
+    def _slot(self, slots: list[int], x: float, z: float) -> int:
+        """The slot a sighting at (x, z) updates: the nearest held one within ``REGROUP_M``, else a free
+        one, else the one with the least evidence (started again)."""
+        held = [k for k in slots if self.known[k]]
+        if held:
+            d = [math.hypot(self.guess[k].x - x, self.guess[k].z - z) for k in held]
+            if min(d) <= REGROUP_M:
+                return held[int(np.argmin(d))]
+        free = [k for k in slots if not self.known[k]]
+        if free:
+            return free[0]
+        k = min(held, key=lambda k: self._sums.get(k, (0.0, 0.0, 0.0))[2])
+        self.known[k] = False
+        return k
+
+    def stop_now(self) -> bool:
+        g = int(self.env.goal)
+        return bool(self._p[g] >= self.stop_p and self._dist[g] <= self.stop_m)
+
+    def act(self) -> int:
+        """As the teacher, except with the goal in view but not yet near enough to stop: turn to it
+        or, within ``CLOSE_IN_M``, head straight for where the detector puts it (the teacher would
+        stop sooner: its sightings are exact)."""
+        env = self.env
+        g = int(env.goal)
+        if not self.stop_now() and self._p[g] >= self.present:
+            x, z = float(self._xy[g, 0]), -float(self._xy[g, 1])
+            k = self._slot(self.slots[g], x, z)  # the slot this sighting just updated
+            o = self.guess[k]
+            bearing = wrap_angle(math.atan2(-(o.z - env.z), o.x - env.x) - env.yaw)
+            ahead = env.x + env.forward_step * math.cos(env.yaw), env.z - env.forward_step * math.sin(env.yaw)
+            if abs(bearing) <= env.turn_step and not env.nav.collides(*ahead):
+                return FORWARD  # roughly ahead: close in (turning for every wobble of the estimate would dither)
+            near = approach(env, o)
+            if near is None and self._dist[int(env.goal)] <= CLOSE_IN_M:  # short of reach: close in on it
+                near = steer(env, o.x, o.z)
+            if near is not None:
+                return near
+        return super().act()

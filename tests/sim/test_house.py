@@ -696,3 +696,61 @@ def test_a_teacher_that_maps_only_the_floor_it_stood_on_and_never_the_whole_map(
         assert trail.whole_map_plans == 0
     finally:
         e.close()
+
+
+def _run_perceiving(perceive_for, episodes: int, seed: int = 3):
+    from icrl_ros.sim.house_teacher import PerceivingTeacher
+
+    e = HouseEnv(split="test")
+    try:
+        obs, _ = e.reset(seed=seed)
+        t = PerceivingTeacher(e, perceive_for(e))
+        found, stops = [], 0
+        for _ in range(episodes):
+            t.see(obs["rgb"])
+            t.episode_start()
+            while True:
+                a = t.act()
+                stops += a == 0
+                obs, _, term, trunc, info = e.step(a)
+                if term or trunc:
+                    break
+                t.see(obs["rgb"])
+                t.observe()
+            found.append(info["success"])
+            obs, _ = e.reset()
+        return found, stops, t
+    finally:
+        e.close()
+
+
+def test_perceiving_teacher_searches_with_a_detector_and_never_stops_blind():
+    """``PerceivingTeacher`` recognises, places and stops on what its detector says of the image: with a
+    detector that reads the truth off the layout (P 1 for what the recognition rule resolves, the true
+    position and surface distance) it finds goals as the teacher does; with one that never sees anything it
+    explores and never stops."""
+    from icrl_ros.geometry import planar
+    from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
+    from icrl_ros.sim.house_view import MIN_PIXELS, cast_view
+
+    n_cat = len(GOAL_NAMES)
+
+    def truthful(e):
+        def perceive(rgb, pose):
+            assert rgb.shape == (e.image_size, e.image_size, 3)
+            assert np.allclose(pose, planar((e.x, e.z, e.yaw)))
+            view = cast_view(e.layout, e.nav.walls, e.x, e.z, e.yaw, 64, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
+            p, xy, dist = np.zeros(n_cat), np.zeros((n_cat, 2)), np.full(n_cat, 9.0)
+            for k in np.flatnonzero(view.resolved(MIN_PIXELS)):
+                o = e.layout.objects[k]
+                p[o.category], xy[o.category] = 1.0, (o.x, -o.z)
+                dist[o.category] = math.hypot(o.x - e.x, o.z - e.z) - o.cat.radius
+            return p, xy, dist
+        return perceive
+
+    found, stops, t = _run_perceiving(truthful, 4)
+    assert sum(found) >= 3 and stops == sum(found), (found, stops)
+    assert t.sightings > 0 and t.known.any()
+    blind = lambda e: lambda rgb, pose: (np.zeros(n_cat), np.zeros((n_cat, 2)), np.full(n_cat, 9.0))  # noqa: E731
+    found, stops, t = _run_perceiving(blind, 2)
+    assert stops == 0 and not any(found) and t.seen.sum() > 50 and not t.known.any()
