@@ -17,7 +17,7 @@ Arguments
                 steady time)
   autostart     configure, then activate after that configure succeeds; once: a later
                 deactivate, cleanup or configure is the operator's and is never undone
-  introspection true: publish the route memory on ~/memory/sightings and ~/memory/route_map (docs/ros.md);
+  introspection true: publish the memory on ~/memory/sightings, route_map, route, looked_at, attention (docs/ros.md);
                 empty = the profile's value (off)
 
 SIGTERM to ``ros2 launch`` (``kill``, ``docker stop``) stops the node as Ctrl-C does (zero velocity,

@@ -13,9 +13,11 @@ Arguments
   mode         lockstep (agent publishes Int32 actions) | realtime (agent drives cmd_vel)
   seed         first trial's seed
   namespace    namespace of both nodes
-  introspection  true: the agent publishes its route memory on ~/memory/sightings and ~/memory/route_map
+  introspection  true: the agent publishes its memory on ~/memory/sightings, route_map, route, looked_at and
+               attention (docs/ros.md)
   rviz         true: also start RViz2 (where it is installed) with config/memory.rviz: the route map, the
-               remembered sightings and the odometry (sets introspection:=true)
+               looked-at floor, the remembered sightings, the route, the bridge's true objects and the
+               odometry (sets introspection:=true); config/memory.foxglove.json is the same view for Foxglove
   record       an MCAP file to record the run to (camera, odometry, scan, goal, events, actions, cmd_vel,
                status; icrl_ros.nodes.recording); empty = no recording
 
@@ -35,6 +37,9 @@ from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch_ros.actions import Node
 
 from icrl_ros.nodes.launch_signals import node_env, shutdown_on_sigterm
+
+MEMORY_TOPICS = ("sightings", "route_map", "route", "looked_at", "attention")
+"""The agent's ~/memory topics (icrl_ros.nodes.introspection), remapped for RViz under a namespace."""
 
 
 def _nodes(context, *args, **kwargs):
@@ -78,8 +83,8 @@ def _nodes(context, *args, **kwargs):
             name="rviz2",
             arguments=["-d", os.path.join(share, "config", "memory.rviz")],
             parameters=[{"use_sim_time": True}],  # the messages carry the bridge's /clock stamps
-            remappings=[(f"/{t}", f"{ns}/{t}") for t in ("icrl_agent/memory/route_map", "icrl_agent/memory/sightings",
-                                                           "odom")] if ns else [],
+            remappings=[(f"/{t}", f"{ns}/{t}") for t in (*(f"icrl_agent/memory/{m}" for m in MEMORY_TOPICS),
+                                                           "true_objects", "odom")] if ns else [],
             output="screen",
         ))
     if arg["record"]:  # the run to MCAP (icrl_ros.nodes.recording); Ctrl-C / SIGTERM finishes the file

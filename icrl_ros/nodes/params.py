@@ -244,12 +244,15 @@ class AgentParams(ParamsBase):
     )
     introspection: bool = _conf(
         False,
-        "Publish what the route memory holds (bundles whose model keeps one: house_relic_scan, house_memo_scan): "
-        "~/memory/sightings (visualization_msgs/MarkerArray: per goal category the remembered position, name and "
-        "sighting mass; the current goal highlighted, with the places it was seen from) and ~/memory/route_map "
-        "(nav_msgs/OccupancyGrid: the floor the robot stood on free, the rest unknown), in the odometry messages' "
-        "frame, after a step that changed what they show and on a memory reset or load (reliable, transient local). "
-        "Computed only while a topic has a subscriber.",
+        "Publish what the memory holds (bundles whose model keeps a route memory: house_relic_scan, "
+        "house_memo_scan): ~/memory/sightings (visualization_msgs/MarkerArray: per goal category the remembered "
+        "position, name and sighting mass, the stored sightings with their age in episodes; the current goal "
+        "highlighted, with the places it was seen from), ~/memory/route_map (nav_msgs/OccupancyGrid: the floor the "
+        "robot stood on free, the rest unknown), ~/memory/looked_at (OccupancyGrid: the place memory's looked-at "
+        "floor), ~/memory/route (nav_msgs/Path: the route memory's way to the goal) and ~/memory/attention "
+        "(std_msgs/Float32MultiArray: the fixed memory heads' attention per episode on the last step), in the "
+        "odometry messages' frame, after a step that changed what they show and on a memory reset or load "
+        "(reliable, transient local). Each is computed only while it has a subscriber.",
     )
     introspection_period_s: float = _live(
         0.2,

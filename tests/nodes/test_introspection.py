@@ -9,6 +9,7 @@ bundle over real DDS and reads both topics from another node.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -342,17 +343,27 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         spin_for(ex, 0.3)
         recorder.close()
 
-        # the shipped RViz2 config (sim.launch.py rviz:=true) shows these topics with QoS that matches them
+        # the shipped RViz2 config (sim.launch.py rviz:=true) shows every memory topic, with QoS that matches it
         with open(os.path.join(REPO, "config", "memory.rviz")) as f:
             rviz = yaml.safe_load(f)["Visualization Manager"]
-        displays = {d["Class"]: d for d in rviz["Displays"]}
+        displays = {d["Topic"]["Value"]: d for d in rviz["Displays"] if "Topic" in d}
         assert rviz["Global Options"]["Fixed Frame"] == grid.header.frame_id
-        for cls, pub in (("rviz_default_plugins/MarkerArray", agent._memory_pubs["sightings"]),
-                         ("rviz_default_plugins/Map", agent._memory_pubs["route_map"])):
-            topic = displays[cls]["Topic"]
-            assert topic["Value"] == pub.topic_name, (cls, topic)
-            assert topic["Reliability Policy"] == "Reliable" and topic["Durability Policy"] == "Transient Local"
+        plugin = {"sightings": "MarkerArray", "route_map": "Map", "looked_at": "Map", "route": "Path"}
+        for name, pub in agent._memory_pubs.items():
+            if name not in plugin:  # the attention array has no RViz display
+                continue
+            topic = displays[pub.topic_name]
+            assert topic["Class"] == f"rviz_default_plugins/{plugin[name]}", name
+            assert topic["Topic"]["Reliability Policy"] == "Reliable"
+            assert topic["Topic"]["Durability Policy"] == "Transient Local"
             assert pub.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
+        assert "/true_objects" in displays  # the bridge's truth beside the memory
+        # ... and the Foxglove layout shows every memory topic (the attention as raw values) in the same frame
+        with open(os.path.join(REPO, "config", "memory.foxglove.json")) as f:
+            fox = json.load(f)["configById"]
+        shown = set(fox["3D!memory"]["topics"]) | {c["topicPath"] for k, c in fox.items() if k.startswith("Raw")}
+        assert {pub.topic_name for pub in agent._memory_pubs.values()} <= shown
+        assert fox["3D!memory"]["followTf"] == grid.header.frame_id
     finally:
         ex.shutdown()
         agent.destroy_node()

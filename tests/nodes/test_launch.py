@@ -185,7 +185,8 @@ def test_sim_launch_runs_the_house_in_lockstep_on_sim_time(ws) -> None:
 @pytest.mark.slow  # ~45 s; the topics' contents are checked over DDS in test_introspection.py (make test)
 def test_sim_launch_introspection_shows_the_memory_to_the_ros2_cli(ws) -> None:
     """``introspection:=true``: the parameter as ``ros2 param describe`` shows it, and ``ros2 topic echo`` receives
-    the route map and the sightings (as a viewer would subscribe: the CLI's own QoS)."""
+    the route map, the sightings, the attention and the bridge's true objects (as a viewer would subscribe: the
+    CLI's own QoS)."""
     proc = ws.launch("icrl_ros sim.launch.py introspection:=true", "introspection")
     try:
         ws.wait_for("ros2 lifecycle get /icrl_agent", r"^active \[3\]", 120)
@@ -198,6 +199,10 @@ def test_sim_launch_introspection_shows_the_memory_to_the_ros2_cli(ws) -> None:
         out = ws.wait_for("ros2 topic echo --once /icrl_agent/memory/sightings visualization_msgs/msg/MarkerArray",
                           r"action: 3", 60)  # every array starts with a DELETEALL
         assert "frame_id: odom" in out, out[-2000:]
+        out = ws.wait_for("ros2 topic echo --once --field layout /icrl_agent/memory/attention "
+                          "std_msgs/msg/Float32MultiArray", r"head: object memory", 60)
+        out = ws.wait_for("ros2 topic echo --once /true_objects visualization_msgs/msg/MarkerArray", r"ns: truth", 60)
+        assert "frame_id: map" in out, out[-2000:]  # the bridge's truth, in the house frame
     finally:
         log = ws.stop(proc, "introspection")
     assert proc.returncode == 0, log[-3000:]
