@@ -28,6 +28,7 @@ import torch
 from icrl_ros.families import FAMILIES, _load, family_of, memory_policies
 from icrl_ros.memory.base import ON_FULL, Memory, MemoryBudgetError, MemoryFullError, slot_bytes
 from icrl_ros.memory.kv_cache import FullContextMemory, KVCache, SinkWindowMemory
+from icrl_ros.memory.quant import KV_DTYPES, check_kv_dtype
 from icrl_ros.memory.snapshot import SnapshotError
 
 MEMORY_POLICIES: dict[str, str] = memory_policies()
@@ -48,7 +49,8 @@ def memory_class(name: str) -> type[Memory]:
 def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim: int, batch: int = 1,
                   n_prefix: int = 0, l_seg: int = 0, l_sum: int = 0, variant: str = "memo",
                   n_mem_layers: int = 0, chunk: int = 0, top_k: int = 0, episode_rope: bool = False,
-                  dtype=torch.float32, device=None, budget_bytes: int | None = None, **cfg) -> Memory:
+                  dtype=torch.float32, device=None, budget_bytes: int | None = None, kv_dtype: str = "fp32",
+                  **cfg) -> Memory:
     """Build a memory by policy name for a model of ``kind`` ("relic" | "memo" | "hcam" | "radt").
 
     ``cfg``: ``capacity`` and ``on_full`` (full), ``window`` (window), ``max_sets`` and
@@ -58,9 +60,17 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
     ``relevance_weight`` / ``utility_weight``; the KV dims are ignored). A size field left
     out (None) is derived from ``budget_bytes`` (the largest memory that fits); a given
     size must fit the budget. Each class builds itself (``Memory.create``).
+    ``kv_dtype`` (:mod:`icrl_ros.memory.quant`): how K / V are stored, for the memories that hold raw
+    steps (full, window); the budget counts the stored bytes, so int8 holds ~3.5x the steps.
     """
     memory_class(name)  # an unknown name fails before a family mismatch
     cls = family_of(kind).memory_class(name)
+    check_kv_dtype(kv_dtype)
+    if kv_dtype != "fp32":
+        if not cls.__dict__.get("quantizable", False):
+            raise ValueError(f"kv_dtype: {kv_dtype!r} is for the memories that keep raw steps (full, window); "
+                             f"memory {name!r} stores fp32 only")
+        cfg["kv_dtype"] = kv_dtype
     dims = dict(n_layers=n_layers, batch=batch, n_heads=n_heads, head_dim=head_dim)
     model = dict(n_prefix=n_prefix, l_seg=l_seg, l_sum=l_sum, variant=variant, n_mem_layers=n_mem_layers,
                  chunk=chunk, top_k=top_k, episode_rope=episode_rope)
@@ -88,4 +98,4 @@ def trial_sizes(name: str, args, steps: int, schedule: list[int] | None = None) 
 
 __all__ = ["Memory", "KVCache", "FullContextMemory", "SinkWindowMemory", "MEMORY_POLICIES", "memory_class",
            "KIND_POLICIES", "create_memory", "model_dims", "trial_sizes", "MemoryBudgetError", "MemoryFullError",
-           "SnapshotError", "ON_FULL", "slot_bytes"]
+           "SnapshotError", "ON_FULL", "slot_bytes", "KV_DTYPES"]

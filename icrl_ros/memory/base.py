@@ -3,7 +3,9 @@
 A memory owns the keys/values a policy attends to between steps, in *static* buffers
 allocated once (static shapes for ONNX Runtime / TensorRT / CUDA graphs):
 
-* ``k``, ``v`` (L, B, H, P, hd): keys stored after RoPE, so slot order never matters;
+* ``k``, ``v`` (L, B, H, P, hd): keys stored after RoPE, so slot order never matters; in the
+  memory's ``kv_dtype`` (:mod:`icrl_ros.memory.quant`: float, float16, or uint8 codes with
+  ``k_scale`` / ``v_scale`` (L, B, H, P) float32 beside them);
 * ``valid`` (B, P) bool: which slots hold data (the attention mask's source);
 * ``episode`` (B, P) int64: episode index of each slot (-1 = pinned prefix / unused).
 
@@ -28,6 +30,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from icrl_ros.memory.quant import check_kv_dtype, kv_bytes, storage_dtype
+
 ON_FULL = ("error", "evict_oldest", "reset")
 DEFAULT_STEPS = 8192
 """A bundle's default memory spans this many steps (ReLIC's 8k context): :meth:`Memory.bundle_defaults`."""
@@ -47,11 +51,10 @@ def check_on_full(value: str) -> str:
     return value
 
 
-def slot_bytes(n_layers: int, n_heads: int, head_dim: int, dtype: torch.dtype) -> int:
-    """Bytes one cache slot costs per env: K and V for every layer, plus validity (bool)
-    and episode index (int64)."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    return 2 * n_layers * n_heads * head_dim * itemsize + 1 + 8
+def slot_bytes(n_layers: int, n_heads: int, head_dim: int, dtype: torch.dtype, kv_dtype: str = "fp32") -> int:
+    """Bytes one cache slot costs per env: K and V for every layer (in ``kv_dtype``: int8 codes
+    and their per-head scales), plus validity (bool) and episode index (int64)."""
+    return 2 * n_layers * n_heads * kv_bytes(kv_dtype, head_dim, dtype) + 1 + 8
 
 
 class Memory:
@@ -67,6 +70,9 @@ class Memory:
     v: Tensor
     valid: Tensor
     episode: Tensor
+    kv_dtype: str = "fp32"
+    k_scale: Tensor | None = None
+    v_scale: Tensor | None = None
 
     @classmethod
     def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> Memory:
@@ -89,8 +95,9 @@ class Memory:
         raise ValueError(f"memory: a {cls.__name__} has no size that keeps a whole trial")
 
     def _allocate(self, n_layers: int, batch: int, n_heads: int, head_dim: int, slots: int, dtype, device,
-                  budget_bytes: int | None) -> None:
-        need = batch * slots * slot_bytes(n_layers, n_heads, head_dim, dtype)
+                  budget_bytes: int | None, kv_dtype: str = "fp32") -> None:
+        self.kv_dtype, self.float_dtype = check_kv_dtype(kv_dtype), dtype
+        need = batch * slots * slot_bytes(n_layers, n_heads, head_dim, dtype, kv_dtype)
         if budget_bytes is not None and need > budget_bytes:
             raise MemoryBudgetError(
                 f"memory_budget_bytes: {type(self).__name__} with {slots} slots x batch {batch} needs {need:,} bytes, "
@@ -98,15 +105,21 @@ class Memory:
         self.n_layers, self.batch, self.n_heads, self.head_dim = n_layers, batch, n_heads, head_dim
         self.budget_bytes = budget_bytes
         shape = (n_layers, batch, n_heads, slots, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        store = storage_dtype(kv_dtype, dtype)
+        fill = 128 if kv_dtype == "int8" else 0  # the int8 codes of zero
+        self.k = torch.full(shape, fill, dtype=store, device=device)
+        self.v = torch.full(shape, fill, dtype=store, device=device)
+        if kv_dtype == "int8":
+            self.k_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=device)
+            self.v_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=device)
         self.valid = torch.zeros(batch, slots, dtype=torch.bool, device=device)
         self.episode = torch.full((batch, slots), -1, dtype=torch.long, device=device)
 
     @staticmethod
-    def slots_for_budget(budget_bytes: int, batch: int, n_layers: int, n_heads: int, head_dim: int, dtype) -> int:
+    def slots_for_budget(budget_bytes: int, batch: int, n_layers: int, n_heads: int, head_dim: int, dtype,
+                         kv_dtype: str = "fp32") -> int:
         """The most slots per env that fit ``budget_bytes``."""
-        return budget_bytes // (batch * slot_bytes(n_layers, n_heads, head_dim, dtype))
+        return budget_bytes // (batch * slot_bytes(n_layers, n_heads, head_dim, dtype, kv_dtype))
 
     def view(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """What a step attends to: the static buffers ``k``, ``v`` (L, B, H, P, hd),
@@ -152,7 +165,8 @@ class Memory:
     @property
     def nbytes(self) -> int:
         """Bytes held by the buffers (constant for the memory's whole life)."""
-        return self.k.nbytes + self.v.nbytes + self.valid.nbytes + self.episode.nbytes
+        scales = self.k_scale.nbytes + self.v_scale.nbytes if self.k_scale is not None else 0
+        return self.k.nbytes + self.v.nbytes + scales + self.valid.nbytes + self.episode.nbytes
 
     @property
     def tokens(self) -> int:
@@ -162,13 +176,15 @@ class Memory:
     @property
     def live_bytes(self) -> int:
         """Bytes of the slots that hold data (env 0 x batch)."""
-        return self.tokens * self.batch * slot_bytes(self.n_layers, self.n_heads, self.head_dim, self.k.dtype)
+        return self.tokens * self.batch * slot_bytes(self.n_layers, self.n_heads, self.head_dim, self.float_dtype,
+                                                     self.kv_dtype)
 
     # -- snapshot contract ------------------------------------------------------------
     def config(self) -> dict:
         """What a snapshot must match to be restored into this memory."""
         return {"policy": self.policy, "n_layers": self.n_layers, "batch": self.batch, "n_heads": self.n_heads,
-                "head_dim": self.head_dim, "slots": self.slots, "dtype": str(self.k.dtype).replace("torch.", "")}
+                "head_dim": self.head_dim, "slots": self.slots, "dtype": str(self.k.dtype).replace("torch.", ""),
+                **({"kv_dtype": self.kv_dtype} if self.kv_dtype != "fp32" else {})}
 
     def counters(self) -> dict:
         raise NotImplementedError
@@ -184,7 +200,9 @@ class Memory:
         return None
 
     def tensors(self) -> dict[str, Tensor]:
-        return {"k": self.k, "v": self.v, "valid": self.valid, "episode": self.episode}
+        """What a snapshot holds: the buffers as stored (int8: the codes and their scales)."""
+        scales = {"k_scale": self.k_scale, "v_scale": self.v_scale} if self.k_scale is not None else {}
+        return {"k": self.k, "v": self.v, **scales, "valid": self.valid, "episode": self.episode}
 
     def snapshot(self, path: str | Path, extra: dict[str, Tensor] | None = None, **meta) -> None:
         """Write the memory (and ``meta``: model hash, trial id, step counts ...; ``extra``: more
@@ -230,6 +248,6 @@ class Memory:
 
     def _random_kv(self, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
         shape = (self.n_layers, self.batch, self.n_heads, n, self.head_dim)
-        k = torch.randn(shape, generator=generator).to(self.k.dtype)
-        v = torch.randn(shape, generator=generator).to(self.k.dtype)
+        k = torch.randn(shape, generator=generator).to(self.float_dtype)
+        v = torch.randn(shape, generator=generator).to(self.float_dtype)
         return k.to(self.k.device), v.to(self.k.device)

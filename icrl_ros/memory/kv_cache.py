@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from icrl_ros.memory.quant import quantize
 from icrl_ros.memory.base import DEFAULT_STEPS, Memory, MemoryBudgetError, MemoryFullError, check_on_full
 
 
@@ -27,11 +28,13 @@ class KVCache(Memory):
     ``window=W``: the newest ``W`` steps in a ring (StreamingLLM-style sliding window;
     the Sink-KV slots live in the model's weights, a sink token in the pinned prefix),
     constant memory forever.
+    ``kv_dtype`` (:mod:`icrl_ros.memory.quant`): how K / V are stored; ``"int8"`` quantises each
+    step on commit and hands the core its per-layer scales (:meth:`core_inputs`).
     """
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
                  window: int | None = None, n_prefix: int = 0, dtype=torch.float32, device=None,
-                 on_full: str = "error", budget_bytes: int | None = None) -> None:
+                 on_full: str = "error", budget_bytes: int | None = None, kv_dtype: str = "fp32") -> None:
         if window is not None and window <= 0:
             raise ValueError(f"window: must be > 0, got {window}")
         if window is None and capacity <= 0:
@@ -40,7 +43,7 @@ class KVCache(Memory):
         self.on_full = check_on_full(on_full)
         self.steps_cap = window if window is not None else capacity
         self.capacity = n_prefix + self.steps_cap  # slots per env
-        self._allocate(n_layers, batch, n_heads, head_dim, self.capacity, dtype, device, budget_bytes)
+        self._allocate(n_layers, batch, n_heads, head_dim, self.capacity, dtype, device, budget_bytes, kv_dtype)
         self.count = 0  # steps committed since the trial start (or the last on-full reset)
 
     @property
@@ -54,9 +57,16 @@ class KVCache(Memory):
     def set_prefix(self, k: Tensor, v: Tensor) -> None:
         """Pin the sink-token keys/values (L, B, H, n_prefix, hd)."""
         n = self.n_prefix
-        self.k[:, :, :, :n], self.v[:, :, :, :n] = k, v
+        self._store(slice(0, n), k, v)
         self.valid[:, :n] = True
         self.episode[:, :n] = -1
+
+    def core_inputs(self) -> tuple[Tensor, ...]:
+        """int8: the scales the core reads after the codes, ``k_scale`` then ``v_scale``, one
+        (B, H, P) view per layer; nothing otherwise."""
+        if self.k_scale is None:
+            return ()
+        return (*self.k_scale.unbind(0), *self.v_scale.unbind(0))
 
     def reset(self) -> None:
         """New trial: forget every step (the pinned prefix stays)."""
@@ -77,11 +87,25 @@ class KVCache(Memory):
     def commit(self, k: Tensor, v: Tensor, episode: Tensor) -> None:
         """Store one step's keys/values (L, B, H, 1, hd) and episode indices (B,)."""
         s = self.next_slot()
-        self.k[:, :, :, s] = k[:, :, :, 0]
-        self.v[:, :, :, s] = v[:, :, :, 0]
+        self._store(slice(s, s + 1), k, v)
         self.episode[:, s] = episode
         self.valid[:, s] = True
         self.count += 1
+
+    def _store(self, slots: slice | Tensor, k: Tensor, v: Tensor) -> None:
+        """Write K / V (L, B, H, n, hd) into ``slots`` (a slice or an index tensor of n slots), in the
+        memory's ``kv_dtype``: int8 quantises here, on commit (per head and token)."""
+        for buf, scale, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
+            if scale is not None:
+                x, s = quantize(x)
+                if isinstance(slots, slice):
+                    scale[:, :, :, slots] = s
+                else:
+                    scale.index_copy_(3, slots, s)
+            if isinstance(slots, slice):
+                buf[:, :, :, slots] = x
+            else:
+                buf.index_copy_(3, slots, x.to(buf.dtype))
 
     def _kept(self, T: int) -> int:
         """First step of a T-step history that this memory still holds."""
@@ -100,8 +124,7 @@ class KVCache(Memory):
         first = t0 if self.rings else t0 - self._kept(T)
         slots = (torch.arange(first, first + (T - t0)) % cap) + n
         slots = slots.to(self.k.device)
-        self.k.index_copy_(3, slots, k.to(self.k.dtype))
-        self.v.index_copy_(3, slots, v.to(self.v.dtype))
+        self._store(slots, k, v)
         self.episode.index_copy_(1, slots, episode)
         self.valid[:, slots] = True
         self.count = T if self.rings else T - self._kept(T)
@@ -136,10 +159,10 @@ class KVCache(Memory):
 
 
 def _steps_from_budget(cls_name: str, budget_bytes: int | None, batch: int, n_layers: int, n_heads: int,
-                       head_dim: int, dtype, n_prefix: int, what: str) -> int:
+                       head_dim: int, dtype, n_prefix: int, what: str, kv_dtype: str = "fp32") -> int:
     if budget_bytes is None:
         raise ValueError(f"{what}: give {what} or memory_budget_bytes")
-    n = Memory.slots_for_budget(budget_bytes, batch, n_layers, n_heads, head_dim, dtype) - n_prefix
+    n = Memory.slots_for_budget(budget_bytes, batch, n_layers, n_heads, head_dim, dtype, kv_dtype) - n_prefix
     if n < 1:
         raise MemoryBudgetError(f"memory_budget_bytes: {budget_bytes:,} bytes do not hold one step of {cls_name} "
                                 f"(batch {batch}, {n_prefix} pinned slots)")
@@ -150,19 +173,22 @@ class FullContextMemory(KVCache):
     """Full context, bounded: every step of the trial up to ``capacity`` steps (default:
     as many as ``budget_bytes`` holds), then ``on_full`` ("error" | "evict_oldest" | "reset")."""
 
+    quantizable = True
+    """Takes a ``kv_dtype`` other than fp32 (:func:`icrl_ros.memory.create_memory` refuses it elsewhere)."""
+
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int | None = None,
                  n_prefix: int = 0, on_full: str = "error", budget_bytes: int | None = None,
-                 dtype=torch.float32, device=None) -> None:
+                 dtype=torch.float32, device=None, kv_dtype: str = "fp32") -> None:
         if capacity is None:
             capacity = _steps_from_budget("FullContextMemory", budget_bytes, batch, n_layers, n_heads, head_dim,
-                                          dtype, n_prefix, "capacity")
+                                          dtype, n_prefix, "capacity", kv_dtype)
         super().__init__(n_layers, batch, n_heads, head_dim, capacity, None, n_prefix, dtype, device, on_full,
-                         budget_bytes)
+                         budget_bytes, kv_dtype)
 
     @classmethod
     def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> FullContextMemory:
         return cls(**dims, capacity=cfg.get("capacity"), n_prefix=model.get("n_prefix", 0),
-                   on_full=cfg.get("on_full", "error"), **common)
+                   on_full=cfg.get("on_full", "error"), kv_dtype=cfg.get("kv_dtype", "fp32"), **common)
 
     @classmethod
     def trial_sizes(cls, args, steps: int, schedule: list[int] | None = None) -> dict:
@@ -177,17 +203,21 @@ class SinkWindowMemory(KVCache):
     """Sink + sliding window: the newest ``window`` steps in a ring (default: as many as
     ``budget_bytes`` holds) plus the pinned sink-token prefix; constant memory forever."""
 
+    quantizable = True
+
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, window: int | None = None,
-                 n_prefix: int = 0, budget_bytes: int | None = None, dtype=torch.float32, device=None) -> None:
+                 n_prefix: int = 0, budget_bytes: int | None = None, dtype=torch.float32, device=None,
+                 kv_dtype: str = "fp32") -> None:
         if window is None:
             window = _steps_from_budget("SinkWindowMemory", budget_bytes, batch, n_layers, n_heads, head_dim,
-                                        dtype, n_prefix, "window")
+                                        dtype, n_prefix, "window", kv_dtype)
         super().__init__(n_layers, batch, n_heads, head_dim, window, window, n_prefix, dtype, device,
-                         "evict_oldest", budget_bytes)
+                         "evict_oldest", budget_bytes, kv_dtype)
 
     @classmethod
     def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> SinkWindowMemory:
-        return cls(**dims, window=cfg.get("window"), n_prefix=model.get("n_prefix", 0), **common)
+        return cls(**dims, window=cfg.get("window"), n_prefix=model.get("n_prefix", 0),
+                   kv_dtype=cfg.get("kv_dtype", "fp32"), **common)
 
     @classmethod
     def bundle_defaults(cls, args) -> dict:

@@ -38,6 +38,66 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+class QuantizedKV:
+    """One layer's 8-bit cached keys or values (:mod:`icrl_ros.memory.quant`): ``codes`` (B, H, P, hd)
+    uint8 with zero point 128 and ``scale`` (B, H, P) float32, value = (code - 128) * scale."""
+
+    def __init__(self, codes: Tensor, scale: Tensor) -> None:
+        self.codes, self.scale = codes, scale
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.codes.shape
+
+
+class _MatMulInteger(torch.autograd.Function):
+    """(a - a_zero) @ (b - b_zero) of uint8 tensors, exact in int32: ONNX ``MatMulInteger`` on export,
+    float64 in torch (exact while |sum| < 2**53)."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor, a_zero: Tensor, b_zero: Tensor) -> Tensor:  # noqa: ARG004
+        return torch.matmul(a.double() - a_zero.double(), b.double() - b_zero.double()).to(torch.int32)
+
+    @staticmethod
+    def symbolic(g, a, b, a_zero, b_zero):
+        return g.op("MatMulInteger", a, b, a_zero, b_zero)
+
+
+def _matmul_integer(a: Tensor, b: Tensor, a_zero: int, b_zero: int) -> Tensor:
+    zero = (torch.tensor(a_zero, dtype=torch.uint8), torch.tensor(b_zero, dtype=torch.uint8))
+    return _MatMulInteger.apply(a, b, *zero)
+
+
+def _quantize_rows(x: Tensor, levels: int) -> tuple[Tensor, Tensor]:
+    """x (..., n) -> uint8 codes and per-row scales (..., 1): symmetric around 128 when
+    ``levels`` is 127 (signed x), from 0 when it is 255 (x >= 0)."""
+    m = (x.abs() if levels == 127 else x).amax(-1, keepdim=True) / levels
+    safe = torch.where(m > 0, m, torch.ones_like(m))
+    q = torch.round(x / safe)
+    q = torch.clamp(q, -127.0, 127.0) + 128.0 if levels == 127 else torch.clamp(q, 0.0, 255.0)
+    return q.to(torch.uint8), m
+
+
+def int8_scores(qs: Tensor, past_k: QuantizedKV) -> Tensor:
+    """qs (B, H, T, hd) float against 8-bit keys -> scores (B, H, T, P).
+
+    The query is quantised per head (8 bits, symmetric), multiplied with the key codes in integers
+    (K @ q^T: the cache is read once, as bytes, never dequantised), and the integer scores are scaled
+    by the query's scale and each key's own: q . (s_k k) = s_k (q . k)."""
+    q8, sq = _quantize_rows(qs, 127)  # (B, H, T, hd), (B, H, T, 1)
+    si = _matmul_integer(past_k.codes, q8.transpose(-1, -2), 128, 128)  # (B, H, P, T) int32
+    return si.float().transpose(-1, -2) * past_k.scale.unsqueeze(2) * sq
+
+
+def int8_weighted_sum(p: Tensor, past_v: QuantizedKV) -> Tensor:
+    """Attention weights p (B, H, T, P) over 8-bit values -> (B, H, T, hd).
+
+    Each value's scale folds into its weight (sum_t p_t s_t v_t), the folded weights are quantised
+    per head to 8 bits from 0, and the sum is an integer matmul with the value codes."""
+    w8, sw = _quantize_rows(p * past_v.scale.unsqueeze(2), 255)
+    return _matmul_integer(w8, past_v.codes, 0, 128).float() * sw
+
+
 class SinkAttention(nn.Module):
     """Causal multi-head attention whose keys/values are prefixed with Sink-KV slots.
 
@@ -105,18 +165,24 @@ class SinkAttention(nn.Module):
         """Softmax over [sink | past | new] keys without concatenating the cache.
 
         A cached step reads the (possibly 64k-slot) cache once instead of copying it into a
-        new tensor; only the (B, H, T, S) scores are concatenated.
+        new tensor; only the (B, H, T, S) scores are concatenated. ``past_k`` / ``past_v`` may be
+        :class:`QuantizedKV` (an int8 memory): integer matmuls over the codes, scales on the scores
+        and weights (the sink and the new token stay float).
         """
         P = past_k.shape[2]
         qs = q * self.head_dim ** -0.5  # scale the (T-row) query, not the (P-column) scores
         mask_add = mask_add.to(q.dtype)
-        parts = [torch.matmul(qs, past_k.to(q.dtype).transpose(-1, -2)) + mask_add[..., :P],
+        quantized = isinstance(past_k, QuantizedKV)
+        past_scores = int8_scores(qs, past_k) if quantized else torch.matmul(qs, past_k.to(q.dtype).transpose(-1, -2))
+        parts = [past_scores + mask_add[..., :P],
                  torch.matmul(qs, k.transpose(-1, -2)) + mask_add[..., P:]]
         if self.n_sink:
             parts.insert(0, torch.matmul(qs, sink_k.to(q.dtype).unsqueeze(0).transpose(-1, -2)))
         p = torch.softmax(torch.cat(parts, dim=-1), dim=-1)
         n = self.n_sink
-        y = torch.matmul(p[..., n:n + P], past_v.to(q.dtype)) + torch.matmul(p[..., n + P:], v)
+        y_past = int8_weighted_sum(p[..., n:n + P], past_v) if quantized else torch.matmul(p[..., n:n + P],
+                                                                                          past_v.to(q.dtype))
+        y = y_past + torch.matmul(p[..., n + P:], v)
         if n:
             y = y + torch.matmul(p[..., :n], sink_v.to(q.dtype).unsqueeze(0))
         return y

@@ -11,7 +11,9 @@ Checked: the manifest parses and has a known format/version; ``model.args`` buil
 valid model; ``dims`` agree with it; every listed file exists with its SHA-256; every
 ONNX graph has the manifest's opset and exactly the input / output names, dtypes and
 static dims the model implies (:func:`~icrl_ros.runtime.graphs.graph_specs`); the
-sink-token cache and the recorded sample have the right arrays. Weights for the torch
+sink-token cache and the recorded sample have the right arrays. A bundle may hold core graphs for
+more than one K / V storage dtype (``core`` for the manifest's ``memory.kv_dtype``, ``core.int8``
+... for the others): each is checked the same way, and :meth:`Bundle.with_kv_dtype` picks one. Weights for the torch
 backend are loaded strictly and checked against ``model.hash`` when first used.
 
 RA-DT bundles (``model.kind: radt``) carry :class:`~icrl_ros.families.radt.model.RADTArgs`, one
@@ -22,7 +24,7 @@ shape) and a ``retrieval`` manifest section (top-l, re-ranking weights, target r
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +80,41 @@ class Bundle:
     args: ModelArgs | RADTArgs
     specs: dict = field(repr=False)
     _policy: ICLPolicy | None = field(default=None, repr=False)
+    kv_dtype: str = "fp32"
+    """How the memory stores K / V and the core reads them (:mod:`icrl_ros.memory.quant`): the
+    manifest's ``memory.kv_dtype`` unless :meth:`with_kv_dtype` chose another."""
+
+    @property
+    def default_kv_dtype(self) -> str:
+        return self.manifest.memory.kv_dtype or "fp32"
+
+    def kv_dtypes(self) -> list[str]:
+        """The K / V storage dtypes this bundle has a core graph for (the default first)."""
+        graphs = self.manifest.onnx.graphs
+        return [self.default_kv_dtype] + [n.split(".", 1)[1] for n in graphs if n.startswith("core.")]
+
+    def graph_key(self, graph: str) -> str:
+        """The manifest's name of ``graph`` for this bundle's :attr:`kv_dtype` (``core.int8`` ...)."""
+        return f"core.{self.kv_dtype}" if graph == "core" and self.kv_dtype != self.default_kv_dtype else graph
+
+    def with_kv_dtype(self, kv_dtype: str | None) -> Bundle:
+        """This bundle with its memory stored and read as ``kv_dtype`` (None: the manifest's): a
+        copy whose ``core`` is the matching graph; a BundleError if the bundle has none."""
+        from icrl_ros.memory.quant import KV_DTYPES
+
+        kv = kv_dtype or self.default_kv_dtype
+        if kv not in KV_DTYPES:
+            raise BundleError(f"kv_dtype: {kv!r} is not one of {list(KV_DTYPES)}")
+        if kv not in self.kv_dtypes():
+            raise BundleError(f"{MANIFEST}: field 'onnx.graphs.core.{kv}' is missing: {self.path} has a core for "
+                              f"{self.kv_dtypes()} only; add one with: python training/export.py {self.path} "
+                              f"--add-kv-dtypes {kv} --out NEW_BUNDLE")
+        if kv == self.kv_dtype:
+            return self
+        from icrl_ros.runtime.graphs import graph_specs
+
+        core = graph_specs(_shape_only_policy(self.args), self.precision, kv)["core"]
+        return replace(self, specs={**self.specs, "core": core}, kv_dtype=kv)
 
     @property
     def kind(self) -> str:
@@ -99,7 +136,7 @@ class Bundle:
         return self.path / name
 
     def graph_path(self, graph: str) -> Path:
-        return self.path / self.manifest.onnx.graphs[graph].file
+        return self.path / self.manifest.onnx.graphs[self.graph_key(graph)].file
 
     def load_policy(self) -> ICLPolicy:
         """The torch policy (fp32, eval) from ``weights.pt``, checked against ``model.hash``."""
@@ -198,7 +235,11 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
             sample_keys = (*input_spec(args), *sample_keys[1:])
     else:
         policy = _shape_only_policy(args)
-        specs, sample_keys = graph_specs(policy, precision), ("logits", "values", "episode_index", *policy.input_spec())
+        try:
+            specs = graph_specs(policy, precision, m.memory.kv_dtype or "fp32")
+        except ValueError as e:
+            raise BundleError(f"{MANIFEST}: field 'memory.kv_dtype' {e}") from e
+        sample_keys = ("logits", "values", "episode_index", *policy.input_spec())
     opset, graphs = m.onnx.opset, m.onnx.graphs
     for gname, spec in specs.items():
         if gname not in graphs:
@@ -212,6 +253,23 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         if fname not in files:
             raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}.file' ({fname!r}) is not listed in 'files'")
         _check_onnx(path / fname, fname, spec, opset)
+    kv_default = m.memory.kv_dtype or "fp32"
+    for gname, rec in graphs.items():  # the core graphs for other K / V storage dtypes
+        if gname in specs or not gname.startswith("core."):
+            continue
+        kv = gname.split(".", 1)[1]
+        try:
+            if kv == kv_default:
+                raise ValueError("is not a graph of this model")
+            spec = graph_specs(policy, precision, kv)["core"]
+        except ValueError as e:
+            raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}' {e}") from e
+        for part in ("inputs", "outputs"):
+            if getattr(rec, part) != spec[part]:
+                raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}.{part}' does not match model.args")
+        if rec.file not in files:
+            raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}.file' ({rec.file!r}) is not listed in 'files'")
+        _check_onnx(path / rec.file, rec.file, spec, opset)
 
     if radt:
         _check_npz(path / KEY_PROJECTION, KEY_PROJECTION, {"key_proj": (args.key_inputs, args.key_dim)})
@@ -219,7 +277,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         _check_npz(path / SINK_CACHE, SINK_CACHE, {"k": (args.n_layers, 1, args.n_heads, 1, args.head_dim),
                                                    "v": (args.n_layers, 1, args.n_heads, 1, args.head_dim)})
     _check_npz(path / m.sample.file, m.sample.file, dict.fromkeys(sample_keys))
-    return Bundle(path, manifest, args, specs)
+    return Bundle(path, manifest, args, specs, kv_dtype=m.memory.kv_dtype or "fp32")
 
 
 def _shape_only_policy(args: ModelArgs) -> ICLPolicy:

@@ -58,6 +58,8 @@ class Engine(ABC):
             dev = torch.device("cuda", torch.cuda.current_device())  # "cuda" -> "cuda:N", as tensors report it
         self.bundle, self.device = bundle, dev
         self.precision = bundle.precision
+        self.kv_dtype = bundle.kv_dtype
+        """How the memory this engine reads stores K / V (the core graph it runs reads that)."""
         enc = bundle.specs.get("encoder")
         self.input_names: list[str] = [io["name"] for io in enc["inputs"]] if enc else []
         """The encoder's inputs in order (none without an encoder graph: RA-DT)."""

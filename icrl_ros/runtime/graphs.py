@@ -23,6 +23,13 @@ the cache and every matmul / linear in float16, while the residual stream, RMSNo
 softmax and the heads' outputs stay float32 (graph inputs / outputs other than the cache
 are float32). Pure-fp16 graphs lose ~1e-2 in the logits over long Memo rollouts (the
 error compounds through summaries of summaries); this keeps fp16 within tolerance.
+
+K/V storage (``kv_dtype``, :mod:`icrl_ros.memory.quant`; ReLIC's core): ``fp32`` the cache in the
+precision's dtype (today's graphs, unchanged); ``fp16`` float16 cache inputs cast where read; ``int8``
+uint8 codes plus per-layer ``past_k_scale_i`` / ``past_v_scale_i`` (batch, H, cache) float32 inputs,
+read through integer matmuls (:func:`icrl_ros.models.attention.int8_scores`). The core's new K/V stay
+float32 either way: the memory quantises them on commit. Only standard ONNX ops (``MatMulInteger``,
+``Round``, ``Clip``, ``Cast``), so ONNX Runtime runs the graph on any execution provider.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ import torch
 from torch import Tensor, nn
 
 from icrl_ros.families import family_of
+from icrl_ros.memory.quant import check_kv_dtype
+from icrl_ros.models.attention import QuantizedKV
 from icrl_ros.models.policy import ICLPolicy, head_inputs
 
 PRECISIONS = ("fp32", "fp16")
@@ -49,28 +58,47 @@ def cache_dtype(precision: str) -> torch.dtype:
     return torch.float16 if precision == "fp16" else torch.float32
 
 
-def graph_specs(policy: nn.Module, precision: str = "fp32") -> dict[str, dict[str, list[dict]]]:
+def check_kv_support(policy, precision: str, kv_dtype: str) -> str:
+    """``kv_dtype`` if ``policy``'s graphs can read a cache stored that way (fp32 always; fp16 / int8:
+    the models whose core is the shared one (ReLIC) in an fp32 bundle), else a ValueError."""
+    check_kv_dtype(kv_dtype)
+    if kv_dtype == "fp32":
+        return kv_dtype
+    if family_of(policy).graph_module().graph_specs is not shared_graph_specs:
+        raise ValueError(f"kv_dtype: {kv_dtype!r} needs a ReLIC-style core; {family_of(policy).kind} keeps fp32")
+    if precision != "fp32":
+        raise ValueError(f"kv_dtype: {kv_dtype!r} needs an fp32 bundle (precision {precision!r} stores float16)")
+    return kv_dtype
+
+
+def graph_specs(policy: nn.Module, precision: str = "fp32", kv_dtype: str = "fp32") -> dict[str, dict[str, list[dict]]]:
     """Inputs and outputs of every graph of ``policy``'s family (its ``graphs`` module):
     ``{graph: {"inputs": [{name, dtype, shape}], "outputs": [...]}}``. Shapes use ``"batch"`` and
-    ``"cache"`` for the dynamic axes, integers elsewhere."""
+    ``"cache"`` for the dynamic axes, integers elsewhere. ``kv_dtype``: how the core's cache is
+    stored (:func:`check_kv_support`)."""
+    if check_kv_support(policy, precision, kv_dtype) != "fp32":
+        return shared_graph_specs(policy, precision, kv_dtype=kv_dtype)
     return family_of(policy).graph_module().graph_specs(policy, precision)
 
 
-def shared_graph_specs(policy: ICLPolicy, precision: str = "fp32", window: int | str = "cache"
-                       ) -> dict[str, dict[str, list[dict]]]:
+def shared_graph_specs(policy: ICLPolicy, precision: str = "fp32", window: int | str = "cache",
+                       kv_dtype: str = "fp32") -> dict[str, dict[str, list[dict]]]:
     """The encoder / core / heads every cached-step family has (ReLIC's whole set). ``window``:
-    the core's cache slots (a dynamic ``"cache"``, or a static size)."""
+    the core's cache slots (a dynamic ``"cache"``, or a static size); ``kv_dtype``: the cache's storage."""
     a = policy.args
     L, H, hd, D = a.n_layers, a.n_heads, a.head_dim, a.d_model
-    f = dtype_name(cache_dtype(precision))  # the cache (and the new keys / values)
+    f = dtype_name(cache_dtype(precision))  # the new keys / values (and an fp32 cache)
+    store = {"fp32": f, "fp16": "float16", "int8": "uint8"}[kv_dtype]
+    scales = [io_spec(f"past_{x}_scale_{i}", "float32", ["batch", H, window]) for x in "kv" for i in range(L)] \
+        if kv_dtype == "int8" else []
     enc_in = [io_spec(n, dtype_name(dt), ["batch", *shape]) for n, (shape, dt) in policy.input_spec().items()]
     return {
         "encoder": {"inputs": enc_in, "outputs": [io_spec("x", "float32", ["batch", D])]},
         "core": {
             "inputs": [io_spec("x", "float32", ["batch", D]), io_spec("position", "int64", ["batch"]),
                        io_spec("mask", "bool", ["batch", window])]
-            + [io_spec(f"past_k_{i}", f, ["batch", H, window, hd]) for i in range(L)]
-            + [io_spec(f"past_v_{i}", f, ["batch", H, window, hd]) for i in range(L)],
+            + [io_spec(f"past_k_{i}", store, ["batch", H, window, hd]) for i in range(L)]
+            + [io_spec(f"past_v_{i}", store, ["batch", H, window, hd]) for i in range(L)] + scales,
             "outputs": [io_spec("hidden", "float32", ["batch", D]), io_spec("new_k", f, [L, "batch", H, 1, hd]),
                         io_spec("new_v", f, [L, "batch", H, 1, hd])],
         },
@@ -101,19 +129,24 @@ class CoreGraph(nn.Module):
     """One token per env against a static cache.
 
     x (B, D); position (B,) RoPE index; mask (B, P) bool, True = this token may attend
-    the slot; kv: L past_k (B, H, P, hd) then L past_v. Returns hidden (B, D) and the
-    token's rotated keys / values (L, B, H, 1, hd) for the memory to commit.
+    the slot; kv: L past_k (B, H, P, hd) then L past_v (``int8``: uint8 codes, then L key scales
+    and L value scales (B, H, P)). Returns hidden (B, D) and the token's rotated keys / values
+    (L, B, H, 1, hd) for the memory to commit.
     """
 
-    def __init__(self, policy: ICLPolicy) -> None:
+    def __init__(self, policy: ICLPolicy, kv_dtype: str = "fp32") -> None:
         super().__init__()
-        self.core, self.n_layers = policy.core, policy.args.n_layers
+        self.core, self.n_layers, self.kv_dtype = policy.core, policy.args.n_layers, kv_dtype
 
     def forward(self, x: Tensor, position: Tensor, mask: Tensor, *kv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         L = self.n_layers
         full = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)[:, None]  # (B, 1, P + 1): + the token itself
         # TransformerCore indexes past_k[i] per layer, so per-layer lists go straight through.
-        h, k, v = self.core(x[:, None], position[:, None], full, list(kv[:L]), list(kv[L:]))
+        past_k, past_v = list(kv[:L]), list(kv[L:2 * L])
+        if self.kv_dtype == "int8":
+            past_k = [QuantizedKV(c, s) for c, s in zip(past_k, kv[2 * L:3 * L])]
+            past_v = [QuantizedKV(c, s) for c, s in zip(past_v, kv[3 * L:4 * L])]
+        h, k, v = self.core(x[:, None], position[:, None], full, past_k, past_v)
         return h[:, 0], k, v
 
 
@@ -159,13 +192,15 @@ def shared_graph_modules(policy: ICLPolicy, core: nn.Module | None = None) -> di
     return {"encoder": EncoderGraph(policy), "core": core or CoreGraph(policy), "heads": HeadsGraph(policy)}
 
 
-def build_graphs(policy: nn.Module, precision: str = "fp32") -> dict[str, nn.Module]:
+def build_graphs(policy: nn.Module, precision: str = "fp32", kv_dtype: str = "fp32") -> dict[str, nn.Module]:
     """The graph modules for ``policy`` in ``precision`` (weights stay float32; fp16 runs every
-    graph but the encoder under float16 autocast). A family's graphs module may define its own
-    ``build_graphs`` (RA-DT: fp32 only)."""
+    graph but the encoder under float16 autocast), its core reading a cache stored as ``kv_dtype``.
+    A family's graphs module may define its own ``build_graphs`` (RA-DT: fp32 only)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
     policy = policy.eval()
+    if check_kv_support(policy, precision, kv_dtype) != "fp32":
+        return {k: g.eval() for k, g in shared_graph_modules(policy, CoreGraph(policy, kv_dtype)).items()}
     own = getattr(family_of(policy).graph_module(), "build_graphs", None)
     if own is not None:
         return own(policy, precision)

@@ -116,6 +116,10 @@ class Memory:
     policy: str = _f("The default memory policy (full | window | memo | hcam | retrieval): the one the "
                      "runner builds unless told otherwise, and the bundle was evaluated with.")
     budget_bytes: int | None = _f("Default byte budget; sizes derive from it when set.", None)
+    kv_dtype: str | None = _f("How the full / window memories store keys and values by default: fp32 (when "
+                              "absent) | fp16 | int8 (per head and token scales); the 'core' graph reads that "
+                              "cache, graphs 'core.<kv_dtype>' read the others the bundle was exported with.",
+                              None, omit_none=True)
     sizes: dict[str, dict[str, Any]] = _f("Per policy, its default sizes ({'full': {'capacity': 8192, "
                                           "'on_full': 'evict_oldest'}, 'window': {'window': 4096}}); written "
                                           "as sections of 'memory' beside 'policy'.", factory=dict)
@@ -363,7 +367,7 @@ def _build(cls: type, data: dict, prefix: str, source: str, version: int) -> Any
     data = dict(data)
     if cls is Memory:  # per-policy sizes sit beside 'policy' in the YAML
         data = {"policy": data.pop("policy", dataclasses.MISSING), "budget_bytes": data.pop("budget_bytes", None),
-                "sizes": data}
+                "kv_dtype": data.pop("kv_dtype", None), "sizes": data}
         if data["policy"] is dataclasses.MISSING:
             del data["policy"]
     kwargs = {}

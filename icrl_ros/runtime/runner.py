@@ -34,7 +34,9 @@ SIZE_FIELDS = ("capacity", "window", "max_sets", "max_chunks", "max_episodes")
 def build_memory(bundle: Bundle, name: str | None = None, budget_bytes: int | None = None, batch: int = 1,
                  device: str | torch.device = "cpu", **overrides) -> Memory:
     """The memory a runner of ``bundle`` uses: policy ``name`` (default: the manifest's),
-    sized by ``budget_bytes`` when given (else the manifest's sizes), sink token pinned."""
+    sized by ``budget_bytes`` when given (else the manifest's sizes), sink token pinned, its K / V
+    stored as ``bundle.kv_dtype`` (:meth:`~icrl_ros.runtime.bundle.Bundle.with_kv_dtype`; the budget
+    counts the stored bytes)."""
     mcfg = bundle.manifest.memory
     name = name or mcfg.policy
     cfg = mcfg.config(name)
@@ -51,8 +53,14 @@ def build_memory(bundle: Bundle, name: str | None = None, budget_bytes: int | No
                              horizon=a.max_episode_steps, n_actions=a.n_actions, obs_features=a.obs_features,
                              relevance_weight=r.relevance_weight, utility_weight=r.utility_weight, **cfg)
     dtype = torch.float16 if bundle.precision == "fp16" else torch.float32
-    mem = create_memory(name, **model_dims(a), batch=batch, n_prefix=bundle.n_prefix, dtype=dtype, device=device,
-                        budget_bytes=budget, **cfg)
+    try:
+        mem = create_memory(name, **model_dims(a), batch=batch, n_prefix=bundle.n_prefix, dtype=dtype, device=device,
+                            budget_bytes=budget, kv_dtype=bundle.kv_dtype, **cfg)
+    except ValueError as e:
+        if "kv_dtype" in str(e) and bundle.kv_dtype != "fp32":
+            raise ValueError(f"{e} (this runner's kv_dtype is {bundle.kv_dtype!r}: give kv_dtype='fp32' for "
+                             f"memory {name!r})") from e
+        raise
     sink = bundle.sink_cache()
     if sink is not None:
         k, v = (t.to(device=device, dtype=dtype).expand(-1, batch, -1, -1, -1) for t in sink)
@@ -70,6 +78,9 @@ class PolicyRunner(RunnerBase):
         self.batch, dev = memory.batch, engine.device
         if memory.k.device.type != dev.type or (dev.type == "cuda" and memory.k.device.index != dev.index):
             raise ValueError(f"memory on {memory.k.device}, engine on {dev}: build both on one device")
+        if memory.kv_dtype != engine.kv_dtype:
+            raise ValueError(f"memory stores K / V as {memory.kv_dtype}, the engine's core reads {engine.kv_dtype}: "
+                             "build both from one bundle (Bundle.with_kv_dtype)")
         self.spec = {io["name"]: io for io in bundle.specs["encoder"]["inputs"]}
         self._inputs = input_buffers(bundle.specs["encoder"], self.batch, dev)
         self._episode = torch.zeros(self.batch, dtype=torch.long, device=dev)
@@ -91,14 +102,17 @@ class PolicyRunner(RunnerBase):
     @classmethod
     def from_bundle(cls, path: str | Path, backend: str = "onnxruntime", device: str = "cpu",
                     memory: str | None = None, memory_budget_bytes: int | None = None,
-                    selection: str | None = None, temperature: float | None = None) -> RunnerBase:
+                    selection: str | None = None, temperature: float | None = None,
+                    kv_dtype: str | None = None) -> RunnerBase:
         """Load and validate a bundle, build its memory (``memory`` policy: "full" | "window" |
         "memo" | "hcam" | "retrieval"; default the manifest's) within ``memory_budget_bytes``,
         and an engine. Actions: ``selection`` "sample" | "greedy" at ``temperature``, default the
-        manifest's (:meth:`~icrl_ros.runtime.runner_base.RunnerBase.configure_actions`). An RA-DT
+        manifest's (:meth:`~icrl_ros.runtime.runner_base.RunnerBase.configure_actions`). ``kv_dtype``:
+        how the memory stores keys / values ("fp32" | "fp16" | "int8"; default the manifest's
+        ``memory.kv_dtype``), if the bundle has a core for it. An RA-DT
         bundle gets a :class:`~icrl_ros.families.radt.runner.RADTRunner` (same public API)."""
         check_backend(backend, device)
-        bundle = load_bundle(path)
+        bundle = load_bundle(path).with_kv_dtype(kv_dtype)
         if not family_of(bundle).cached_step:  # RA-DT
             from icrl_ros.families.radt.runner import RADTRunner
 

@@ -50,7 +50,7 @@ class TorchEngine(Engine):
         if threads:
             torch.set_num_threads(threads)  # process-wide: torch has no per-module setting
         policy = copy.deepcopy(bundle.load_policy())  # the bundle's copy stays on the CPU for other users
-        self.graphs = {k: g.to(self.device) for k, g in build_graphs(policy, self.precision).items()}
+        self.graphs = {k: g.to(self.device) for k, g in build_graphs(policy, self.precision, self.kv_dtype).items()}
         self.n_layers = bundle.args.n_layers
         self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda" and torch.cuda.is_available()
         self._captured: dict[str, tuple[tuple, _Graphed]] = {}
@@ -108,7 +108,7 @@ class LiveEngine(Engine):
     backend = "live"
 
     def __init__(self, policy) -> None:  # noqa: super().__init__ reads a bundle; a live policy has none
-        self.policy, self.bundle, self.precision = policy, None, "fp32"
+        self.policy, self.bundle, self.precision, self.kv_dtype = policy, None, "fp32", "fp32"
         self.device = next(policy.parameters()).device
         self.input_names = list(policy.input_spec())
         self.head_inputs = head_inputs(policy.args)

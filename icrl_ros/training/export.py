@@ -6,6 +6,8 @@
     python training/export.py runs/darkroom_hcam/checkpoints/final.pt --out DIR --max-chunks 512 --verify
     python training/export.py CKPT --out DIR --tensorrt                  # + engines (GPU host)
     python training/export.py runs/radt4/checkpoints/final.pt --out DIR --verify   # RA-DT (retrieval)
+    python training/export.py CKPT --out DIR --kv-dtype int8 --kv-dtypes fp32    # 8-bit memory by default
+    python training/export.py bundles/house_relic_scan --add-kv-dtypes int8,fp16 --out DIR  # add cores
 
 Bundle directory::
 
@@ -16,6 +18,8 @@ Bundle directory::
                          SHA-256 of every file
     encoder.onnx core.onnx heads.onnx [summarize.onnx]   the graphs (icrl_ros.runtime.graphs;
                          HCAM's core takes the chunk store, top-k + gather inside)
+    core.<kv>.onnx       ReLIC: cores reading a memory stored in another K / V dtype (--kv-dtypes;
+                         core.onnx reads the manifest's memory.kv_dtype, --kv-dtype)
     policy.onnx          RA-DT instead: window (C slots + validity) + k x 2C retrieved slots
                          (+ validity; the null slot inside) -> logits
     key_projection.npz   RA-DT: the fixed projection of the retrieval keys (the index lives
@@ -59,7 +63,9 @@ from icrl_ros.runtime import bundle as B
 from icrl_ros.runtime import manifest as M
 from icrl_ros.extensions import apply_rules, logit_rules, owned_inputs
 from icrl_ros.runtime.control import ControlStep
-from icrl_ros.runtime.graphs import PRECISIONS, TRACKED_INPUTS, build_graphs, dtype_name, export_onnx, graph_specs
+from icrl_ros.runtime.selfcheck import TOLERANCE
+from icrl_ros.runtime.graphs import (PRECISIONS, TRACKED_INPUTS, build_graphs, check_kv_support, dtype_name,
+                                     export_onnx, graph_specs)
 from icrl_ros.training._cli import fail
 
 DEFAULT_OPSET = 17
@@ -229,12 +235,17 @@ def sample_length(policy: ICLPolicy) -> tuple[int, int]:
 def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = None, env: dict | None = None,
                   precision: str = "fp32", opset: int = DEFAULT_OPSET, memory: dict | None = None,
                   overwrite: bool = False, tensorrt: bool = False, selection: str = "sample",
-                  temperature: float = 1.0) -> Path:
+                  temperature: float = 1.0, kv_dtype: str = "fp32", kv_dtypes: tuple[str, ...] = ()) -> Path:
     """Write the bundle directory ``out`` (built in a temp dir, then renamed into place).
     ``memory`` (default :func:`default_memory`), ``selection`` and ``temperature`` are what the
-    bundle runs with unless its user says otherwise: record the ones it was evaluated with."""
+    bundle runs with unless its user says otherwise: record the ones it was evaluated with.
+    ``kv_dtype``: how the memory stores keys / values by default (the ``core`` graph reads that);
+    ``kv_dtypes``: more storage dtypes to write a core for (``core.<kv>.onnx``), for runners that
+    choose another."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
+    kv_dtype = check_kv_support(policy, precision, kv_dtype)
+    variants = [kv for kv in dict.fromkeys(kv_dtypes) if check_kv_support(policy, precision, kv) != kv_dtype]
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out}: exists; pass --force to replace it")
@@ -244,16 +255,20 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
         memory = default_memory(policy.args)
     steps, ep_len = sample_length(policy)
     manifest = build_manifest(policy, precision, opset, env or {}, memory, config, steps, selection, temperature)
+    manifest.memory.kv_dtype = None if kv_dtype == "fp32" else kv_dtype
+    if kv_dtype != "fp32":  # the recorded fp32 outputs against a quantised memory
+        manifest.sample.tolerance = TOLERANCE[kv_dtype]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
     try:
         torch.save(policy.state_dict(), tmp / B.WEIGHTS)
-        specs = graph_specs(policy, precision)
+        specs = graph_specs(policy, precision, kv_dtype)
         trace_cache = max(4, policy.args.hcam_top_k) if family_of(policy).chunk_store else 4  # TopK needs >= k
         radt = not family_of(policy).cached_step
-        for name, module in build_graphs(policy, precision).items():
+        for name, module in build_graphs(policy, precision, kv_dtype).items():
             export_onnx(module, specs[name], tmp / f"{name}.onnx", opset, cache=trace_cache)
             manifest.onnx.graphs[name] = M.Graph(file=f"{name}.onnx", **specs[name])
+        export_kv_cores(policy, manifest, tmp, variants)
         if getattr(policy, "n_prefix", 0):
             with torch.no_grad():
                 k, v = policy.initial_cache(1)
@@ -287,6 +302,59 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
     return out
 
 
+
+
+def export_kv_cores(policy: ICLPolicy, manifest: M.Manifest, out: Path, kv_dtypes: list[str]) -> None:
+    """Write a ``core.<kv>.onnx`` per storage dtype into ``out`` and name it in ``manifest``."""
+    for kv in kv_dtypes:
+        spec = graph_specs(policy, manifest.precision, kv)["core"]
+        export_onnx(build_graphs(policy, manifest.precision, kv)["core"], spec, out / f"core.{kv}.onnx",
+                    manifest.onnx.opset)
+        manifest.onnx.graphs[f"core.{kv}"] = M.Graph(file=f"core.{kv}.onnx", **spec)
+
+
+def add_kv_dtypes(src: str | Path, out: str | Path, kv_dtypes: list[str], overwrite: bool = False,
+                  default: str | None = None) -> Path:
+    """Copy bundle ``src`` to ``out`` with a core for each of ``kv_dtypes`` it lacks, traced from its
+    ``weights.pt`` (the other files unchanged); ``default``: the K / V storage the copy's memory uses
+    unless told otherwise (its ``core`` graph then reads that; the manifest's default otherwise)."""
+    src, out = Path(src), Path(out)
+    bundle = B.load_bundle(src)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out}: exists; pass --force to replace it")
+    if out.resolve() == src.resolve():
+        raise ValueError(f"--out: {out} is the source bundle; write the copy elsewhere")
+    policy = bundle.load_policy()
+    have = bundle.kv_dtypes()
+    todo = [kv for kv in dict.fromkeys(kv_dtypes + ([default] if default else []))
+            if check_kv_support(policy, bundle.precision, kv) not in have]
+    manifest = bundle.manifest
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        for name in manifest.files:
+            shutil.copy2(src / name, tmp / name)
+        export_kv_cores(policy, manifest, tmp, todo)
+        for kv in todo:
+            f = tmp / f"core.{kv}.onnx"
+            manifest.files[f.name] = M.FileRecord(sha256=B.sha256_file(f), bytes=f.stat().st_size)
+        old = bundle.default_kv_dtype
+        if default and default != old:  # 'core' names the default's graph, 'core.<kv>' the others
+            graphs = manifest.onnx.graphs
+            graphs[f"core.{old}"], graphs["core"] = graphs["core"], graphs.pop(f"core.{default}")
+            manifest.memory.kv_dtype = None if default == "fp32" else default
+            manifest.sample.tolerance = TOLERANCE[default] if default != "fp32" else TOLERANCE[manifest.precision]
+        manifest.validate(tmp / B.MANIFEST).save(tmp / B.MANIFEST)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    B.load_bundle(out)
+    return out
+
+
 def build_tensorrt_engines(path: Path) -> list[Path]:
     """Build (or reuse) TensorRT engines for the bundle's default memory size."""
     from icrl_ros.runtime.runner import build_memory
@@ -303,7 +371,7 @@ def verify_bundle(path: str | Path, steps: int = 2000, backends: tuple[str, ...]
     """Replay a recorded rollout through each backend with an exact memory; compare with
     the torch full-sequence forward. Returns ``{backend: compare(...)}``."""
     from icrl_ros.runtime import PolicyRunner, load_bundle, make_engine
-    from icrl_ros.runtime.selfcheck import compare, exact_memory, replay
+    from icrl_ros.runtime.selfcheck import compare, exact_memory, replay, tolerance_key
 
     bundle = load_bundle(path)
     policy = bundle.load_policy()
@@ -317,7 +385,7 @@ def verify_bundle(path: str | Path, steps: int = 2000, backends: tuple[str, ...]
     for backend in backends:
         runner = PolicyRunner(bundle, make_engine(bundle, backend, "cpu"), exact_memory(bundle, steps))
         logits, values = replay(runner, inp)
-        out[backend] = compare(ref_l, ref_v, logits, values, bundle.precision)
+        out[backend] = compare(ref_l, ref_v, logits, values, tolerance_key(bundle))
     return out
 
 
@@ -352,7 +420,8 @@ def verify_radt(bundle, policy: RADTPolicy, steps: int, backends: tuple[str, ...
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="checkpoint written by training/train.py")
+    p.add_argument("checkpoint", help="checkpoint written by training/train.py (a bundle directory with "
+                   "--add-kv-dtypes)")
     p.add_argument("--out", required=True, help="bundle directory to write")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--fp16", action="store_true", help="float16 core / heads / cache (encoder stays float32)")
@@ -377,13 +446,45 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--verify", action="store_true", help="compare ONNX Runtime and torch stepping with the torch forward")
     p.add_argument("--verify-steps", type=int, default=2000, help="rollout length for --verify (default 2000)")
     p.add_argument("--tensorrt", action="store_true", help="also build TensorRT engines (needs tensorrt + a GPU)")
+    p.add_argument("--kv-dtype",
+                   help="how the memory stores keys / values by default: fp32 (default) | fp16 | int8 (full / window memories "
+                        "of ReLIC bundles; the byte budget counts the stored bytes)")
+    p.add_argument("--kv-dtypes", default="",
+                   help="comma-separated: more K / V storage dtypes to write a core graph for (a runner or node "
+                        "may then choose them: kv_dtype)")
+    p.add_argument("--add-kv-dtypes", default="",
+                   help="with a bundle directory as the first argument: copy it to --out with core graphs for these "
+                        "K / V storage dtypes (comma-separated) added (and, with --kv-dtype, that one the default)")
     return p.parse_args(argv)
+
+
+def _kv_list(flag: str, value: str) -> list[str]:
+    from icrl_ros.memory.quant import KV_DTYPES
+
+    out = [s.strip() for s in value.split(",") if s.strip()]
+    for kv in out:
+        if kv not in KV_DTYPES:
+            fail(f"--{flag}: {kv!r} is not one of {list(KV_DTYPES)}")
+    return out
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.verify_steps < 2:
         fail(f"--verify-steps must be at least 2 (a rollout to replay), got {args.verify_steps}")
+    kv_default = (_kv_list("kv-dtype", args.kv_dtype or "") or ["fp32"])[0]
+    kv_more = _kv_list("kv-dtypes", args.kv_dtypes)
+    if args.add_kv_dtypes:
+        if not Path(args.checkpoint).is_dir():
+            fail(f"--add-kv-dtypes: {args.checkpoint} is not a bundle directory")
+        try:
+            out = add_kv_dtypes(args.checkpoint, args.out, _kv_list("add-kv-dtypes", args.add_kv_dtypes),
+                                overwrite=args.force,
+                                default=kv_default if args.kv_dtype else None)
+        except (FileExistsError, ValueError) as e:
+            fail(str(e))
+        print(f"wrote {out} (core graphs for K / V stored as {B.load_bundle(out).kv_dtypes()})")
+        return 0
     if Path(args.checkpoint).is_dir():
         fail(f"{args.checkpoint}: a bundle directory, which is already exported; export takes a training checkpoint "
              f"(.pt). Check a bundle with: python training/bundle_tool.py check {args.checkpoint}")
@@ -434,8 +535,9 @@ def main(argv=None) -> int:
     try:
         out = export_bundle(policy, args.out, config=config, env=env, precision=precision, opset=args.opset,
                             memory=memory, overwrite=args.force, tensorrt=args.tensorrt,
-                            selection="greedy" if args.greedy else "sample", temperature=args.temperature)
-    except FileExistsError as e:
+                            selection="greedy" if args.greedy else "sample", temperature=args.temperature,
+                            kv_dtype=kv_default, kv_dtypes=tuple(kv_more))
+    except (FileExistsError, ValueError) as e:
         fail(str(e))
     acting = "greedy" if args.greedy else f"sampled at temperature {args.temperature:g}"
     print(f"wrote {out} ({a.kind}, {precision}, memory {memory['policy']}, actions {acting})")

@@ -1,0 +1,144 @@
+"""K/V storage dtypes through the deployed runtime: the int8 / fp16 core graphs (plain ONNX, run by
+ONNX Runtime on the CPU) against fp32 on a recorded 1,000-step rollout, fp32 untouched by the option,
+bundles with several cores, the runner override and the export command line's refusals."""
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from icrl_ros.models import ModelArgs, build_policy
+from icrl_ros.runtime import PolicyRunner, build_memory, load_bundle, make_engine
+from icrl_ros.runtime.bundle import BundleError
+from icrl_ros.runtime.selfcheck import compare, exact_memory, replay
+from icrl_ros.training.export import add_kv_dtypes, export_bundle, record_rollout, reference_outputs
+
+STEPS = 1000
+EPISODE = 37
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def small_policy(**kw):
+    args = ModelArgs(**{**dict(n_obs=30, n_actions=5, max_episode_steps=40, d_model=64, n_layers=2, n_heads=4,
+                               d_mlp=64, depth_dropout=0.0, sink="kv0"), **kw})
+    policy = build_policy(args).eval()
+    with torch.no_grad():  # decisive actions, as after training (random weights give near ties)
+        policy.actor.weight.normal_(0, 0.5)
+    return policy
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory, one_thread):
+    torch.manual_seed(0)
+    return export_bundle(small_policy(), tmp_path_factory.mktemp("kv") / "b", kv_dtypes=("fp16", "int8"))
+
+
+@pytest.fixture(scope="module")
+def rollout(bundle):
+    policy = load_bundle(bundle).load_policy()
+    inp = record_rollout(policy, STEPS, EPISODE, seed=5)
+    return inp, *reference_outputs(policy, inp)
+
+
+def replay_kv(path, kv_dtype, inp, backend="onnxruntime"):
+    b = load_bundle(path).with_kv_dtype(kv_dtype)
+    runner = PolicyRunner(b, make_engine(b, backend, "cpu", threads=1), exact_memory(b, STEPS))
+    return replay(runner, inp), runner
+
+
+def test_bundle_lists_its_cores_and_they_are_plain_onnx(bundle):
+    b = load_bundle(bundle)
+    assert b.kv_dtypes() == ["fp32", "fp16", "int8"] and b.kv_dtype == "fp32"
+    ops = {n.op_type for n in onnx.load(str(b.with_kv_dtype("int8").graph_path("core"))).graph.node}
+    assert "MatMulInteger" in ops
+    for kv in ("fp32", "fp16", "int8"):
+        m = onnx.load(str(b.with_kv_dtype(kv).graph_path("core")))
+        assert {o.domain for o in m.opset_import} <= {"", "ai.onnx"}  # no custom op domain
+        names = [i.name for i in m.graph.input]
+        assert ("past_k_scale_0" in names) == (kv == "int8")
+
+
+def test_fp32_is_unchanged_by_the_option(bundle, rollout):
+    inp, ref_l, ref_v = rollout
+    (l0, v0), _ = replay_kv(bundle, None, inp)
+    (l1, v1), r1 = replay_kv(bundle, "fp32", inp)
+    assert np.array_equal(l0, l1) and np.array_equal(v0, v1)  # bit-identical
+    assert r1.memory.k.dtype == torch.float32 and r1.memory.core_inputs() == ()
+    r = compare(ref_l, ref_v, l1, v1, "fp32")
+    assert r["ok"], r
+
+
+@pytest.mark.parametrize("kv_dtype,tol", [("fp16", 2e-3), ("int8", 5e-2)])
+def test_quantised_memory_logits_stay_close_to_fp32(bundle, rollout, kv_dtype, tol):
+    inp, ref_l, ref_v = rollout
+    (logits, values), runner = replay_kv(bundle, kv_dtype, inp)
+    diff = np.abs(logits - ref_l)
+    scale = np.maximum(1.0, np.abs(ref_l).max(-1, keepdims=True))
+    assert float((diff / scale).max()) <= tol, float(diff.max())
+    assert float(diff.max()) > 1e-6  # the memory really is stored in fewer bits
+    agree = float((logits.argmax(-1) == ref_l.argmax(-1)).mean())
+    assert agree >= 0.98, agree
+    assert runner.memory.kv_dtype == kv_dtype and runner.memory.tokens == STEPS
+
+
+def test_int8_onnxruntime_matches_torch_engine(bundle, rollout):
+    inp = {k: v[:, :300] for k, v in rollout[0].items()}
+    (lo, _), _ = replay_kv(bundle, "int8", inp)
+    (lt, _), _ = replay_kv(bundle, "int8", inp, backend="torch")
+    scale = np.maximum(1.0, np.abs(lt).max(-1, keepdims=True))
+    assert float((np.abs(lo - lt) / scale).max()) <= 1e-4  # the same integers; float rounding only
+
+
+def test_runner_override_and_budget(bundle):
+    budget = 2_000_000
+    sizes = {}
+    for kv in ("fp32", "fp16", "int8"):
+        r = PolicyRunner.from_bundle(bundle, kv_dtype=kv, memory_budget_bytes=budget)
+        assert r.memory.kv_dtype == kv and r.engine.kv_dtype == kv and r.memory.nbytes <= budget
+        sizes[kv] = r.memory.slots
+        obs = {"obs": 3}
+        for _ in range(3):
+            r.act(obs)
+    assert sizes["int8"] > 3 * sizes["fp32"] and sizes["fp16"] > 1.9 * sizes["fp32"]
+
+
+def test_a_missing_core_and_a_mismatch_are_refused(tmp_path, bundle):
+    torch.manual_seed(1)
+    plain = export_bundle(small_policy(), tmp_path / "plain")
+    with pytest.raises(BundleError, match="core.int8' is missing.*--add-kv-dtypes int8"):
+        PolicyRunner.from_bundle(plain, kv_dtype="int8")
+    with pytest.raises(BundleError, match="kv_dtype: 'int4'"):
+        load_bundle(bundle).with_kv_dtype("int4")
+    b = load_bundle(bundle)
+    with pytest.raises(ValueError, match="memory stores K / V as int8, the engine's core reads fp32"):
+        PolicyRunner(b, make_engine(b, "onnxruntime"), build_memory(b.with_kv_dtype("int8")))
+
+
+def test_add_kv_dtypes_to_an_existing_bundle_and_make_int8_the_default(tmp_path, rollout):
+    torch.manual_seed(2)
+    plain = export_bundle(small_policy(), tmp_path / "plain")
+    out = add_kv_dtypes(plain, tmp_path / "int8", ["fp16"], default="int8")
+    b = load_bundle(out)
+    assert b.kv_dtype == "int8" and b.kv_dtypes() == ["int8", "fp16", "fp32"]
+    assert b.manifest.memory.kv_dtype == "int8"
+    r = PolicyRunner.from_bundle(out)
+    assert r.memory.kv_dtype == "int8"
+    # the fp32 core of the copy is the source's own file
+    assert (out / b.manifest.onnx.graphs["core.fp32"].file).read_bytes() == (plain / "core.onnx").read_bytes()
+    from icrl_ros.runtime.selfcheck import check_sample
+
+    res = check_sample(b)
+    assert res["ok"], res
+
+
+def test_export_cli_refuses_an_unknown_kv_dtype_in_one_line(tmp_path, bundle):
+    for argv in ([str(bundle), "--add-kv-dtypes", "int4", "--out", str(tmp_path / "x")],
+                 [str(bundle), "--add-kv-dtypes", "int8", "--kv-dtype", "bf8", "--out", str(tmp_path / "y")]):
+        p = subprocess.run([sys.executable, "training/export.py", *argv], capture_output=True, text=True)
+        assert p.returncode != 0
+        assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr, p.stderr
+        assert "is not one of ['fp32', 'fp16', 'int8']" in p.stderr
