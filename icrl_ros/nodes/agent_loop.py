@@ -410,9 +410,6 @@ class AgentLoop:
         elif verdict == POSE_TOO_OLD:
             self.count("stale_pose", f"localiser pose dropped: stamped {stamp:.3f} s, before the odometry kept to "
                        "compose it with")
-        elif verdict == POSE_JUMP:
-            self.count("time_jumps", f"localiser stamps jumped back from {last:.3f} s to {stamp:.3f} s: the old pose "
-                       "and odometry history are forgotten")
         if waiting:
             self._request_act()  # a frame waiting for a (fresh) localiser pose acts
 

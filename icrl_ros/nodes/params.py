@@ -353,6 +353,27 @@ class BridgeParams(ParamsBase):
         "where they truly are, in map_frame, the current goal's instances marked, at each episode start, for envs "
         "that report them (env.object_positions('house')): beside the agent's ~/memory/sightings a viewer shows "
         "belief and truth. Empty = off.")
+    localiser_pose_topic: str = _param(
+        "localiser_pose", "geometry_msgs/PoseWithCovarianceStamped output (frame map_frame; reliable, transient local, "
+        "depth 1, as AMCL publishes amcl_pose): the pose a localiser would give, the house-frame pose plus the "
+        "localisation error below (exact when loc_error_m and loc_error_deg are 0), with each observation, for envs "
+        "that report their house-frame pose. The agent reads it with pose_source pose_topic. Empty = off.")
+    loc_error_m: float = _param(
+        0.0, "Localisation error on localiser_pose_topic (and in map -> odom): RMS of the position error, metres; "
+        "an Ornstein-Uhlenbeck process over simulated time, clipped at 2x its RMS (icrl_ros/sim/pose_noise.py). "
+        "0 = exact.", min=0.0)
+    loc_error_deg: float = _param(0.0, "Localisation error: RMS of the heading error, degrees. 0 = exact.", min=0.0)
+    loc_tau_s: float = _param(30.0, "Localisation error: correlation time, simulated seconds.", min=1e-3)
+    odom_scale_error: float = _param(
+        0.0, "Odometry drift on odom_topic: translation scale error, a fraction (0.01 = 1%; its sign drawn per trial). "
+        "0 = none.", min=0.0, max=0.5)
+    odom_heading_noise: float = _param(
+        0.0, "Odometry drift: heading random walk, radians per sqrt(radian turned + metre driven). 0 = none.", min=0.0)
+    odom_bias_deg_per_min: float = _param(
+        0.0, "Odometry drift: heading bias, degrees per minute of simulated time (lockstep_dt_s per step; its sign "
+        "drawn per trial). 0 = none.", min=0.0)
+    pose_noise_seed: int = _param(
+        0, "Seed of the localisation error and odometry drift (each trial draws from [seed, trial]).", min=0)
     odom_frame: str = _param("odom", "Odometry frame id.")
     base_frame: str = _param("base_link", "Robot base frame id.")
     camera_frame: str = _param("camera_optical_frame", "Image frame id (optical convention).")

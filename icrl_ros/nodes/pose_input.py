@@ -38,8 +38,8 @@ def _interpolate(a: tuple[float, Pose, float], b: tuple[float, Pose, float], t: 
 
 class LocaliserFusion:
     """Localiser fixes x odometry (see the module docstring). ``history``: odometry messages kept (at 100 Hz,
-    4096 cover 40 s of localiser lag); ``time_jump_s``: a stamp this far back means time jumped (a restarted
-    bridge, a looped bag): the history and the fix are forgotten and the new stamps taken."""
+    4096 cover 40 s of localiser lag); ``time_jump_s``: an odometry stamp this far back means time jumped (a
+    restarted bridge, a looped bag): the history and the fix are forgotten and the new stamps taken."""
 
     def __init__(self, time_jump_s: float = 1.0, history: int = 4096) -> None:
         self.time_jump_s = float(time_jump_s)
@@ -83,15 +83,10 @@ class LocaliserFusion:
     def fix(self, pose: Pose, stamp: float) -> str:
         """A localiser pose (map frame) stamped ``stamp``. ACCEPTED (composed from now on), PENDING (stamped after
         the newest odometry: taken when odometry reaches it), REPEAT (the stamp of the fix in use), BACK_DATED
-        (stamped before it: dropped), JUMP (time went back by time_jump_s: the old fix and odometry history are
-        forgotten, the fix is held until odometry of the new time arrives) or TOO_OLD (stamped before the odometry
-        kept: it cannot be composed; dropped)."""
+        (stamped before it, however far: dropped; time going back is recognised on the odometry, whose jump
+        forgets the fix) or TOO_OLD (stamped before the odometry kept: it cannot be composed; dropped)."""
         last = self._pending[1] if self._pending is not None else self.fix_stamp
         if stamp > 0 and math.isfinite(last) and last > 0:
-            if stamp <= last - self.time_jump_s:
-                self.reset()
-                self._pending = (pose, stamp)
-                return JUMP
             if stamp == last:
                 return REPEAT
             if stamp < last:

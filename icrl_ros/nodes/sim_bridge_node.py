@@ -41,7 +41,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import rclpy
-from geometry_msgs.msg import PoseStamped, TransformStamped, Twist
+from geometry_msgs.msg import PoseStamped, PoseWithCovarianceStamped, TransformStamped, Twist
 from nav_msgs.msg import Odometry
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
@@ -52,7 +52,7 @@ from sensor_msgs.msg import CameraInfo, Image, LaserScan
 from std_msgs.msg import Float32, Int32, String
 from std_srvs.srv import Trigger
 
-from icrl_ros.geometry import map_to_odom
+from icrl_ros.geometry import between, map_to_odom
 from icrl_ros.nodes.convert import quaternion_from_yaw, rgb_to_image_fields
 from icrl_ros.nodes.dds import use_shipped_profile
 from icrl_ros.nodes.lifetime import stop_with_parent
@@ -151,6 +151,15 @@ class SimBridgeNode(Node):
         self.pub_map_pose = None
         if p.map_pose_topic and callable(getattr(self._base, "pose_in", None)):
             self.pub_map_pose = self.create_publisher(PoseStamped, p.map_pose_topic, 10)
+        self.pub_localiser = None
+        if p.localiser_pose_topic and callable(getattr(self._base, "pose_in", None)):
+            self.pub_localiser = self.create_publisher(PoseWithCovarianceStamped, p.localiser_pose_topic, QoSProfile(
+                depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        self._pose_noise = self._make_pose_noise()
+        self._noise_trial = False  # a new trial: the noise model restarts at the next observation
+        self._noise_episode = False  # a new episode: episode-frame odometry re-anchors at the next observation
+        self._noise_t = self.sim_time
+        self._odom_anchor = (0.0, 0.0, 0.0)  # drifting odometry at the episode start (pose_frame episode)
         self.pub_objects = None
         if p.objects_topic and callable(getattr(self._base, "object_positions", None)):
             try:
@@ -222,7 +231,9 @@ class SimBridgeNode(Node):
         if self._started < len(self._replay):
             options = {k: self._replay[self._started][k] for k in ("start", "goal")}
         self._started += 1
+        self._noise_episode = True
         if new_trial:
+            self._noise_trial = True
             obs, info = self.env.reset(seed=seed, options={"new_trial": True, **options})
             self.trial += 1
             self.episodes_done = 0
@@ -345,12 +356,54 @@ class SimBridgeNode(Node):
         if self.pub_clock is not None:
             self.pub_clock.publish(Clock(clock=_time_msg(self.sim_time)))
 
+    def _make_pose_noise(self) -> Any:
+        """The localisation error / odometry drift model (icrl_ros.sim.pose_noise), or None when both are off or the
+        env reports no house-frame pose."""
+        p = self.params
+        from icrl_ros.sim.pose_noise import LocalisationNoise, OdometryDrift, PoseNoise
+
+        loc = LocalisationNoise(p.loc_error_m, p.loc_error_deg, p.loc_tau_s)
+        drift = OdometryDrift(p.odom_scale_error, p.odom_heading_noise, p.odom_bias_deg_per_min)
+        if not (loc.active or drift.active):
+            return None
+        if not callable(getattr(self._base, "pose_in", None)):
+            raise ValueError(f"loc_error_* / odom_*: env {p.env_id!r} reports no house-frame pose (pose_in) to add "
+                             "localisation error or odometry drift to")
+        self.get_logger().info(f"pose errors on: localisation {loc}, odometry drift {drift} (seed {p.pose_noise_seed})")
+        return PoseNoise(loc, drift)
+
+    def _noisy_poses(self, odom: tuple[float, float, float]) -> tuple[tuple[float, float, float],
+                                                                      tuple[float, float, float] | None]:
+        """(odometry to publish, localiser pose or None): the env's odometry and house-frame pose with the pose-error
+        model applied (the model advances by the simulated time since its last update; a republished observation
+        does not move it)."""
+        if not callable(getattr(self._base, "pose_in", None)):
+            return odom, None
+        true = tuple(float(v) for v in self._base.pose_in("house"))
+        n = self._pose_noise
+        if n is None:
+            return odom, true
+        if self._noise_trial or n.true is None:
+            n.rng = np.random.default_rng([self.params.pose_noise_seed, max(self.trial, 0)])
+            n.reset(true)
+            self._noise_trial = False
+        else:
+            n.advance(true, max(self.sim_time - self._noise_t, 0.0))
+        self._noise_t = self.sim_time
+        drifting = n.odom
+        if self._noise_episode:
+            self._odom_anchor = drifting
+            self._noise_episode = False
+        if self.params.pose_frame == "episode":
+            drifting = between(self._odom_anchor, drifting)
+        return drifting, n.localised
+
     def _publish_obs(self, obs: Any, publish_image: bool, twist: tuple[float, float] = (0.0, 0.0)) -> None:
         self._obs = obs
         self._stamp = self.sim_time
         stamp = _time_msg(self.sim_time)
         p = self.params
-        x, y, yaw = self._odom(obs)
+        (x, y, yaw), localised = self._noisy_poses(self._odom(obs))
         qx, qy, qz, qw = quaternion_from_yaw(yaw)
         odom = Odometry()
         odom.header.stamp = stamp
@@ -371,7 +424,21 @@ class SimBridgeNode(Node):
             o = pose.pose.orientation
             o.x, o.y, o.z, o.w = quaternion_from_yaw(myaw)
             self.pub_map_pose.publish(pose)
-            transforms.append(_transform(stamp, p.map_frame, p.odom_frame, map_to_odom((mx, my, myaw), (x, y, yaw))))
+        if localised is not None:
+            # map -> odom as a localiser publishes it: its (noisy) map pose against the (drifting) odometry
+            transforms.append(_transform(stamp, p.map_frame, p.odom_frame, map_to_odom(localised, (x, y, yaw))))
+        if self.pub_localiser is not None and localised is not None:
+            msg = PoseWithCovarianceStamped()
+            msg.header.stamp = stamp
+            msg.header.frame_id = p.map_frame
+            msg.pose.pose.position.x, msg.pose.pose.position.y = localised[0], localised[1]
+            o = msg.pose.pose.orientation
+            o.x, o.y, o.z, o.w = quaternion_from_yaw(localised[2])
+            var_xy, var_yaw = (p.loc_error_m ** 2) / 2 or 1e-4, math.radians(p.loc_error_deg) ** 2 or 1e-4
+            cov = [0.0] * 36
+            cov[0], cov[7], cov[35] = var_xy, var_xy, var_yaw
+            msg.pose.covariance = cov
+            self.pub_localiser.publish(msg)
         if self.pub_tf is not None:
             self.pub_tf.publish(TFMessage(transforms=transforms))
         # before the image: an agent that reads a scan acts once both are in. Only while someone listens: the

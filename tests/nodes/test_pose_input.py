@@ -52,9 +52,9 @@ def test_fix_older_than_the_odometry_kept_or_a_jump_back() -> None:
         f.odometry((0.1 * k, 0.0, 0.0), 10.0 + 0.1 * k)
     assert f.fix((0.0, 0.0, 0.0), 10.2) == TOO_OLD and not f.has_fix  # only 10.5 .. 10.9 are kept
     assert f.fix((5.0, 0.0, 0.0), 10.6) == ACCEPTED
-    assert f.fix((0.0, 0.0, 0.0), 3.0) == JUMP and not f.has_fix  # a restarted bridge: everything before is gone
-    assert f.odometry((0.0, 0.0, 0.0), 3.0) == ACCEPTED and f.has_fix
-    assert f.odometry((0.0, 0.0, 0.0), 1.0) == JUMP and not f.has_fix  # odometry jumping back forgets the fix
+    assert f.fix((0.0, 0.0, 0.0), 3.0) == BACK_DATED and f.fix_stamp == 10.6  # however far back: dropped
+    assert f.odometry((0.0, 0.0, 0.0), 3.0) == JUMP and not f.has_fix  # odometry jumping back forgets the fix
+    assert f.fix((1.0, 0.0, 0.0), 3.0) == ACCEPTED and f.pose((0.5, 0.0, 0.0)) == pytest.approx((1.5, 0.0, 0.0))
 
 
 def test_pose_messages_convert_both_types_and_refuse_nan() -> None:
