@@ -160,3 +160,16 @@ def test_odom_source_ignores_localiser_input() -> None:
     assert not loop.uses_localiser
     loop.localiser((1.0, 2.0, 0.0), 1.0)
     assert not loop.fusion.has_fix and np.isinf(loop.fusion.travelled())
+
+
+def test_the_real_base_profile_takes_its_pose_from_a_localiser() -> None:
+    """config/fetch.yaml (a real base) reads AMCL's pose composed with odometry; the simulator profile keeps the
+    bridge's exact odometry."""
+    from tests.nodes.test_files import ros_parameters
+
+    agent = AgentParams.from_dict(ros_parameters("agent.yaml"))
+    fetch = AgentParams.from_dict({**ros_parameters("agent.yaml"), **ros_parameters("fetch.yaml")})
+    assert agent.pose_source == "odom" and AgentParams().pose_source == "odom"
+    assert (fetch.pose_source, fetch.pose_topic, fetch.pose_topic_type) == (
+        "pose_topic", "/amcl_pose", "PoseWithCovarianceStamped")
+    assert fetch.pose_transient_local  # AMCL latches amcl_pose
