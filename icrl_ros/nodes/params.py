@@ -18,6 +18,7 @@ from typing import Any
 BACKENDS = ("onnxruntime", "torch", "tensorrt")
 DEVICES = ("cpu", "cuda")
 MEMORY_POLICIES = ("", "full", "window", "memo", "hcam", "retrieval")  # "" + icrl_ros.memory.MEMORY_POLICIES (no torch import here)
+KV_DTYPES = ("", "fp32", "fp16", "int8")  # "" + icrl_ros.memory.quant.KV_DTYPES
 ACTION_MODES = ("discrete", "twist")
 ACTION_SELECTIONS = ("", "sample", "greedy")  # "" + icrl_ros.runtime.manifest.ACTION_SELECTIONS
 BRIDGE_MODES = ("lockstep", "realtime")
@@ -146,6 +147,11 @@ class AgentParams(ParamsBase):
     device: str = _conf("cpu", "Inference device (cuda needs a GPU build of the backend).", choices=DEVICES)
     memory: str = _conf("", "Memory policy; empty = the bundle's default.", choices=MEMORY_POLICIES)
     memory_budget_bytes: int = _conf(0, "Memory byte budget; 0 = the bundle's default.", min=0)
+    kv_dtype: str = _conf(
+        "", "How the full / window memory stores keys and values: fp32 | fp16 | int8 (per head and token scales; "
+        "the byte budget then holds ~2x / ~3.5x the steps); empty = the bundle's default (manifest "
+        "memory.kv_dtype). The bundle needs a core for it (training/export.py --kv-dtypes / --add-kv-dtypes).",
+        choices=KV_DTYPES)
     memory_path: str = _live(
         "~/.ros/icrl_ros/memory", "Snapshot file used by the save_memory / load_memory services."
     )

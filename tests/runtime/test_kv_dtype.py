@@ -142,3 +142,13 @@ def test_export_cli_refuses_an_unknown_kv_dtype_in_one_line(tmp_path, bundle):
         assert p.returncode != 0
         assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr, p.stderr
         assert "is not one of ['fp32', 'fp16', 'int8']" in p.stderr
+
+
+def test_node_parameter_takes_the_kv_dtypes_and_refuses_others():
+    from icrl_ros.memory.quant import KV_DTYPES
+    from icrl_ros.nodes.params import KV_DTYPES as NODE_KV, AgentParams
+
+    assert set(NODE_KV) == {"", *KV_DTYPES}
+    assert AgentParams.from_dict({"kv_dtype": "int8"}).kv_dtype == "int8"
+    with pytest.raises(ValueError, match="kv_dtype"):
+        AgentParams.from_dict({"kv_dtype": "int4"})

@@ -1,0 +1,388 @@
+"""Benchmark: the K/V storage dtypes of the full memory (fp32 / fp16 / int8) against each other.
+
+    python experiments/kv_dtype.py speed --lengths 8192,32768,65536        # step time vs the read floor
+    python experiments/kv_dtype.py formulations --length 32768             # one layer's cache read, 5 ways
+    python experiments/kv_dtype.py parity-darkroom --bundle runs/kv/darkroom_fp32 --trials 20
+    python experiments/kv_dtype.py parity-house --bundle bundles/house_relic_scan --trials 4 --episodes 10
+
+``speed``: the ExtObjNav-size ReLIC (4 layers, hidden 256, 8 heads of 32, Sink KV0; random
+weights) exported once with a core per kv dtype, run through ``PolicyRunner`` (ONNX Runtime, CPU,
+one thread) over a full memory filled to N steps (``Memory.fill_synthetic``: random keys / values
+written through the memory's own API, quantised on the way in for int8), then ``--steps`` real steps
+timed. Beside each row, in the same process and the same minute: the time one thread takes to
+read the memory's K / V bytes (numpy int64 sum over the buffers: the bandwidth floor of a step
+that reads the cache once), for that dtype and for the fp32 bytes of the same N.
+
+``formulations``: one layer's read of an N-step cache (8 heads of 32) as standalone ONNX graphs
+under ONNX Runtime, one thread: fp32 MatMul; fp16 and int8 cast to float32 then MatMul (scales on
+the scores / weights); int8 dequantised first; int8 through ``MatMulInteger`` (the runtime's graph).
+
+``parity-*``: recorded trials. The fp32 runner of ``--bundle`` acts in held-out tasks (Darkroom
+goals / houses); fp16 and int8 runners of the same bundle are stepped on exactly the same inputs
+(teacher forcing: each holds the fp32 trial in its own memory) and their logits compared step by
+step: max and p99 |diff|, and how often the greedy action agrees. The bundle needs the cores
+(``training/export.py BUNDLE --add-kv-dtypes fp16,int8 --out ...``; added to a temp copy here when
+missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from icrl_ros.memory.quant import KV_DTYPES
+from icrl_ros.training._cli import fail
+
+SHADOWS = ("fp16", "int8")
+
+
+def uptime() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def read_floor_ms(tensors: list[torch.Tensor], repeats: int = 7) -> float:
+    """Median ms for one thread to read every byte of ``tensors`` once (int64 sums)."""
+    views = [t.numpy().reshape(-1).view(np.uint8)[: t.nbytes // 8 * 8].view(np.int64) for t in tensors]
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for v in views:
+            v.sum()
+        out.append(time.perf_counter() - t0)
+    return float(np.median(out) * 1e3)
+
+
+# -- speed ---------------------------------------------------------------------------------------
+def speed(lengths: list[int], steps: int, warmup: int, out: Path | None) -> list[dict]:
+    """Per length: the three memories filled side by side, then ``steps`` rounds, each timing one step
+    of every dtype and one read of every dtype's K / V bytes in turn (interleaved, so a burst of load
+    from other processes hits every row alike); min and median per row."""
+    from icrl_ros.experiments.benchmark import EPISODE_LEN, extobjnav_args, random_inputs
+    from icrl_ros.models import build_policy
+    from icrl_ros.runtime import PolicyRunner, build_memory, load_bundle, make_engine
+    from icrl_ros.training.export import export_bundle
+
+    torch.manual_seed(0)
+    policy = build_policy(extobjnav_args("relic", "grid")).eval()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = export_bundle(policy, Path(tmp) / "b", kv_dtypes=("fp16", "int8"))
+        base = load_bundle(path)
+        engines = {kv: make_engine(base.with_kv_dtype(kv), "onnxruntime", "cpu", threads=1) for kv in KV_DTYPES}
+        for n in lengths:
+            runners, bufs, inp = {}, {}, None
+            for kv in KV_DTYPES:
+                b = base.with_kv_dtype(kv)
+                g = torch.Generator().manual_seed(n)
+                mem = build_memory(b, "full", capacity=n + steps + warmup, on_full="error")
+                runners[kv] = PolicyRunner(b, engines[kv], mem)
+                mem.fill_synthetic(n - warmup, g, episode_len=EPISODE_LEN)
+                inp = random_inputs(runners[kv], g) if inp is None else inp
+                bufs[kv] = [t for k, t in mem.tensors().items() if k not in ("valid", "episode")]
+            lat = {kv: [] for kv in KV_DTYPES}
+            floor = {kv: [] for kv in KV_DTYPES}
+            for i in range(warmup + steps):
+                ep = torch.full((1,), (n - warmup + i) // EPISODE_LEN, dtype=torch.long)
+                for kv in KV_DTYPES:
+                    t0 = time.perf_counter()
+                    runners[kv].step(inp, ep)
+                    if i >= warmup:
+                        lat[kv].append((time.perf_counter() - t0) * 1e3)
+                        floor[kv].append(read_floor_ms(bufs[kv], repeats=1))
+            load = uptime()
+            for kv in KV_DTYPES:
+                row = {"steps": n, "kv_dtype": kv, "slots": runners[kv].memory.slots,
+                       "kv_bytes": sum(t.nbytes for t in bufs[kv]), "tokens": runners[kv].memory.tokens,
+                       "min_ms": float(np.min(lat[kv])), "p50_ms": float(np.median(lat[kv])),
+                       "floor_min_ms": float(np.min(floor[kv])), "floor_p50_ms": float(np.median(floor[kv])),
+                       "load": load}
+                rows.append(row)
+            f32 = rows[-3]
+            for r in rows[-3:]:
+                r["p50_vs_fp32"] = r["p50_ms"] / f32["p50_ms"]
+                r["min_vs_fp32"] = r["min_ms"] / f32["min_ms"]
+                r["min_vs_fp32_floor"] = r["min_ms"] / f32["floor_min_ms"]
+                print(f"{n:>6,} {r['kv_dtype']:>5}  {r['kv_bytes'] / 2**20:7.1f} MiB  step min {r['min_ms']:7.2f} "
+                      f"p50 {r['p50_ms']:7.2f} ms  read floor min {r['floor_min_ms']:6.2f} p50 {r['floor_p50_ms']:6.2f} ms"
+                      f"  | vs fp32 step: min {r['min_vs_fp32']:.2f} p50 {r['p50_vs_fp32']:.2f}; "
+                      f"vs fp32 floor (min) {r['min_vs_fp32_floor']:.2f}  load {load}", flush=True)
+            del runners, bufs
+    if out:
+        out.write_text(json.dumps({"rows": rows, "cpus": os.cpu_count(), "machine": platform.machine()}, indent=1))
+    return rows
+
+
+# -- formulations --------------------------------------------------------------------------------
+def formulations(n: int, repeats: int = 30) -> list[dict]:
+    """One layer's cache read (scores + weighted sum, softmax between) as small ONNX graphs."""
+    import onnxruntime as ort
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    H, hd = 8, 32
+    F, U8, F16 = T.FLOAT, T.UINT8, T.FLOAT16
+    rng = np.random.default_rng(0)
+    K = rng.standard_normal((1, H, n, hd)).astype(np.float32)
+    V = rng.standard_normal((1, H, n, hd)).astype(np.float32)
+    q = (rng.standard_normal((1, H, 1, hd)) / hd ** 0.5).astype(np.float32)
+    ks, vs = np.abs(K).max(-1) / 127, np.abs(V).max(-1) / 127
+    Ku = (np.round(K / ks[..., None]) + 128).astype(np.uint8)
+    Vu = (np.round(V / vs[..., None]) + 128).astype(np.uint8)
+    inits = [h.make_tensor("z128", U8, [], [128]), h.make_tensor("z0", U8, [], [0]),
+             h.make_tensor("c127", F, [], [127.0]), h.make_tensor("c255", F, [], [255.0]),
+             h.make_tensor("c128", F, [], [128.0]), h.make_tensor("eps", F, [], [1e-30]),
+             h.make_tensor("ax", T.INT64, [1], [2])]
+
+    def quant(x: str, levels: str, center: bool) -> list:
+        pre = [h.make_node("Abs", [x], [x + "a"])] if center else []
+        src = x + "a" if center else x
+        nodes = pre + [h.make_node("ReduceMax", [src], [x + "m"], axes=[-1], keepdims=1),
+                       h.make_node("Max", [x + "m", "eps"], [x + "m2"]), h.make_node("Div", [x + "m2", levels], [x + "s"]),
+                       h.make_node("Div", [x, x + "s"], [x + "d"]), h.make_node("Round", [x + "d"], [x + "r"])]
+        if center:
+            nodes.append(h.make_node("Add", [x + "r", "c128"], [x + "o"]))
+        nodes.append(h.make_node("Cast", [x + "o" if center else x + "r"], [x + "u"], to=U8))
+        return nodes
+
+    unk, unv = h.make_node("Unsqueeze", ["ks", "ax"], ["ks4"]), h.make_node("Unsqueeze", ["vs", "ax"], ["vs4"])
+    tail = [h.make_node("Softmax", ["s"], ["p"], axis=-1)]
+    cases = {
+        "fp32 MatMul": ([h.make_node("Transpose", ["K"], ["Kt"], perm=[0, 1, 3, 2]), h.make_node("MatMul", ["q", "Kt"], ["s"])]
+                        + tail + [h.make_node("MatMul", ["p", "V"], ["y"])], dict(K=K, V=V)),
+        "fp16 Cast + MatMul": ([h.make_node("Cast", ["K"], ["Kf"], to=F), h.make_node("Cast", ["V"], ["Vf"], to=F),
+                                h.make_node("Transpose", ["Kf"], ["Kt"], perm=[0, 1, 3, 2]),
+                                h.make_node("MatMul", ["q", "Kt"], ["s"])] + tail + [h.make_node("MatMul", ["p", "Vf"], ["y"])],
+                               dict(K=K.astype(np.float16), V=V.astype(np.float16))),
+        "int8 Cast + MatMul, scales on scores / weights": (
+            [h.make_node("Cast", ["K"], ["Kf"], to=F), h.make_node("Sub", ["Kf", "c128"], ["Kc"]),
+             h.make_node("Transpose", ["Kc"], ["Kt"], perm=[0, 1, 3, 2]), h.make_node("MatMul", ["q", "Kt"], ["s0"]), unk,
+             h.make_node("Mul", ["s0", "ks4"], ["s"])] + tail
+            + [unv, h.make_node("Mul", ["p", "vs4"], ["pw"]), h.make_node("Cast", ["V"], ["Vf"], to=F),
+               h.make_node("Sub", ["Vf", "c128"], ["Vc"]), h.make_node("MatMul", ["pw", "Vc"], ["y"])],
+            dict(K=Ku, V=Vu, ks=ks, vs=vs)),
+        "int8 dequantise first": (
+            [h.make_node("Cast", ["K"], ["Kf"], to=F), h.make_node("Sub", ["Kf", "c128"], ["Kc"]),
+             h.make_node("Unsqueeze", ["ks", "ax3"], ["ks5"]), h.make_node("Mul", ["Kc", "ks5"], ["Kd"]),
+             h.make_node("Transpose", ["Kd"], ["Kt"], perm=[0, 1, 3, 2]), h.make_node("MatMul", ["q", "Kt"], ["s"])] + tail
+            + [h.make_node("Cast", ["V"], ["Vf"], to=F), h.make_node("Sub", ["Vf", "c128"], ["Vc"]),
+               h.make_node("Unsqueeze", ["vs", "ax3"], ["vs5"]), h.make_node("Mul", ["Vc", "vs5"], ["Vd"]),
+               h.make_node("MatMul", ["p", "Vd"], ["y"])], dict(K=Ku, V=Vu, ks=ks, vs=vs)),
+        "int8 MatMulInteger (the runtime's core)": (
+            quant("q", "c127", True) + [h.make_node("Transpose", ["qu"], ["quT"], perm=[0, 1, 3, 2]),
+                                        h.make_node("MatMulInteger", ["K", "quT", "z128", "z128"], ["si"]),
+                                        h.make_node("Cast", ["si"], ["sf"], to=F),
+                                        h.make_node("Transpose", ["sf"], ["sfT"], perm=[0, 1, 3, 2]), unk,
+                                        h.make_node("Mul", ["sfT", "ks4"], ["s1"]), h.make_node("Mul", ["s1", "qs"], ["s"])]
+            + tail + [unv, h.make_node("Mul", ["p", "vs4"], ["pw"])] + quant("pw", "c255", False)
+            + [h.make_node("MatMulInteger", ["pwu", "V", "z0", "z128"], ["yi"]), h.make_node("Cast", ["yi"], ["yf"], to=F),
+               h.make_node("Mul", ["yf", "pws"], ["y"])], dict(K=Ku, V=Vu, ks=ks, vs=vs)),
+    }
+    inits.append(h.make_tensor("ax3", T.INT64, [1], [3]))
+    ref = None
+    rows = []
+    sessions = {}
+    types = {np.dtype(np.float32): F, np.dtype(np.float16): F16, np.dtype(np.uint8): U8}
+    for name, (nodes, feed) in cases.items():
+        feed = {"q": q, **feed}
+        used = {i for nd in nodes for i in nd.input}
+        g = h.make_graph(nodes, "read", [h.make_tensor_value_info(k, types[v.dtype], list(v.shape)) for k, v in feed.items()],
+                         [h.make_tensor_value_info("y", F, None)], initializer=[i for i in inits if i.name in used])
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+        m.ir_version = 8
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 3
+        s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"],
+                                 disabled_optimizers=["MatMulScaleFusion"])
+        y = s.run(None, feed)[0]
+        ref = y if ref is None else ref
+        cache = [torch.from_numpy(np.ascontiguousarray(v)) for k, v in feed.items() if k != "q"]
+        sessions[name] = (s, feed, cache, float(np.abs(y - ref).max()))
+    ts = {name: [] for name in sessions}
+    floors = {name: [] for name in sessions}
+    for _ in range(repeats):  # interleaved rounds: load bursts hit every formulation alike
+        for name, (s, feed, cache, _) in sessions.items():
+            t0 = time.perf_counter()
+            s.run(None, feed)
+            ts[name].append((time.perf_counter() - t0) * 1e3)
+            floors[name].append(read_floor_ms(cache, repeats=1))
+    for name, (_, _, cache, err) in sessions.items():
+        row = {"formulation": name, "min_ms": float(np.min(ts[name])), "p50_ms": float(np.median(ts[name])),
+               "bytes": int(sum(c.nbytes for c in cache)), "floor_min_ms": float(np.min(floors[name])),
+               "max_abs_diff_vs_fp32": err, "load": uptime()}
+        rows.append(row)
+        print(f"{name:48s} min {row['min_ms']:7.3f} p50 {row['p50_ms']:7.3f} ms  {row['bytes'] / 2**20:6.1f} MiB  "
+              f"read floor min {row['floor_min_ms']:6.3f} ms  max|y - fp32| {err:.2e}  load {row['load']}", flush=True)
+    return rows
+
+
+# -- parity --------------------------------------------------------------------------------------
+def bundle_with_cores(path: str, tmp: str) -> str:
+    from icrl_ros.runtime import load_bundle
+    from icrl_ros.training.export import add_kv_dtypes
+
+    have = load_bundle(path).kv_dtypes()
+    if all(kv in have for kv in ("fp32", *SHADOWS)):
+        return path
+    return str(add_kv_dtypes(path, Path(tmp) / "b", list(SHADOWS)))
+
+
+class Diffs:
+    """Per-step |logit diff| of each shadow against fp32, and greedy agreement."""
+
+    def __init__(self) -> None:
+        self.diff = {kv: [] for kv in SHADOWS}
+        self.agree = {kv: [] for kv in SHADOWS}
+
+    def add(self, ref: torch.Tensor, kv: str, logits: torch.Tensor) -> None:
+        self.diff[kv].append((logits - ref).abs().max(-1).values.numpy())
+        self.agree[kv].append((logits.argmax(-1) == ref.argmax(-1)).numpy())
+
+    def summary(self) -> dict:
+        out = {}
+        for kv in SHADOWS:
+            d, a = np.concatenate(self.diff[kv]), np.concatenate(self.agree[kv])
+            n = len(a)
+            p = float(a.mean())
+            out[kv] = {"steps": n, "max_abs_diff": float(d.max()), "p99_abs_diff": float(np.percentile(d, 99)),
+                       "median_abs_diff": float(np.median(d)), "greedy_agreement": p,
+                       "agreement_ci95": float(1.96 * np.sqrt(p * (1 - p) / n))}
+        return out
+
+
+def _shadow_runners(bundle_path: str, batch: int, memory_for) -> dict:
+    from icrl_ros.runtime import PolicyRunner, load_bundle, make_engine
+
+    out = {}
+    for kv in SHADOWS:
+        b = load_bundle(bundle_path).with_kv_dtype(kv)
+        out[kv] = PolicyRunner(b, make_engine(b, "onnxruntime", "cpu", threads=1), memory_for(b))
+    return out
+
+
+def parity_darkroom(bundle_path: str, trials: int, seed: int) -> dict:
+    from icrl_ros.runtime import PolicyRunner, build_memory, load_bundle, make_engine
+    from icrl_ros.sim import make_vec
+    from icrl_ros.training.evaluate import held_out_tasks, run_trials
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = bundle_with_cores(bundle_path, tmp)
+        b = load_bundle(path)
+        env = make_vec((b.manifest.created or {}).get("env_id"), trials, split="test", seed=seed)
+        held_out_tasks(env, trials, seed)
+        steps = env.trial_steps
+        mem = lambda bb: build_memory(bb, "full", batch=trials, capacity=steps, on_full="error")  # noqa: E731
+        ref = PolicyRunner(b, make_engine(b, "onnxruntime", "cpu", threads=1), mem(b))
+        shadows = _shadow_runners(path, trials, mem)
+        diffs = Diffs()
+
+        class Paired:
+            memory, spec = ref.memory, ref.spec
+
+            @staticmethod
+            def step(inputs, episode):
+                logits, value = ref.step(inputs, episode)
+                for kv, r in shadows.items():
+                    diffs.add(logits, kv, r.step(inputs, episode)[0])
+                return logits, value
+
+        out = run_trials(b, env, steps, seed=seed, runner=Paired)
+    return {"bundle": bundle_path, "trials": trials, "steps_per_trial": steps, "seed": seed,
+            "fp32_trial_return": float(out["trial_return"].mean()), **diffs.summary()}
+
+
+def parity_house(bundle_path: str, trials: int, episodes: int, seed: int) -> dict:
+    from icrl_ros.runtime import build_memory
+    from icrl_ros.training.house_eval import BundleStepper, run_house_trials
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = bundle_with_cores(bundle_path, tmp)
+        diffs = Diffs()
+
+        class Paired(BundleStepper):
+            def reset(self, batch: int, steps: int) -> None:
+                super().reset(batch, steps)
+                self.shadows = _shadow_runners(path, batch, lambda b: build_memory(b, None, batch=batch))
+
+            def logits(self, inp):
+                ref = super().logits(inp)
+                for kv, r in self.shadows.items():
+                    diffs.add(ref, kv, r.step({n: inp[n] for n in self.names if n in inp}, inp["episode_index"])[0])
+                return ref
+
+            def forget(self) -> None:
+                super().forget()
+                for r in self.shadows.values():
+                    r.control.forget()
+
+        out = run_house_trials(Paired(path), trials, episodes, seed=seed, batch=trials)
+    return {"bundle": bundle_path, "trials": trials, "episodes": episodes, "seed": seed,
+            "fp32_success": float(np.nanmean(out["success"])), **diffs.summary()}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    s = sub.add_parser("speed", help="step time per kv dtype at N steps of full context, beside the read floor")
+    s.add_argument("--lengths", default="8192,32768,65536", help="comma-separated context lengths")
+    s.add_argument("--steps", type=int, default=30, help="timed steps per row (default 30)")
+    s.add_argument("--warmup", type=int, default=5)
+    s.add_argument("--out", help="write the rows as JSON here")
+    f = sub.add_parser("formulations", help="one layer's cache read as standalone ONNX graphs")
+    f.add_argument("--length", type=int, default=32768)
+    for name in ("parity-darkroom", "parity-house"):
+        q = sub.add_parser(name, help="fp16 / int8 logits against fp32 on recorded trials")
+        q.add_argument("--bundle", required=True)
+        q.add_argument("--trials", type=int, default=20)
+        q.add_argument("--seed", type=int, default=0)
+        q.add_argument("--out", help="write the summary as JSON here")
+        if name == "parity-house":
+            q.add_argument("--episodes", type=int, default=10)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"load average at start: {uptime()}", flush=True)
+    if args.what == "speed":
+        try:
+            lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+        except ValueError:
+            fail(f"--lengths: {args.lengths!r} is not a comma-separated list of integers")
+        if not lengths or min(lengths) <= args.warmup or args.steps < 1:
+            fail("--lengths: each length must exceed --warmup, and --steps must be >= 1")
+        speed(lengths, args.steps, args.warmup, Path(args.out) if args.out else None)
+    elif args.what == "formulations":
+        if args.length < 1:
+            fail(f"--length: must be >= 1, got {args.length}")
+        formulations(args.length)
+    else:
+        if not Path(args.bundle).is_dir():
+            fail(f"--bundle: {args.bundle} is not a bundle directory")
+        if args.trials < 1:
+            fail(f"--trials: must be >= 1, got {args.trials}")
+        if args.what == "parity-darkroom":
+            res = parity_darkroom(args.bundle, args.trials, args.seed)
+        else:
+            res = parity_house(args.bundle, args.trials, args.episodes, args.seed)
+        print(json.dumps(res, indent=1))
+        if args.out:
+            Path(args.out).write_text(json.dumps(res, indent=1))
+    print(f"load average at end: {uptime()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
