@@ -10,6 +10,8 @@ as it ends, then a per-episode table, and writes to ``--out``:
     icl_curve.png    success and SPL per in-context episode
     top_down.png     the house from above with every episode's trajectory
     camera.gif       the robot's camera (upscaled), captioned with episode / step / goal
+    memory_epNN.png  per episode, the agent's memory after its last step beside the truth, drawn from the agent's
+                     ~/memory topics and the bridge's true objects (icrl_ros.nodes.memory_picture)
     episodes.json    the table, plus the run's settings
     run.mcap         the run recorded (camera, odometry, scan, goal, events, actions, status; ROS 2 message
                      encoding, icrl_ros.nodes.recording); ``training/replay.py`` feeds it back through the policy
@@ -360,6 +362,41 @@ def write_gif(episodes: list[list[tuple[np.ndarray, str]]], path: Path, scale: i
 
 
 # -- main -----------------------------------------------------------------------------------------------
+def memory_pictures(watch, bundle: Path, table: list[dict], ends: list[dict], starts: dict, house_seed: int,
+                    out: Path, habitat: bool) -> int:
+    """``out/memory_epNN.png`` per episode: the memory at its end beside the truth (walls from the house layout,
+    in the house frame of the trial's first start); each row of ``table`` gets ``memory``: the remembered
+    categories and their distance to the nearest true instance (m). Returns how many were written."""
+    if watch is None:
+        return 0
+    from icrl_ros.nodes.memory_picture import plot_memory, walls_in_house
+    from icrl_ros.runtime.bundle import load_bundle
+    from icrl_ros.sim.house_layout import generate_layout
+
+    goal_names = list(load_bundle(bundle).manifest.observation.goal_names)
+    first = starts.get(0, {}).get("start")
+    walls = walls_in_house(generate_layout(house_seed), tuple(first)) if first is not None else None
+    rows = {r["episode"]: r for r in table}
+    n = 0
+    for e in ends:
+        k = int(e["episode"])
+        t_start = starts.get(k, {}).get("stamp")
+        if t_start is None or k not in rows:
+            continue
+        r = rows[k]
+        title = (f"{bundle.name}, house {house_seed}{' (Habitat)' if habitat else ''}, episode {k + 1}: "
+                 f"find {r['goal']}, "
+                 f"{'found' if r['success'] else 'not found'} in {r['steps']} steps\nthe agent's memory after the "
+                 f"episode's last step (its ~/memory topics) beside the truth (the bridge's true_objects, the walls)")
+        drawn = plot_memory(watch.snapshot(float(t_start), float(e["stamp"])), out / f"memory_ep{k + 1:02d}.png",
+                            title, r["goal"], goal_names, walls)
+        r["memory"] = {"remembered_m_to_truth": {c: (None if d is None else round(d, 2))
+                                                 for c, d in drawn["remembered"].items()},
+                       "sightings_drawn": drawn["sightings"], "route_points": drawn["route_points"]}
+        n += 1
+    return n
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle", default=str(REPO_ROOT / "bundles" / DEFAULT_BUNDLE),
@@ -401,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"{bundle} is not an export bundle (no manifest.yaml); export one with training/export.py")
     out = Path(args.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    for old in ("icl_curve.png", "top_down.png", "camera.gif", "episodes.json", "run.mcap"):
+    for old in ("icl_curve.png", "top_down.png", "camera.gif", "episodes.json", "run.mcap",
+                *(p.name for p in out.glob("memory_ep*.png"))):
         (out / old).unlink(missing_ok=True)
     env = loopback_ros_env(args.domain_id, out / "logs" / "ros")
     t0 = time.monotonic()
@@ -436,7 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     agent_overrides = {
         "bundle_path": str(bundle.resolve()), "backend": args.backend, "autostart": True, "action_mode": "discrete",
         "action_selection": "", "sample_seed": args.sample_seed, "status_rate_hz": 2.0,  # "": the bundle's choice
-        "input_timeout_s": 30.0, "memory_path": str((out / "memory.npz").resolve())}
+        "input_timeout_s": 30.0, "memory_path": str((out / "memory.npz").resolve()),
+        # the memory on ~/memory after every step, for the pictures (sent after the action: acting never waits)
+        "introspection": True, "introspection_period_s": 0.0}
     agent_params = params_file(tmp / "agent.yaml", agent_overrides)
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
@@ -445,6 +485,13 @@ def main(argv: list[str] | None = None) -> int:
     # (the bridge keeps 5 in its history: a monitor that only spun between checks could fall behind and lose one).
     rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
     monitor = make_monitor()
+    watch = None
+    try:
+        from icrl_ros.nodes.memory_picture import MemoryWatch
+
+        watch = MemoryWatch(monitor)
+    except ImportError as e:  # visualization_msgs missing: no memory pictures
+        print(f"   no memory pictures: {e}")
     ex = SingleThreadedExecutor()
     ex.add_node(monitor)
     recorder = None
@@ -528,6 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         frames.append([(monitor.frames[s], f"ep {e['episode'] + 1} step {i} find {e['goal']}")
                        for i, s in enumerate(mine)])
     n_gif = write_gif(frames, out / "camera.gif")
+    n_mem = memory_pictures(watch, bundle, table, ends, starts, house_seed, out, args.habitat)
     summary = {"bundle": str(bundle), "backend": args.backend, "simulator": "habitat" if args.habitat else "miniworld",
                "house_seed": house_seed, "split": "test",
                "seed": args.seed, "sample_seed": args.sample_seed, "max_steps": args.max_steps,
@@ -541,7 +589,8 @@ def main(argv: list[str] | None = None) -> int:
                     + ", ".join(f"{t.rsplit('/', 1)[-1] if not t.endswith('image_raw') else 'camera'} {n}"
                                 for t, n in counts.items() if n) + "); replay it with "
                     f"training/replay.py {out}/run.mcap --bundle {bundle}")
-    print(f"\nwrote {out}/icl_curve.png, top_down.png, camera.gif ({n_gif} frames), episodes.json; "
+    print(f"\nwrote {out}/icl_curve.png, top_down.png, camera.gif ({n_gif} frames), "
+          f"{f'memory_ep01..{n_mem:02d}.png, ' if n_mem else ''}episodes.json; "
           f"node logs in {out}/logs ({run_s:.0f} s){recorded}")
     return 0
 

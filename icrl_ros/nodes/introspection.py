@@ -127,7 +127,8 @@ def waypoint(route: Any, robot: Pose | None, env: int = 0) -> tuple[tuple[float,
     return (x, y), f[5] * s
 
 
-def sighted_points(sighted: dict[str, np.ndarray] | None, cat: int, current: int) -> list[tuple[float, float, int, float]]:
+def sighted_points(sighted: dict[str, np.ndarray] | None, cat: int,
+                   current: int) -> list[tuple[float, float, int, float]]:
     """Category ``cat``'s stored sightings (:meth:`~icrl_ros.house.memory_view.HouseMemoryView.sightings`) one per
     ``CELL_M`` cell and episode: (x, y) of the most confident of them in the memory frame, its age in episodes
     (``current`` minus its episode), its confidence; newest first."""
@@ -331,17 +332,23 @@ def attention_array(view: Any, env: int = 0) -> Float32MultiArray:
 
 TRUTH_M = 0.35
 """Diameter of a true object's cylinder (the memory's sphere is 0.3 m, the goal's 0.5 m)."""
+TRUTH_ID = 100
+"""A true object's marker id: its category index x TRUTH_ID + its number among that category's instances."""
 
 
 def true_objects(cats: np.ndarray, xy: np.ndarray, goal_names: list[str], goal: int | None, frame_id: str,
                  stamp: Time | None = None) -> MarkerArray:
     """The simulator's objects (categories (n,), positions (n, 2) in ``frame_id``) as the bridge publishes them
-    beside the agent's memory: a flat cylinder ring per object in its category's colour (namespace ``truth``,
-    id = the object's index), the current goal's instances taller and labelled ``true goal name``
-    (``truth_labels``). Starts with a DELETEALL, like :func:`sightings`."""
+    beside the agent's memory: a flat cylinder per object in its category's colour (namespace ``truth``, id =
+    category index x :data:`TRUTH_ID` + the instance's number in its category, so a viewer pairs it with the
+    memory's sphere of id = category index), the current goal's instances taller and labelled ``true goal name``
+    (``truth_labels``, same id). Starts with a DELETEALL, like :func:`sightings`."""
     stamp = stamp or Time()
     out = clear_markers(frame_id, stamp)
-    for n, (cat, (x, y)) in enumerate(zip(np.asarray(cats).tolist(), np.asarray(xy, dtype=np.float64).tolist())):
+    count: dict[int, int] = {}
+    for cat, (x, y) in zip(np.asarray(cats).tolist(), np.asarray(xy, dtype=np.float64).tolist()):
+        n = cat * TRUTH_ID + count.get(cat, 0)
+        count[cat] = count.get(cat, 0) + 1
         is_goal = cat == goal
         cyl = _marker(frame_id, stamp, "truth", n, Marker.CYLINDER)
         cyl.pose.position.x, cyl.pose.position.y = float(x), float(y)
@@ -422,4 +429,4 @@ class MemoryTopics:
 
 __all__ = ["LOOKED_MIN", "MIN_MASS", "MemoryTopics", "age_alpha", "attention_array", "category_color", "clear_markers",
            "looked_at_map", "route_map", "route_path", "route_state", "sighted_points", "sightings", "sightings_key",
-           "stamp_msg", "true_objects", "waypoint"]
+           "stamp_msg", "true_objects", "TRUTH_ID", "waypoint"]

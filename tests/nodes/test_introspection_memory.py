@@ -146,7 +146,7 @@ def test_the_recomputed_attention_is_what_the_step_computed(runner) -> None:
         assert [d.size for d in msg.layout.dim] == [view.n_fixed, 3]
         assert msg.layout.dim[0].label.startswith("head: object memory, place memory here")
         np.testing.assert_allclose(np.array(msg.data).reshape(view.n_fixed, 3), by_ep, atol=1e-6)
-        assert mass == 0.0  # the route memory never saw these tokens (written behind its back): the view reads the cache
+        assert mass == 0.0  # the route memory never saw these tokens (written behind its back): the cache's view
     finally:
         hook.remove()
 
@@ -241,9 +241,40 @@ def test_the_bridge_marks_the_true_objects_in_the_house_frame() -> None:
     assert msg.markers[0].action == Marker.DELETEALL
     cyl = by_ns(msg, "truth")
     assert len(cyl) == len(cats) and {m.header.frame_id for m in cyl.values()} == {"map"}
-    for n, m in cyl.items():
-        assert (m.pose.position.x, m.pose.position.y) == pytest.approx(tuple(xy[n]))
-        assert (m.color.r, m.color.g, m.color.b) == pytest.approx(introspection.PALETTE[cats[n] % 10])
+    for cat in np.unique(cats):  # id = category x TRUTH_ID + instance: pairs with the memory's sphere (id = category)
+        mine = {n: m for n, m in cyl.items() if n // introspection.TRUTH_ID == cat}
+        np.testing.assert_allclose(sorted((m.pose.position.x, m.pose.position.y) for m in mine.values()),
+                                   sorted(map(tuple, xy[cats == cat])))
+        assert all((m.color.r, m.color.g, m.color.b) == pytest.approx(introspection.PALETTE[cat % 10])
+                   for m in mine.values())
     labels = by_ns(msg, "truth_labels")
-    assert set(labels) == set(np.flatnonzero(cats == goal).tolist())
+    assert {n // introspection.TRUTH_ID for n in labels} == {goal} and len(labels) == int((cats == goal).sum())
     assert all(m.text == f"true goal {u.goal_names[goal]}" for m in labels.values())
+    assert all(cyl[n].scale.z > 0.3 for n in labels)  # the goal's instances stand out
+
+
+def test_the_memory_picture_pairs_each_remembered_category_with_its_nearest_true_object(tmp_path) -> None:
+    """The demo's picture is drawn from the topics: a remembered red_ball 1 m from the true one, a blue_box with no
+    true instance; the track's length; the picture is written."""
+    from builtin_interfaces.msg import Time
+
+    from icrl_ros.house.route_state import RouteState
+    from icrl_ros.nodes.memory_picture import plot_memory
+    from tests.nodes.test_introspection import NAMES, SCALE_M, token
+
+    route = RouteState(1, len(NAMES), SCALE_M)
+    route.observe(token(0, 0.97, (2.0, 1.0)))  # red_ball, remembered at (2, 1) in the memory frame
+    route.observe(token(1, 0.95, (-1.0, -2.0)))  # blue_box
+    origin = (0.0, 0.0, 0.0)
+    tf = (0.5, -0.25, 0.3)  # map -> odom: the truth is published in the map frame
+    truth_odom = np.array([(3.0, 1.0), (-4.0, 4.0)])  # red_ball 1 m from the memory's, a green_key far away
+    truth_map = np.array([introspection.compose_pose(tf, (x, y, 0.0))[:2] for x, y in truth_odom])
+    snap = {"sightings": introspection.sightings(route, NAMES, 0, origin, "odom", Time(sec=5)),
+            "route_map": introspection.route_map(route, origin, "odom"), "route": None, "looked_at": None,
+            "true_objects": introspection.true_objects(np.array([0, 2]), truth_map, NAMES, 0, "map"),
+            "track": np.array([(0.0, 0.0), (3.0, 0.0), (3.0, 4.0)]), "map_to_odom": tf}
+    drawn = plot_memory(snap, tmp_path / "m.png", "test", "red_ball", NAMES)
+    assert drawn["remembered"]["red_ball"] == pytest.approx(1.0, abs=1e-6)
+    assert drawn["remembered"]["blue_box"] is None  # no true blue_box
+    assert drawn["travelled_m"] == pytest.approx(7.0)
+    assert (tmp_path / "m.png").stat().st_size > 10_000
