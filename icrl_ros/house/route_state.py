@@ -20,13 +20,21 @@ class RouteState(RouteMemory):
 
     owns = ("route",)
     last_route: Tensor | None = None
-    last_pose: np.ndarray | None = None
-    last_goal: np.ndarray | None = None
+    _last: tuple[Tensor, Tensor] | None = None  # the step's odom and goal inputs, read only when shown
 
     def before_encode(self, inputs: dict[str, Tensor], episode: Tensor) -> None:
         self.last_route = self.fill(inputs, episode)
-        self.last_pose = inputs["odom"].detach().cpu().double().numpy().copy()
-        self.last_goal = inputs["goal"].detach().cpu().numpy().astype(np.int64).reshape(-1).copy()
+        # references, no copy: a step pays nothing for a viewer (the runner's bound input buffers keep the
+        # step's values until its next step, and viewers read between steps)
+        self._last = (inputs["odom"], inputs["goal"])
+
+    @property
+    def last_pose(self) -> np.ndarray | None:
+        return None if self._last is None else self._last[0].detach().cpu().double().numpy().reshape(self.batch, -1)
+
+    @property
+    def last_goal(self) -> np.ndarray | None:
+        return None if self._last is None else self._last[1].detach().cpu().numpy().astype(np.int64).reshape(-1)
 
     def after_encode(self, token: Tensor) -> None:
         self.observe(token)
@@ -34,11 +42,11 @@ class RouteState(RouteMemory):
     def reset(self, envs=None) -> None:
         super().reset(envs)
         if envs is None:
-            self.last_route = self.last_pose = self.last_goal = None
+            self.last_route, self._last = None, None
 
     def restored(self) -> None:
         super().restored()
-        self.last_route = self.last_pose = self.last_goal = None
+        self.last_route, self._last = None, None
 
     def way(self, b: int = 0) -> tuple[np.ndarray, float] | None:
         """The whole way the memory gives now from the last step's pose to its goal, as the route input's

@@ -140,13 +140,12 @@ def sighted_points(sighted: dict[str, np.ndarray] | None, cat: int,
     if not sel.any():
         return []
     xy, conf, ep = sighted["xy"][sel], sighted["conf"][sel], sighted["episode"][sel]
-    best: dict[tuple[int, int, int], int] = {}
     cells = np.floor(xy / CELL_M).astype(np.int64)
-    for k in range(len(conf)):
-        key = (int(cells[k, 0]), int(cells[k, 1]), int(ep[k]))
-        if key not in best or conf[k] > conf[best[key]]:
-            best[key] = k
-    out = [(float(xy[k, 0]), float(xy[k, 1]), max(current - int(ep[k]), 0), float(conf[k])) for k in best.values()]
+    order = np.argsort(-conf, kind="stable")  # the most confident first: np.unique keeps each key's first
+    key = (((cells[order, 0] + (1 << 15)) << 36) | ((cells[order, 1] + (1 << 15)) << 20)
+           | np.clip(ep[order], 0, (1 << 20) - 1))  # (cell x, cell y, episode) as one integer
+    _, first = np.unique(key, return_index=True)
+    out = [(float(xy[k, 0]), float(xy[k, 1]), max(current - int(ep[k]), 0), float(conf[k])) for k in order[first]]
     return sorted(out, key=lambda p: (p[2], -p[3]))
 
 
@@ -384,6 +383,7 @@ class MemoryTopics:
             raise ValueError("the runner keeps no route memory")
         self.view = HouseMemoryView.for_runner(runner)
         self.runner = runner
+        self._sighted_cache: tuple | None = None
         self.types: dict[str, type] = {"sightings": MarkerArray, "route_map": OccupancyGrid, "route": Path}
         if self.view is not None:
             if self.view.place:
@@ -391,9 +391,13 @@ class MemoryTopics:
             self.types["attention"] = Float32MultiArray
 
     def _sighted(self) -> tuple[dict | None, int]:
+        """The cache's stored sightings and the last step's episode, read once per step (key and message share it)."""
         if self.view is None:
             return None, 0
-        return self.view.sightings(), self.view.current_episode()
+        stamp = (getattr(self.runner, "total_steps", None), int(self.view.memory.tokens), self.view.current_episode())
+        if self._sighted_cache is None or self._sighted_cache[0] != stamp:
+            self._sighted_cache = (stamp, (self.view.sightings(), stamp[2]))
+        return self._sighted_cache[1]
 
     def key(self, name: str, ctx: dict) -> Any:
         route, place = self.route, (ctx["origin"], ctx["frame"])
