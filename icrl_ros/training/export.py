@@ -540,7 +540,8 @@ def main(argv=None) -> int:
     except (FileExistsError, ValueError) as e:
         fail(str(e))
     acting = "greedy" if args.greedy else f"sampled at temperature {args.temperature:g}"
-    print(f"wrote {out} ({a.kind}, {precision}, memory {memory['policy']}, actions {acting})")
+    kv = f", K/V {kv_default}" + (f" (+ cores for {', '.join(kv_more)})" if kv_more else "")
+    print(f"wrote {out} ({a.kind}, {precision}, memory {memory['policy']}{kv}, actions {acting})")
     if args.verify:
         results = verify_bundle(out, args.verify_steps)
         bad = False
