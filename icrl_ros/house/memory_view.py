@@ -33,6 +33,9 @@ from icrl_ros.models.encoders import OBJECT_SCALE_M
 from icrl_ros.models.object_memory import SIGHTING_P, STRUCT_DIM
 from icrl_ros.models.place_memory import PRIOR_VIEWS, PROBES, SIGMA_M
 
+CROP_SIGMAS = 3.5
+"""The looked-at floor is computed within this many kernel widths of a view point (a probe farther away
+reads less than exp(-3.5^2) / PRIOR_VIEWS, about 6e-7 per view)."""
 HEAD_NAMES = ("object memory",) + tuple(f"place memory {f:g} m ahead" if f else "place memory here"
                                          for f, _ in PROBES)
 """The fixed heads in order (head 0, then one per place probe)."""
@@ -115,16 +118,24 @@ class HouseMemoryView:
         stored view points (each taken at its cell's centre): 0 = never looked there, one pass about 0.5.
         Indexed [x cell, y cell] on the grid of ``cells`` cells of ``cell_m`` centred on the frame's origin
         (the route memory's). The kernel is separable, so this is two small matrix products."""
+        out = np.zeros((cells, cells))
         pts = self.view_points(env)
-        hist = np.zeros((cells, cells))
-        if len(pts):
-            ij = np.floor(pts / cell_m).astype(np.int64) + cells // 2
-            inside = np.all((ij >= 0) & (ij < cells), axis=1)
-            np.add.at(hist, (ij[inside, 0], ij[inside, 1]), 1.0)
-        d = (np.arange(cells)[:, None] - np.arange(cells)[None, :]) * cell_m
-        g = np.exp(-(d / SIGMA_M) ** 2)
-        s = g @ hist @ g.T
-        return s / (s + PRIOR_VIEWS)
+        if not len(pts):
+            return out
+        ij = np.floor(pts / cell_m).astype(np.int64) + cells // 2
+        ij = ij[np.all((ij >= 0) & (ij < cells), axis=1)]
+        if not len(ij):
+            return out
+        # only the views' bounding box and CROP_SIGMAS kernel widths round it: beyond, a probe reads below 1e-5
+        pad = int(math.ceil(CROP_SIGMAS * SIGMA_M / cell_m))
+        (r0, c0), (r1, c1) = np.maximum(ij.min(0) - pad, 0), np.minimum(ij.max(0) + pad + 1, cells)
+        hist = np.zeros((r1 - r0, c1 - c0))
+        np.add.at(hist, (ij[:, 0] - r0, ij[:, 1] - c0), 1.0)
+        gr, gc = (np.exp(-(((np.arange(n)[:, None] - np.arange(n)[None, :]) * cell_m) / SIGMA_M) ** 2)
+                  for n in hist.shape)
+        s = gr @ hist @ gc.T
+        out[r0:r1, c0:c1] = s / (s + PRIOR_VIEWS)
+        return out
 
     def attention(self, env: int = 0) -> dict[str, Any] | None:
         """The fixed heads' attention on the last step: ``slots`` (n_fixed, P) weights over the cache's slots
@@ -146,12 +157,11 @@ class HouseMemoryView:
         root = math.sqrt(self.head_dim)
         slots = np.zeros((self.n_fixed, len(valid)))
         sink = np.zeros(self.n_fixed)
-        m = torch.from_numpy(mask)
+        kept = k[:, torch.from_numpy(np.flatnonzero(mask))]  # (n_fixed, attended slots, hd): the rest weigh 0
         for h, (q, _, _, sink_key) in enumerate(fixed):
             q = q.reshape(-1).float()
-            logits = (k[h] @ q) / root
             parts = [torch.full((self.n_sink,), float(sink_key.float() @ q) / root)] if self.n_sink else []
-            parts.append(logits[m])
+            parts.append((kept[h] @ q) / root)
             w = torch.softmax(torch.cat(parts).double(), 0).numpy()
             sink[h] = w[:self.n_sink].sum()
             slots[h, mask] = w[self.n_sink:]

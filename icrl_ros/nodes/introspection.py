@@ -289,13 +289,15 @@ def looked_at_map(view: Any, origin: Pose, frame_id: str, stamp: Time | None = N
     return grid
 
 
-def route_path(route: Any, origin: Pose, frame_id: str, stamp: Time | None = None, env: int = 0) -> Path:
+def route_path(route: Any, origin: Pose, frame_id: str, stamp: Time | None = None, env: int = 0,
+               way: Any = False) -> Path:
     """The route memory's whole way from the last step's pose to the remembered goal
-    (:meth:`~icrl_ros.house.route_state.RouteState.way`) in ``frame_id``; each pose faces along the way.
-    No poses when the memory has no way."""
+    (:meth:`~icrl_ros.house.route_state.RouteState.way`, or ``way`` when given: its result) in ``frame_id``;
+    each pose faces along the way. No poses when the memory has no way."""
     path = Path()
     path.header.frame_id, path.header.stamp = frame_id, stamp or Time()
-    way = route.way(env) if callable(getattr(route, "way", None)) else None
+    if way is False:  # not given: ask the route state
+        way = route.way(env) if callable(getattr(route, "way", None)) else None
     if way is None:
         return path
     pts = [compose_pose(origin, (float(x), float(y), 0.0))[:2] for x, y in way[0]]
@@ -383,21 +385,32 @@ class MemoryTopics:
             raise ValueError("the runner keeps no route memory")
         self.view = HouseMemoryView.for_runner(runner)
         self.runner = runner
-        self._sighted_cache: tuple | None = None
+        self._step: tuple | None = None
+        self._cache: dict[str, Any] = {}
         self.types: dict[str, type] = {"sightings": MarkerArray, "route_map": OccupancyGrid, "route": Path}
         if self.view is not None:
             if self.view.place:
                 self.types["looked_at"] = OccupancyGrid
             self.types["attention"] = Float32MultiArray
 
+    def _once(self, what: str, fn):
+        """``fn()``, computed once per step of the runner (a topic's key and message share it)."""
+        step = (getattr(self.runner, "total_steps", None), int(getattr(self.runner.memory, "tokens", 0)),
+                int(self.route.episode[0]), id(self.route._last))
+        if self._step != step:
+            self._step, self._cache = step, {}
+        if what not in self._cache:
+            self._cache[what] = fn()
+        return self._cache[what]
+
     def _sighted(self) -> tuple[dict | None, int]:
-        """The cache's stored sightings and the last step's episode, read once per step (key and message share it)."""
+        """The cache's stored sightings and the last step's episode."""
         if self.view is None:
             return None, 0
-        stamp = (getattr(self.runner, "total_steps", None), int(self.view.memory.tokens), self.view.current_episode())
-        if self._sighted_cache is None or self._sighted_cache[0] != stamp:
-            self._sighted_cache = (stamp, (self.view.sightings(), stamp[2]))
-        return self._sighted_cache[1]
+        return self._once("sighted", lambda: (self.view.sightings(), self.view.current_episode()))
+
+    def _way(self):
+        return self._once("way", self.route.way)
 
     def key(self, name: str, ctx: dict) -> Any:
         route, place = self.route, (ctx["origin"], ctx["frame"])
@@ -407,7 +420,7 @@ class MemoryTopics:
         if name == "route_map":
             return int(route.stood[0].sum()), place
         if name == "route":
-            way = route.way()
+            way = self._way()
             return (None if way is None else tuple(np.round(way[0], 2).ravel().tolist())), place
         if name == "looked_at":
             return len(self.view.view_points()), place
@@ -424,7 +437,7 @@ class MemoryTopics:
         if name == "route_map":
             return route_map(route, origin, frame, stamp)
         if name == "route":
-            return route_path(route, origin, frame, stamp)
+            return route_path(route, origin, frame, stamp, way=self._way())
         if name == "looked_at":
             return looked_at_map(self.view, origin, frame, stamp)
         if name == "attention":
