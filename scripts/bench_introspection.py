@@ -3,6 +3,8 @@
     .venv/bin/python scripts/bench_introspection.py                      # house_relic_scan, 3 + 3 blocks of 40 steps
     .venv/bin/python scripts/bench_introspection.py --blocks 4 --block-steps 60 --out /tmp/introspection.json
     .venv/bin/python scripts/bench_introspection.py --period 0                    # the memory after every step
+    .venv/bin/python scripts/bench_introspection.py --plot cost.png --out cost.json   # and the figure
+    .venv/bin/python scripts/bench_introspection.py --replot cost.json cost.png       # the figure again
 
 The house bridge (``sim_bridge_node``, MiniWorld house, test split, lockstep) runs in its own process and
 the agent node (``introspection:=true``, the real bundle on ONNX Runtime) in this one, on a single-threaded
@@ -279,7 +281,10 @@ def plot(steps: list[dict], blocks: list[tuple[str, int, int]], result: dict, pa
     a1.legend(fontsize=7, loc="upper right")
     a2.semilogy(idx, np.maximum(hook, 1e-3), ".", ms=2.5, color="black", zorder=2)
     a2.set_ylabel("introspection hook CPU, ms")
-    a2.set_xlabel("step (blue blocks: nobody subscribed; orange: a viewer subscribed to all ~/memory topics)")
+    a2.set_title("hook: off = a subscriber count per topic; on = the memory sent (upper dots) or held back by "
+                 "introspection_period_s (lower)", fontsize=7)
+    a2.set_xlabel("step (blue: nobody subscribed; orange: a viewer on all ~/memory topics; white: a viewer joining "
+                  "or leaving, not counted)", fontsize=8)
     r = result["cpu_ms"]["ratio_mean"]
     fig.suptitle(f"memory introspection cost, {result['bundle'].rsplit('/', 1)[-1]}, introspection_period_s "
                  f"{result['introspection_period_s']}: step CPU on / off = {r:.3f}; hook with nobody subscribed "
@@ -291,4 +296,8 @@ def plot(steps: list[dict], blocks: list[tuple[str, int, int]], result: dict, pa
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--replot":  # --replot RUN.json OUT.png: the figure of a saved run
+        saved = json.loads(Path(sys.argv[2]).read_text())
+        plot(saved["steps"], [tuple(b) for b in saved["block_index"]], saved, Path(sys.argv[3]))
+        sys.exit(0)
     sys.exit(main())
