@@ -217,6 +217,12 @@ def accuracy(enc: FeatureEncoder, probe: Probe, data: dict, batch: int = 512) ->
             "frames": n}
 
 
+def _save(enc: FeatureEncoder, probe: Probe, folder: Path) -> None:
+    """``folder/encoder.pt``: the encoder and its heads (``heads.*``), the file policies and ``--init`` read."""
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save({**enc.state_dict(), **{f"heads.{k}": v for k, v in probe.state_dict().items()}}, folder / "encoder.pt")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--frames", type=int, default=120_000, help="training frames (train houses)")
@@ -238,6 +244,8 @@ def main(argv=None) -> int:
     p.add_argument("--init", help="a run directory whose encoder.pt (encoder + heads) to continue training from")
     p.add_argument("--out", default="runs/house_encoder")
     args = p.parse_args(argv)
+    if args.init and not (Path(args.init) / "encoder.pt").is_file():
+        p.error(f"--init: {args.init}/encoder.pt does not exist (a run directory of this script, or its last_epoch/)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
@@ -296,6 +304,9 @@ def main(argv=None) -> int:
                       f" {step * args.batch / (time.perf_counter() - t0):.0f} frames/s", flush=True)
         acc = accuracy(enc, probe, test)
         print(f"epoch {epoch}: held-out {json.dumps({k: round(v, 3) for k, v in acc.items()})}", flush=True)
+        if epoch + 1 < args.epochs:  # a run stopped later continues from here: --init OUT/last_epoch
+            _save(enc, probe, out / "last_epoch")
+            (out / "last_epoch" / "epoch.json").write_text(json.dumps({"epochs_done": epoch + 1, "held_out": acc}))
     report["train_frames_per_s"] = step * args.batch / (time.perf_counter() - t0)
     report["held_out"] = acc
     report["train_fit"] = accuracy(enc, probe, {k: v[:10_000] for k, v in train.items()})
@@ -306,7 +317,7 @@ def main(argv=None) -> int:
         for _ in range(5):
             enc(x)
     report["feature_frames_per_s"] = 5 * 512 / (time.perf_counter() - t)
-    torch.save({**enc.state_dict(), **{f"heads.{k}": v for k, v in probe.state_dict().items()}}, out / "encoder.pt")
+    _save(enc, probe, out)
     (out / "encoder.json").write_text(json.dumps(report, indent=1, default=float))
     print(json.dumps({k: v for k, v in report.items() if k != "settings"}, indent=1, default=float))
     print(f"wrote {out / 'encoder.pt'}")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+
 import numpy as np
 import pytest
 import torch
@@ -107,3 +109,26 @@ def test_a_policy_on_a_pooled_encoder_loads_it_and_exports_with_its_outputs(tmp_
     assert check_sample(load_bundle(bundle))["ok"]
     with pytest.raises(ValueError, match="feature_pooled"):
         ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, feature_dim=16, feature_pooled=16)
+
+
+@pytest.mark.slow  # renders and trains two tiny encoders (~15 s on an idle machine)
+def test_encoder_training_saves_each_epoch_and_continues_from_it(tmp_path, capsys):
+    """house_encoder.py writes ``last_epoch/encoder.pt`` after every epoch but the last (a stopped run goes on with
+    ``--init OUT/last_epoch``), and refuses an --init folder without an encoder in one line."""
+    from icrl_ros.training.house_encoder import main
+
+    out = tmp_path / "enc"
+    common = ["--test-frames", "16", "--batch", "16", "--workers", "1", "--threads", "1", "--pooled", "8"]
+    assert main(["--frames", "32", "--epochs", "2", "--out", str(out), *common]) == 0
+    first = torch.load(out / "last_epoch" / "encoder.pt", weights_only=True)
+    final = torch.load(out / "encoder.pt", weights_only=True)
+    assert json.loads((out / "last_epoch" / "epoch.json").read_text())["epochs_done"] == 1
+    assert first.keys() == final.keys() and any("heads." in k for k in first)
+    assert not all(torch.equal(first[k], final[k]) for k in first)  # the second epoch trained on
+    more = tmp_path / "more"
+    assert main(["--data", str(out / "frames.npz"), "--init", str(out / "last_epoch"), "--epochs", "1",
+                 "--out", str(more), *common]) == 0
+    assert json.loads((more / "encoder.json").read_text())["init"] == str(out / "last_epoch")
+    with pytest.raises(SystemExit) as e:
+        main(["--data", str(out / "frames.npz"), "--init", str(tmp_path / "nowhere"), "--out", str(more), *common])
+    assert e.value.code == 2 and "--init" in capsys.readouterr().err
