@@ -19,7 +19,7 @@ bridge's ``odom``, under ``map``).
 * **sightings**: per goal category whose sighting mass (``RouteMemory.remembered``: the weighted
   sum's weight over itself plus the sink's, the number the object memory head's gate reads) is at
   least :data:`MIN_MASS`, a sphere at the remembered position (the weighted mean of the sighted
-  positions) and a text ``name mass``; the colour is the category's, its opacity rises with the
+  positions) and a text ``name mass``; the colour is the category's (:func:`category_rgb`: its name's colour word, else a palette colour), its opacity rises with the
   mass. The current goal's sphere is larger and opaque, its text starts with ``goal``, and the places
   it was seen from (``seen_from``) are a cube list. When the route memory handed the policy a way
   to the goal on the last step (its ``route`` input: found, the waypoint in the robot's frame, the
@@ -68,9 +68,13 @@ MIN_MASS = 0.05
 SPHERE_M = 0.3
 GOAL_SPHERE_M = 0.5
 TEXT_M = 0.25
-PALETTE = ((0.89, 0.10, 0.11), (0.22, 0.49, 0.72), (0.30, 0.69, 0.29), (0.60, 0.31, 0.64), (1.00, 0.50, 0.00),
-           (0.65, 0.34, 0.16), (0.97, 0.51, 0.75), (0.45, 0.45, 0.45), (0.74, 0.74, 0.13), (0.09, 0.75, 0.81))
-"""Category i's colour: PALETTE[i % len]."""
+NAME_COLOURS = {"red": (0.89, 0.10, 0.11), "green": (0.20, 0.63, 0.17), "blue": (0.12, 0.47, 0.71),
+                "yellow": (0.93, 0.80, 0.05), "purple": (0.50, 0.25, 0.65)}
+"""A category whose name has one of these words (``red_ball``, ``blue_key``) is drawn in that colour: a viewer
+reading ``yellow_ball`` beside a purple sphere would misread it. The name says which of a colour's kinds it is."""
+PALETTE = ((1.00, 0.50, 0.00), (0.65, 0.34, 0.16), (0.97, 0.51, 0.75), (0.45, 0.45, 0.45), (0.09, 0.75, 0.81),
+           (0.55, 0.55, 0.00), (0.15, 0.15, 0.15), (0.60, 0.00, 0.30), (0.00, 0.00, 0.50))
+"""The other categories' colours (none of NAME_COLOURS'): category i gets PALETTE[i % len]."""
 
 
 def route_state(runner: Any) -> Any:
@@ -106,8 +110,16 @@ def clear_markers(frame_id: str, stamp: Time | None = None) -> MarkerArray:
     return MarkerArray(markers=[m])
 
 
-def category_color(cat: int, alpha: float) -> ColorRGBA:
-    r, g, b = PALETTE[cat % len(PALETTE)]
+def category_rgb(cat: int, name: str = "") -> tuple[float, float, float]:
+    """Category ``cat``'s colour: the colour its name says (:data:`NAME_COLOURS`), else PALETTE[cat % len]."""
+    for word in name.lower().split("_"):
+        if word in NAME_COLOURS:
+            return NAME_COLOURS[word]
+    return PALETTE[cat % len(PALETTE)]
+
+
+def category_color(cat: int, alpha: float, name: str = "") -> ColorRGBA:
+    r, g, b = category_rgb(cat, name)
     return ColorRGBA(r=r, g=g, b=b, a=float(alpha))
 
 
@@ -177,11 +189,11 @@ def sightings(route: Any, goal_names: list[str], goal: int | None, origin: Pose,
         sphere = _marker(frame_id, stamp, "sightings", cat, Marker.SPHERE)
         sphere.pose.position.x, sphere.pose.position.y, sphere.pose.position.z = x, y, size / 2
         sphere.scale.x = sphere.scale.y = sphere.scale.z = size
-        sphere.color = category_color(cat, 1.0 if is_goal else 0.35 + 0.65 * mass)
+        sphere.color = category_color(cat, 1.0 if is_goal else 0.35 + 0.65 * mass, name)
         text = _marker(frame_id, stamp, "labels", cat, Marker.TEXT_VIEW_FACING)
         text.pose.position.x, text.pose.position.y, text.pose.position.z = x, y, size + TEXT_M
         text.scale.z = TEXT_M
-        text.color = category_color(cat, 1.0)
+        text.color = category_color(cat, 1.0, name)
         text.text = f"{'goal ' if is_goal else ''}{name} {mass:.2f}"
         out.markers += [sphere, text]
         points = sighted_points(sighted, cat, current)
@@ -190,11 +202,11 @@ def sightings(route: Any, goal_names: list[str], goal: int | None, origin: Pose,
             text.text += f" | {int((sighted['cat'] == cat).sum())} seen, {min(ages)}-{max(ages)} ep ago"
             dots = _marker(frame_id, stamp, "sighted", cat, Marker.SPHERE_LIST)
             dots.scale.x = dots.scale.y = dots.scale.z = 0.12
-            dots.color = category_color(cat, 1.0)
+            dots.color = category_color(cat, 1.0, name)
             for px, py, age, _ in points:
                 qx, qy, _ = compose_pose(origin, (px, py, 0.0))
                 dots.points.append(Point(x=qx, y=qy, z=0.06))
-                dots.colors.append(category_color(cat, age_alpha(age)))
+                dots.colors.append(category_color(cat, age_alpha(age), name))
             out.markers.append(dots)
         if is_goal:
             seen = np.argwhere(route.seen_from[env, cat])
@@ -202,7 +214,7 @@ def sightings(route: Any, goal_names: list[str], goal: int | None, origin: Pose,
                 cubes = _marker(frame_id, stamp, "seen_from", cat, Marker.CUBE_LIST)
                 cubes.scale.x = cubes.scale.y = CELL_M
                 cubes.scale.z = 0.02
-                cubes.color = category_color(cat, 0.5)
+                cubes.color = category_color(cat, 0.5, name)
                 centres = route._centre(seen)
                 for cx, cy in centres:
                     px, py, _ = compose_pose(origin, (float(cx), float(cy), 0.0))
@@ -212,14 +224,15 @@ def sightings(route: Any, goal_names: list[str], goal: int | None, origin: Pose,
     if way is not None:
         (wx, wy), length = way
         cat = goal if goal is not None else 0
+        cname = goal_names[cat] if 0 <= cat < len(goal_names) else ""
         arrow = _marker(frame_id, stamp, "route", 0, Marker.ARROW)
         arrow.points = [Point(x=float(robot[0]), y=float(robot[1]), z=0.1), Point(x=wx, y=wy, z=0.1)]
         arrow.scale.x, arrow.scale.y, arrow.scale.z = 0.05, 0.12, 0.15  # shaft and head diameter, head length
-        arrow.color = category_color(cat, 1.0)
+        arrow.color = category_color(cat, 1.0, cname)
         label = _marker(frame_id, stamp, "route", 1, Marker.TEXT_VIEW_FACING)
         label.pose.position.x, label.pose.position.y, label.pose.position.z = wx, wy, 0.3
         label.scale.z = TEXT_M
-        label.color = category_color(cat, 1.0)
+        label.color = category_color(cat, 1.0, cname)
         label.text = f"route {length:.1f} m"
         out.markers += [arrow, label]
     return out
@@ -351,19 +364,19 @@ def true_objects(cats: np.ndarray, xy: np.ndarray, goal_names: list[str], goal: 
         n = cat * TRUTH_ID + count.get(cat, 0)
         count[cat] = count.get(cat, 0) + 1
         is_goal = cat == goal
+        name = goal_names[cat] if 0 <= cat < len(goal_names) else f"category {cat}"
         cyl = _marker(frame_id, stamp, "truth", n, Marker.CYLINDER)
         cyl.pose.position.x, cyl.pose.position.y = float(x), float(y)
         cyl.scale.x = cyl.scale.y = TRUTH_M
         cyl.scale.z = 0.6 if is_goal else 0.08
         cyl.pose.position.z = cyl.scale.z / 2
-        cyl.color = category_color(cat, 0.9 if is_goal else 0.5)
+        cyl.color = category_color(cat, 0.9 if is_goal else 0.5, name)
         out.markers.append(cyl)
         if is_goal:
-            name = goal_names[cat] if 0 <= cat < len(goal_names) else f"category {cat}"
             text = _marker(frame_id, stamp, "truth_labels", n, Marker.TEXT_VIEW_FACING)
             text.pose.position.x, text.pose.position.y, text.pose.position.z = float(x), float(y), 0.6 + TEXT_M
             text.scale.z = TEXT_M
-            text.color = category_color(cat, 1.0)
+            text.color = category_color(cat, 1.0, name)
             text.text = f"true goal {name}"
             out.markers.append(text)
     return out
@@ -444,6 +457,7 @@ class MemoryTopics:
             return attention_array(self.view)
         raise KeyError(name)
 
-__all__ = ["LOOKED_MIN", "MIN_MASS", "MemoryTopics", "age_alpha", "attention_array", "category_color", "clear_markers",
+__all__ = ["LOOKED_MIN", "MIN_MASS", "NAME_COLOURS", "MemoryTopics", "age_alpha", "attention_array", "category_color",
+           "category_rgb", "clear_markers",
            "looked_at_map", "route_map", "route_path", "route_state", "sighted_points", "sightings", "sightings_key",
            "stamp_msg", "true_objects", "TRUTH_ID", "waypoint"]

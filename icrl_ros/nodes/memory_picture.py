@@ -6,17 +6,18 @@ the bridge's ``true_objects``, ``odom`` and ``map_pose``, and keeps every messag
 stamped before the episode's end: the memory after its last step) and the robot's odometry track of the
 episode; :func:`plot_memory` draws it top-down in the odometry frame:
 
-* belief (the memory): the remembered position of each category (filled disc, its name and sighting mass),
+* belief (the memory): the remembered position of each category (filled, its name; a table beside gives its
+  sighting mass, stored sightings, their age and the distance to the nearest true one),
   the stored sightings (small dots, more transparent the more episodes ago they were made), the route
-  memory's way to the goal (white line), the looked-at floor (blue shading: what a place memory probe would
+  memory's way to the goal (magenta line), the looked-at floor (blue shading: what a place memory probe would
   read there), the floor stood on (the robot's cells, light grey);
-* truth (the simulator, via the bridge): every object (a ring in its category's colour, the goal's
-  instances larger), the walls, and a dotted line from each remembered category to its nearest true
+* truth (the simulator, via the bridge): every object (hollow, in its category's colour and shape, the
+  goal's instances larger), the walls, and a dotted line from each remembered category to its nearest true
   instance (paired by the markers' category ids) with the distance;
 * the robot's track of the episode (black line, start and end marked).
 
-Colours are the viewer's (:data:`~icrl_ros.nodes.introspection.PALETTE`, by category index), so the picture
-and RViz / Foxglove agree.
+Colours are the markers' own (:func:`~icrl_ros.nodes.introspection.category_rgb`: a category named for a
+colour in that colour), so the picture and RViz / Foxglove agree.
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ def _ages(seen: str) -> str:
     when = ("this episode" if b == 0 else f"{a} episode{'s' if a != 1 else ''} ago" if a == b
             else f"{a}-{b} episodes ago")
     return f"{n} stored sighting{'s' if n != 1 else ''}, {when}"
+
+
+SHAPES = {"ball": "o", "box": "s", "key": "D"}
+"""Marker shape by a category name's last word (red_ball, red_box and red_key share a colour); others: a triangle."""
+
+
+def shape(name: str) -> str:
+    return SHAPES.get(name.rsplit("_", 1)[-1], "^")
 
 
 def _yaw(q: Any) -> float:
@@ -205,7 +214,9 @@ def plot_memory(snap: dict[str, Any], path: Path, title: str, goal: str, goal_na
             x, y = _to_odom(tf, (m.pose.position.x, m.pose.position.y))
             is_goal = m.scale.z > 0.3
             truth.setdefault(m.id // TRUTH_ID, []).append((x, y))
+            cat = m.id // TRUTH_ID
             ax.scatter([x], [y], s=260 if is_goal else 90, facecolors="none", lw=2.4 if is_goal else 1.3,
+                       marker=shape(goal_names[cat] if 0 <= cat < len(goal_names) else ""),
                        edgecolors=[(m.color.r, m.color.g, m.color.b)], zorder=4)
             if is_goal:
                 ax.annotate(f"true {goal}", (x, y), xytext=(0, -16), textcoords="offset points", ha="center",
@@ -229,6 +240,7 @@ def plot_memory(snap: dict[str, Any], path: Path, title: str, goal: str, goal_na
                 x, y = m.pose.position.x, m.pose.position.y
                 is_goal = m.id == goal_cat
                 ax.scatter([x], [y], s=170 if is_goal else 80, color=(*rgb, m.color.a), edgecolors="black",
+                           marker=shape(goal_names[m.id] if 0 <= m.id < len(goal_names) else ""),
                            lw=1.6 if is_goal else 0.6, zorder=7)
                 near = min((math.hypot(tx - x, ty - y) for tx, ty in truth.get(m.id, [])), default=None)
                 name = goal_names[m.id] if 0 <= m.id < len(goal_names) else str(m.id)
@@ -280,6 +292,8 @@ def plot_memory(snap: dict[str, Any], path: Path, title: str, goal: str, goal_na
     handles = [
         Line2D([], [], ls="none", marker="o", ms=9, mfc="#888888", mec="black",
                label="belief: a category's remembered position (fainter: lower mass)"),
+        Line2D([], [], ls="none", marker="s", ms=8, mfc="#888888", mec="black",
+               label="shape: o ball, square box, diamond key, triangle other; colour: the name's"),
         Line2D([], [], ls="none", marker="o", ms=4, mfc="#888888", mec="none",
                label="belief: a stored sighting (opaque: this episode, fainter: older)"),
         Line2D([], [], color="#c51b7d", lw=1.8, label="belief: the route memory's way to the goal"),
@@ -288,7 +302,7 @@ def plot_memory(snap: dict[str, Any], path: Path, title: str, goal: str, goal_na
         Line2D([], [], ls="none", marker="s", ms=8, mfc="#bdbdbd", mec="none", label="belief: floor stood on "
                "(route memory)"),
         Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="#888888", mew=1.5,
-               label="truth: an object (ring in its category's colour; large: this goal)"),
+               label="truth: an object (hollow, its category's colour and shape; large: this goal)"),
         Line2D([], [], ls=":", color="#888888", label="remembered -> nearest true object of its category"),
         Line2D([], [], color="#404040", lw=1.6, label="truth: walls"),
         Line2D([], [], color="black", lw=1.2, marker="X", ms=6, label=f"robot track (o start, X end): {len(track)} "

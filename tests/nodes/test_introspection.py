@@ -107,7 +107,7 @@ def test_a_sighting_lands_at_its_place_with_its_category_and_a_reset_clears_it()
     s2 = by_ns(other, "sightings")[2]
     assert s2.scale.x == introspection.SPHERE_M and by_ns(other, "labels")[2].text == f"green_key {mass:.2f}"
     assert s2.color.a == pytest.approx(0.35 + 0.65 * mass) and "seen_from" not in {m.ns for m in other.markers}
-    assert (s2.color.r, s2.color.g, s2.color.b) == pytest.approx(introspection.PALETTE[2])
+    assert (s2.color.r, s2.color.g, s2.color.b) == pytest.approx(introspection.NAME_COLOURS["green"])  # its name's
 
     route.reset()  # a new trial
     cleared = introspection.sightings(route, NAMES, goal=2, origin=origin, frame_id="odom")

@@ -245,8 +245,12 @@ def test_the_bridge_marks_the_true_objects_in_the_house_frame() -> None:
         mine = {n: m for n, m in cyl.items() if n // introspection.TRUTH_ID == cat}
         np.testing.assert_allclose(sorted((m.pose.position.x, m.pose.position.y) for m in mine.values()),
                                    sorted(map(tuple, xy[cats == cat])))
-        assert all((m.color.r, m.color.g, m.color.b) == pytest.approx(introspection.PALETTE[cat % 10])
+        assert all((m.color.r, m.color.g, m.color.b) == pytest.approx(introspection.category_rgb(cat, u.goal_names[cat]))
                    for m in mine.values())
+    # a category named for a colour is drawn in it; the others get distinct colours
+    assert introspection.category_rgb(0, "yellow_ball") == introspection.NAME_COLOURS["yellow"]
+    others = [n for n in u.goal_names if not set(n.split("_")) & set(introspection.NAME_COLOURS)]
+    assert len({introspection.category_rgb(list(u.goal_names).index(n), n) for n in others}) == len(others)
     labels = by_ns(msg, "truth_labels")
     assert {n // introspection.TRUTH_ID for n in labels} == {goal} and len(labels) == int((cats == goal).sum())
     assert all(m.text == f"true goal {u.goal_names[goal]}" for m in labels.values())
