@@ -165,7 +165,7 @@ def plot_memory(snap: dict[str, Any], path: Path, title: str, goal: str, goal_na
     from icrl_ros.nodes.introspection import TRUTH_ID
 
     tf = snap["map_to_odom"]
-    fig, ax = plt.subplots(figsize=(9.6, 7.4), dpi=110)
+    fig, ax = plt.subplots(figsize=(10.4, 7.4), dpi=110)
     ax.set_facecolor("white")
     drawn: dict[str, Any] = {"remembered": {}, "sightings": 0, "route_points": 0}
     goal_cat = goal_names.index(goal) if goal in goal_names else None
@@ -266,6 +266,7 @@ def plot_memory(snap: dict[str, Any], path: Path, title: str, goal: str, goal_na
 
     track = snap["track"]
     travelled = float(np.hypot(*np.diff(track, axis=0).T).sum()) if len(track) > 1 else 0.0
+    extent = np.ptp(track, axis=0) if len(track) else np.zeros(2)
     drawn["travelled_m"] = travelled
     if len(track):
         ax.plot(track[:, 0], track[:, 1], color="black", lw=1.2, zorder=8)
@@ -306,7 +307,8 @@ def plot_memory(snap: dict[str, Any], path: Path, title: str, goal: str, goal_na
         Line2D([], [], ls=":", color="#888888", label="remembered -> nearest true object of its category"),
         Line2D([], [], color="#404040", lw=1.6, label="truth: walls"),
         Line2D([], [], color="black", lw=1.2, marker="X", ms=6, label=f"robot track (o start, X end): {len(track)} "
-               f"poses, {travelled:.1f} m travelled"),
+               f"poses, {travelled:.1f} m travelled" + (f",\nall within {extent[0]:.1f} x {extent[1]:.1f} m (back and forth)"
+                                                       if travelled > 2 * max(extent.sum(), 0.1) else "")),
     ]
     leg = ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
     ax.add_artist(leg)
