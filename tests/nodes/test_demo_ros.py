@@ -43,7 +43,7 @@ def test_short_demo_runs_two_episodes_and_writes_its_pictures(tmp_path) -> None:
     import matplotlib.image as mpimg
     from PIL import Image
 
-    for name in ("icl_curve.png", "top_down.png"):
+    for name in ("icl_curve.png", "top_down.png", "memory_ep01.png", "memory_ep02.png"):
         img = mpimg.imread(out / name)
         assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 300, (name, img.shape)
         assert float(np.std(img[..., :3])) > 0.05, f"{name} looks blank"
@@ -51,6 +51,10 @@ def test_short_demo_runs_two_episodes_and_writes_its_pictures(tmp_path) -> None:
     assert gif.n_frames == sum(r["steps"] for r in rows)  # one camera frame per step
     assert gif.size[0] >= 64 * 3
     assert (out / "logs" / "agent.log").stat().st_size > 0 and (out / "logs" / "bridge.log").stat().st_size > 0
+    # the memory pictures pair each remembered category with the truth (the bridge's true objects, received)
+    for r in rows:
+        mem = r["memory"]["remembered_m_to_truth"]
+        assert all(d is None or 0.0 <= d < 40.0 for d in mem.values()), mem
 
     check_recording(out / "run.mcap", rows)
     check_replay(out / "run.mcap", bundle, sum(r["steps"] for r in rows))
@@ -73,6 +77,11 @@ def check_recording(path, rows) -> None:
         assert types[f"{ns}/action"] == "std_msgs/msg/Int32" and types[f"{ns}/goal"] == "std_msgs/msg/String"
         assert types[f"{ns}/agent_status"] == "diagnostic_msgs/msg/DiagnosticArray"
         assert types[f"{ns}/episode_events"] == "std_msgs/msg/String" and f"{ns}/cmd_vel" in types
+        # the demo runs with introspection: the memory topics and the bridge's truth are in the recording
+        assert types[f"{ns}/icrl_agent/memory/sightings"] == types[f"{ns}/true_objects"] == \
+            "visualization_msgs/msg/MarkerArray"
+        assert types[f"{ns}/icrl_agent/memory/attention"] == "std_msgs/msg/Float32MultiArray"
+        assert types[f"{ns}/icrl_agent/memory/route"] == "nav_msgs/msg/Path"
         msgs: dict[str, list] = {}
         log_times: dict[str, list[int]] = {}
         for conn, t, raw in reader.messages():
@@ -80,6 +89,10 @@ def check_recording(path, rows) -> None:
             log_times.setdefault(conn.topic, []).append(t)
     steps = sum(r["steps"] for r in rows)
     assert len(msgs[f"{ns}/action"]) == steps  # every action the agent published
+    attention = msgs[f"{ns}/icrl_agent/memory/attention"]
+    assert len(attention) >= steps - 2  # introspection_period_s 0: after every step (the first may precede a viewer)
+    last = np.array(attention[-1].data).reshape([d.size for d in attention[-1].layout.dim])
+    assert last.shape == (3, 3) and np.allclose(last.sum(1), 1.0, atol=1e-5)  # 3 fixed heads x (2 episodes + sink)
     events = [json.loads(m.data) for m in msgs[f"{ns}/episode_events"]]
     assert [e["event"] for e in events].count("episode_end") == 2 and events[0]["event"] == "trial_start"
     assert [m.data for m in msgs[f"{ns}/goal"]][:2] == [r["goal"] for r in rows]
