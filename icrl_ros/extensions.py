@@ -36,9 +36,9 @@ BUILTIN = ("icrl_ros.house",)
 
 
 class StepState(Protocol):
-    """State an extension keeps beside the KV cache, one per env of the batch."""
+    """State an extension keeps beside the KV cache, one per env of the batch. The inputs it writes are its
+    extension's :attr:`Extension.owns`."""
 
-    owns: tuple[str, ...]
     nbytes: int
 
     def before_encode(self, inputs: dict[str, Tensor], episode: Tensor) -> None:
@@ -129,6 +129,16 @@ def owned_inputs(args) -> tuple[str, ...]:
     return tuple(n for e in extensions_for(args) for n in e.owns)
 
 
+def owned_by(states: dict[str, StepState]) -> tuple[str, ...]:
+    """Encoder inputs the states of a control step write (``states`` by extension name: the ``owns`` of
+    those registered extensions)."""
+    exts = registered()
+    missing = [n for n in states if n not in exts]
+    if missing:
+        raise ValueError(f"step states {missing} belong to no registered extension")
+    return tuple(n for name in states for n in exts[name].owns)
+
+
 def step_states(args, batch: int) -> dict[str, StepState]:
     """The states a control step of ``batch`` envs keeps for a model with ``args``, by extension name."""
     return {e.name: e.state(args, batch) for e in extensions_for(args) if e.state is not None}
@@ -157,4 +167,4 @@ def apply_rules(rules: list[LogitRule], logits: Tensor, tokens: Tensor) -> Tenso
 
 __all__ = ["BUILTIN", "BlockHeads", "Extension", "LogitRule", "StepState", "apply_rules", "block_heads",
            "extensions_for", "logit_rules",
-           "owned_inputs", "register_extension", "registered", "step_states", "unregister_extension"]
+           "owned_by", "owned_inputs", "register_extension", "registered", "step_states", "unregister_extension"]

@@ -17,8 +17,6 @@ MASKED_ACTION = 2
 class Visits:
     """Counts each env's committed steps and remembers the last episode it saw."""
 
-    owns: tuple[str, ...] = ()
-
     def __init__(self, batch: int) -> None:
         self.count = np.zeros(batch, np.int64)
         self.episode = np.full(batch, -1, np.int64)
@@ -114,3 +112,14 @@ def test_a_toy_extension_reaches_the_step_the_runner_and_its_snapshots(toy, tmp_
     with np.load(tmp_path / "s.npz") as z:
         assert any("toy_visits" in k for k in z.files)
     runner.close()
+
+
+def test_the_inputs_a_step_leaves_to_its_states_come_from_their_extensions(toy):
+    """What a state writes is declared once, on its :class:`Extension` (``owns``); a state that belongs to no
+    registered extension is refused."""
+    from icrl_ros.extensions import owned_by
+
+    assert owned_by({"toy_visits": Visits(1)}) == ()
+    assert owned_by({"route": object(), "toy_visits": Visits(1)}) == ("route",)
+    with pytest.raises(ValueError, match="no registered extension"):
+        owned_by({"nowhere": Visits(1)})

@@ -18,7 +18,6 @@ class RouteState(RouteMemory):
     ROUTE_DIM) (the way the policy was handed); ``last_pose`` (B, 3) and ``last_goal`` (B,), the
     step's odometry and goal (the fixed heads' queries, :mod:`icrl_ros.house.memory_view`)."""
 
-    owns = ("route",)
     last_route: Tensor | None = None
     _last: tuple[Tensor, Tensor] | None = None  # the step's odom and goal inputs, read only when shown
 

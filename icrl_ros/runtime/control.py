@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from icrl_ros.extensions import LogitRule, StepState, apply_rules, logit_rules, step_states
+from icrl_ros.extensions import LogitRule, StepState, apply_rules, logit_rules, owned_by, step_states
 
 
 class ControlStep:
@@ -46,7 +46,7 @@ class ControlStep:
                  rules: list[LogitRule] | None = None) -> None:
         self.engine, self.memory = engine, memory
         self.states, self.rules = dict(states or {}), list(rules or [])
-        self.owned_inputs = tuple(n for s in self.states.values() for n in s.owns)
+        self.owned_inputs = owned_by(self.states)
         """Encoder inputs the extensions' states write (callers leave them alone)."""
         self.own_mask = not iea and memory.episode_masked
         self.position = torch.zeros(memory.batch, dtype=torch.long, device=memory.valid.device)
