@@ -278,7 +278,7 @@ def parity_darkroom(bundle_path: str, trials: int, seed: int) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = bundle_with_cores(bundle_path, tmp)
-        b = load_bundle(path)
+        b = load_bundle(path).with_kv_dtype("fp32")  # the reference, whatever the bundle's default
         env = make_vec((b.manifest.created or {}).get("env_id"), trials, split="test", seed=seed)
         held_out_tasks(env, trials, seed)
         steps = env.trial_steps
@@ -304,13 +304,20 @@ def parity_darkroom(bundle_path: str, trials: int, seed: int) -> dict:
 
 def parity_house(bundle_path: str, trials: int, episodes: int, seed: int) -> dict:
     from icrl_ros.runtime import build_memory
-    from icrl_ros.training.house_eval import BundleStepper, run_house_trials
+    from icrl_ros.training.house_eval import BundleStepper, run_house_trials, stepper_for
 
     with tempfile.TemporaryDirectory() as tmp:
         path = bundle_with_cores(bundle_path, tmp)
         diffs = Diffs()
 
         class Paired(BundleStepper):
+            def __init__(self, bundle: str) -> None:
+                from icrl_ros.runtime import make_engine
+
+                super().__init__(bundle)
+                self.bundle = self.bundle.with_kv_dtype("fp32")  # the reference, whatever the bundle's default
+                self.engine = make_engine(self.bundle, "onnxruntime", "cpu", threads=1)
+
             def reset(self, batch: int, steps: int) -> None:
                 super().reset(batch, steps)
                 self.shadows = _shadow_runners(path, batch, lambda b: build_memory(b, None, batch=batch))
@@ -326,7 +333,11 @@ def parity_house(bundle_path: str, trials: int, episodes: int, seed: int) -> dic
                 for r in self.shadows.values():
                     r.control.forget()
 
-        out = run_house_trials(Paired(path), trials, episodes, seed=seed, batch=trials)
+        options = stepper_for(path, "onnxruntime", None)[1]  # the env the bundle reads (scan, pose frame)
+        paired = Paired(path)
+        act = paired.bundle.manifest.action
+        out = run_house_trials(paired, trials, episodes, seed=seed, batch=trials, env_options=options,
+                               greedy=act.selection == "greedy", temperature=act.temperature)
     return {"bundle": bundle_path, "trials": trials, "episodes": episodes, "seed": seed,
             "fp32_success": float(np.nanmean(out["success"])), **diffs.summary()}
 
