@@ -38,7 +38,7 @@ from launch_ros.actions import Node
 
 from icrl_ros.nodes.launch_signals import node_env, shutdown_on_sigterm
 
-MEMORY_TOPICS = ("sightings", "route_map", "route", "looked_at", "attention")
+MEMORY_TOPICS = ("sightings", "route_map", "route", "looked_at", "attention", "attention_image")
 """The agent's ~/memory topics (icrl_ros.nodes.introspection), remapped for RViz under a namespace."""
 
 

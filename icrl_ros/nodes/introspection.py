@@ -7,7 +7,8 @@ read it (:class:`~icrl_ros.house.memory_view.HouseMemoryView`: each stored step'
 point, the fixed heads' attention on the last step). The agent node publishes them (parameter
 ``introspection``) on ``~/memory/sightings`` (``visualization_msgs/MarkerArray``), ``~/memory/route_map``
 and ``~/memory/looked_at`` (``nav_msgs/OccupancyGrid``), ``~/memory/route`` (``nav_msgs/Path``) and
-``~/memory/attention`` (``std_msgs/Float32MultiArray``), each only while someone subscribes to it
+``~/memory/attention`` (``std_msgs/Float32MultiArray``, and ``~/memory/attention_image``,
+``sensor_msgs/Image``), each only while someone subscribes to it
 (:class:`MemoryTopics`). Nothing here reads the simulator.
 
 Frames: the memory keeps positions in the policy's odometry frame, i.e. relative to ``origin``, the
@@ -42,7 +43,8 @@ bridge's ``odom``, under ``map``).
 * **attention**: the fixed heads' attention mass of the last step per episode of the trial
   (:meth:`~icrl_ros.house.memory_view.HouseMemoryView.attention_by_episode`), a
   ``Float32MultiArray`` of rows = heads (object memory, place memory probes), columns = episodes 0 ..
-  E - 1 then one for the sink (nothing remembered); each row sums to 1.
+  E - 1 then one for the sink (nothing remembered); each row sums to 1; ``~/memory/attention_image`` shows
+  it as a small ``mono8`` image (:func:`attention_image`).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import numpy as np
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Point, PoseStamped
 from nav_msgs.msg import OccupancyGrid, Path
+from sensor_msgs.msg import Image
 from std_msgs.msg import ColorRGBA, Float32MultiArray, MultiArrayDimension
 from visualization_msgs.msg import Marker, MarkerArray
 
@@ -326,12 +329,13 @@ def route_path(route: Any, origin: Pose, frame_id: str, stamp: Time | None = Non
     return path
 
 
-def attention_array(view: Any, env: int = 0) -> Float32MultiArray:
+def attention_array(view: Any, env: int = 0, got: Any = False) -> Float32MultiArray:
     """The fixed heads' attention mass of the last step per episode
     (:meth:`~icrl_ros.house.memory_view.HouseMemoryView.attention_by_episode`): rows = heads, columns =
-    episodes 0 .. E - 1 then the sink; the dimensions' labels name them. Empty (no dimensions) before a step."""
+    episodes 0 .. E - 1 then the sink; the dimensions' labels name them. Empty (no dimensions) before a step.
+    ``got``: ``view.attention_by_episode(env)`` when already computed."""
     msg = Float32MultiArray()
-    got = view.attention_by_episode(env)
+    got = view.attention_by_episode(env) if got is False else got
     if got is None:
         return msg
     mass, n_ep = got
@@ -341,6 +345,31 @@ def attention_array(view: Any, env: int = 0) -> Float32MultiArray:
         MultiArrayDimension(label=f"episode: 0-{n_ep - 1}, then the sink" if n_ep else "the sink", size=cols,
                             stride=cols)]
     msg.data = array.array("f", mass.astype(np.float32).ravel().tobytes())
+    return msg
+
+
+ATTENTION_PX = 12
+"""Side of one (head, episode) cell of the attention image, pixels."""
+
+
+def attention_image(view: Any, env: int = 0, frame_id: str = "", stamp: Time | None = None,
+                    got: Any = False) -> Image:
+    """:func:`attention_array` as a small ``mono8`` image: a row of ATTENTION_PX-pixel cells per head, a column
+    per episode and a last one for the sink, each cell 255 x its mass (white: all the head's attention); a
+    one-pixel grey line between cells. 0 x 0 before a step."""
+    msg = Image(encoding="mono8", is_bigendian=0)
+    msg.header.frame_id, msg.header.stamp = frame_id, stamp or Time()
+    got = view.attention_by_episode(env) if got is False else got
+    if got is None:
+        return msg
+    mass = got[0]
+    cells = np.rint(255.0 * np.clip(mass, 0.0, 1.0)).astype(np.uint8)
+    img = np.kron(cells, np.ones((ATTENTION_PX, ATTENTION_PX), np.uint8))
+    img[::ATTENTION_PX, :] = 96
+    img[:, ::ATTENTION_PX] = 96
+    msg.height, msg.width = int(img.shape[0]), int(img.shape[1])
+    msg.step = msg.width
+    msg.data = array.array("B", img.tobytes())
     return msg
 
 
@@ -405,6 +434,7 @@ class MemoryTopics:
             if self.view.place:
                 self.types["looked_at"] = OccupancyGrid
             self.types["attention"] = Float32MultiArray
+            self.types["attention_image"] = Image
 
     def _once(self, what: str, fn):
         """``fn()``, computed once per step of the runner (a topic's key and message share it)."""
@@ -437,7 +467,7 @@ class MemoryTopics:
             return (None if way is None else tuple(np.round(way[0], 2).ravel().tolist())), place
         if name == "looked_at":
             return len(self.view.view_points()), place
-        if name == "attention":  # every step moves it
+        if name in ("attention", "attention_image"):  # every step moves it
             return int(getattr(self.view.runner, "total_steps", 0)), route.last_pose is None
         raise KeyError(name)
 
@@ -454,10 +484,14 @@ class MemoryTopics:
         if name == "looked_at":
             return looked_at_map(self.view, origin, frame, stamp)
         if name == "attention":
-            return attention_array(self.view)
+            return attention_array(self.view, got=self._once("attention", self.view.attention_by_episode))
+        if name == "attention_image":
+            return attention_image(self.view, frame_id=frame, stamp=stamp,
+                                   got=self._once("attention", self.view.attention_by_episode))
         raise KeyError(name)
 
-__all__ = ["LOOKED_MIN", "MIN_MASS", "NAME_COLOURS", "MemoryTopics", "age_alpha", "attention_array", "category_color",
-           "category_rgb", "clear_markers",
-           "looked_at_map", "route_map", "route_path", "route_state", "sighted_points", "sightings", "sightings_key",
-           "stamp_msg", "true_objects", "TRUTH_ID", "waypoint"]
+
+__all__ = ["ATTENTION_PX", "LOOKED_MIN", "MIN_MASS", "NAME_COLOURS", "MemoryTopics", "TRUTH_ID", "age_alpha",
+           "attention_array", "attention_image", "category_color", "category_rgb", "clear_markers", "looked_at_map",
+           "route_map", "route_path", "route_state", "sighted_points", "sightings", "sightings_key", "stamp_msg",
+           "true_objects", "waypoint"]

@@ -47,6 +47,7 @@ RUN_TOPICS: list[tuple[str, str]] = [
     ("icrl_agent/memory/route", "nav_msgs/msg/Path"),
     ("icrl_agent/memory/looked_at", "nav_msgs/msg/OccupancyGrid"),
     ("icrl_agent/memory/attention", "std_msgs/msg/Float32MultiArray"),
+    ("icrl_agent/memory/attention_image", "sensor_msgs/msg/Image"),
     ("true_objects", "visualization_msgs/msg/MarkerArray"),
 ]
 #: topics published reliable + transient local (latched): recorded with that durability

@@ -298,7 +298,8 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         assert (arrow.points[0].x, arrow.points[0].y) == pytest.approx(moved[:2], abs=1e-6)
         assert calls["sightings"] >= 2 and calls["route_map"] >= 2
         # the other topics, each from the runner's memory (its KV cache through the house's fixed heads)
-        assert set(agent._memory_pubs) == {"sightings", "route_map", "route", "looked_at", "attention"}
+        assert set(agent._memory_pubs) == {"sightings", "route_map", "route", "looked_at", "attention",
+                                           "attention_image"}
         extra: dict[str, list] = {"route": [], "looked_at": [], "attention": []}
         for name, cls in (("route", Path), ("looked_at", OccupancyGrid), ("attention", Float32MultiArray)):
             probe.create_subscription(cls, f"icrl_agent/memory/{name}", extra[name].append, qos)
@@ -348,7 +349,8 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
             rviz = yaml.safe_load(f)["Visualization Manager"]
         displays = {d["Topic"]["Value"]: d for d in rviz["Displays"] if "Topic" in d}
         assert rviz["Global Options"]["Fixed Frame"] == grid.header.frame_id
-        plugin = {"sightings": "MarkerArray", "route_map": "Map", "looked_at": "Map", "route": "Path"}
+        plugin = {"sightings": "MarkerArray", "route_map": "Map", "looked_at": "Map", "route": "Path",
+                  "attention_image": "Image"}
         for name, pub in agent._memory_pubs.items():
             if name not in plugin:  # the attention array has no RViz display
                 continue
@@ -361,7 +363,8 @@ def test_agent_publishes_the_runners_route_memory_only_while_subscribed(ros_cont
         # ... and the Foxglove layout shows every memory topic (the attention as raw values) in the same frame
         with open(os.path.join(REPO, "config", "memory.foxglove.json")) as f:
             fox = json.load(f)["configById"]
-        shown = set(fox["3D!memory"]["topics"]) | {c["topicPath"] for k, c in fox.items() if k.startswith("Raw")}
+        shown = (set(fox["3D!memory"]["topics"]) | {c["topicPath"] for k, c in fox.items() if k.startswith("Raw")}
+                 | {c["imageMode"]["imageTopic"] for k, c in fox.items() if k.startswith("Image")})
         assert {pub.topic_name for pub in agent._memory_pubs.values()} <= shown
         assert fox["3D!memory"]["followTf"] == grid.header.frame_id
     finally:

@@ -111,6 +111,7 @@ def test_a_sighting_written_into_the_cache_is_drawn_at_its_place_with_its_age_an
     cleared = introspection.sightings(route, runner.goal_names, cat, ORIGIN, "odom", sighted=view.sightings())
     assert [m.action for m in cleared.markers] == [Marker.DELETEALL]
     assert view.attention() is None and introspection.attention_array(view).data.tolist() == []
+    assert introspection.attention_image(view).height == 0
 
 
 def test_the_recomputed_attention_is_what_the_step_computed(runner) -> None:
@@ -146,6 +147,13 @@ def test_the_recomputed_attention_is_what_the_step_computed(runner) -> None:
         assert [d.size for d in msg.layout.dim] == [view.n_fixed, 3]
         assert msg.layout.dim[0].label.startswith("head: object memory, place memory here")
         np.testing.assert_allclose(np.array(msg.data).reshape(view.n_fixed, 3), by_ep, atol=1e-6)
+        img = introspection.attention_image(view)  # the same as a picture: a cell per (head, episode)
+        px = introspection.ATTENTION_PX
+        assert (img.encoding, img.height, img.width, img.step) == ("mono8", view.n_fixed * px, 3 * px, 3 * px)
+        cells = np.frombuffer(bytes(img.data), np.uint8).reshape(img.height, img.width)
+        for h in range(view.n_fixed):
+            for e in range(3):
+                assert cells[h * px + px // 2, e * px + px // 2] == round(255 * by_ep[h, e])
         assert mass == 0.0  # the route memory never saw these tokens (written behind its back): the cache's view
     finally:
         hook.remove()
