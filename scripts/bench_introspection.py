@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                "frame": "odom", "robot": loop.last_pose, "goal_names": loop.goal_names}
         for name in topics.types:
             def fn(name=name):
+                topics._step = None  # as on a new step: nothing shared with the last call
                 topics.key(name, ctx)
                 topics.message(name, ctx)
             times = []

@@ -256,7 +256,8 @@ class AgentParams(ParamsBase):
         "highlighted, with the places it was seen from), ~/memory/route_map (nav_msgs/OccupancyGrid: the floor the "
         "robot stood on free, the rest unknown), ~/memory/looked_at (OccupancyGrid: the place memory's looked-at "
         "floor), ~/memory/route (nav_msgs/Path: the route memory's way to the goal) and ~/memory/attention "
-        "(std_msgs/Float32MultiArray: the fixed memory heads' attention per episode on the last step), in the "
+        "(std_msgs/Float32MultiArray: the fixed memory heads' attention per episode on the last step; "
+        "~/memory/attention_image, the same as a small mono8 image), in the "
         "odometry messages' frame, after a step that changed what they show and on a memory reset or load "
         "(reliable, transient local). Each is computed only while it has a subscriber.",
     )
