@@ -2,7 +2,7 @@
 
     python experiments/kv_dtype.py speed --lengths 8192,32768,65536        # step time vs the read floor
     python experiments/kv_dtype.py formulations --length 32768             # one layer's cache read, 5 ways
-    python experiments/kv_dtype.py parity-darkroom --bundle runs/kv/darkroom_fp32 --trials 20
+    python experiments/kv_dtype.py parity-darkroom --bundle runs/kv/darkroom_fp32 --trials 20 --steps 1000
     python experiments/kv_dtype.py parity-house --bundle bundles/house_relic_scan --trials 4 --episodes 10
 
 ``speed``: the ExtObjNav-size ReLIC (4 layers, hidden 256, 8 heads of 32, Sink KV0; random
@@ -271,7 +271,7 @@ def _shadow_runners(bundle_path: str, batch: int, memory_for) -> dict:
     return out
 
 
-def parity_darkroom(bundle_path: str, trials: int, seed: int) -> dict:
+def parity_darkroom(bundle_path: str, trials: int, seed: int, steps: int | None = None) -> dict:
     from icrl_ros.runtime import PolicyRunner, build_memory, load_bundle, make_engine
     from icrl_ros.sim import make_vec
     from icrl_ros.training.evaluate import held_out_tasks, run_trials
@@ -281,7 +281,7 @@ def parity_darkroom(bundle_path: str, trials: int, seed: int) -> dict:
         b = load_bundle(path).with_kv_dtype("fp32")  # the reference, whatever the bundle's default
         env = make_vec((b.manifest.created or {}).get("env_id"), trials, split="test", seed=seed)
         held_out_tasks(env, trials, seed)
-        steps = env.trial_steps
+        steps = steps or env.trial_steps
         mem = lambda bb: build_memory(bb, "full", batch=trials, capacity=steps, on_full="error")  # noqa: E731
         ref = PolicyRunner(b, make_engine(b, "onnxruntime", "cpu", threads=1), mem(b))
         shadows = _shadow_runners(path, trials, mem)
@@ -360,6 +360,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         q.add_argument("--out", help="write the summary as JSON here")
         if name == "parity-house":
             q.add_argument("--episodes", type=int, default=10)
+        else:
+            q.add_argument("--steps", type=int, help="steps per trial (default: the env's trial, 4,000 for Darkroom)")
     return p.parse_args(argv)
 
 
@@ -385,7 +387,9 @@ def main(argv=None) -> int:
         if args.trials < 1:
             fail(f"--trials: must be >= 1, got {args.trials}")
         if args.what == "parity-darkroom":
-            res = parity_darkroom(args.bundle, args.trials, args.seed)
+            if args.steps is not None and args.steps < 1:
+                fail(f"--steps: must be >= 1, got {args.steps}")
+            res = parity_darkroom(args.bundle, args.trials, args.seed, args.steps)
         else:
             res = parity_house(args.bundle, args.trials, args.episodes, args.seed)
         print(json.dumps(res, indent=1))
