@@ -8,7 +8,6 @@ import numpy as np
 from torch import Tensor
 
 from icrl_ros.memory.route import RouteMemory
-from icrl_ros.sim.house_nav import MOVES
 
 
 class RouteState(RouteMemory):
@@ -55,26 +54,15 @@ class RouteState(RouteMemory):
         with mass above one half, no stood floor joins a place it was seen from, or no step yet)."""
         if self.last_pose is None or self.last_goal is None:
             return None
-        odom, cat = self.last_pose[b], int(self.last_goal[b])
-        if not 0 <= cat < self.n_cat:
+        odom = self.last_pose[b]
+        way = self._way(b, odom, int(self.last_goal[b]))
+        if way is None:
             return None
-        goal_xy, mass = self.remembered(b, cat)
-        if mass <= 0.5:
-            return None
-        field = self._field(b, cat, goal_xy)
-        if field is None:
-            return None
-        D, origin, D0 = field
-        start = self._start(D, origin, odom[:2])
-        if start is None:
-            return None
-        (i, j), length, _ = start
-        H, W = D.shape
+        goal_xy, D, origin, D0, ((i, j), length, _) = way
         pts = [np.asarray(odom[:2], dtype=np.float64), self._centre(np.array([i, j]) + origin)]
-        while D[i, j] < D0[i, j]:  # down the field, by the moves it was relaxed over, to a seed
-            best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W),
-                       key=lambda c: D[c])
-            if not D[best] < D[i, j]:
+        while D[i, j] < D0[i, j]:  # down the field to a seed
+            best = self._down(D, i, j)
+            if best is None:
                 break
             i, j = best
             pts.append(self._centre(np.array([i, j]) + origin))

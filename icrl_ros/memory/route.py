@@ -228,22 +228,35 @@ class RouteMemory:
                 return (int(ci[k]), int(cj[k])), float(cost[k]), limit == math.inf
         return None
 
-    def _route(self, b: int, odom: np.ndarray, cat: int) -> np.ndarray:
-        feats = np.zeros(ROUTE_DIM, dtype=np.float32)
+    def _way(self, b: int, odom: np.ndarray, cat: int) -> tuple | None:
+        """Where a way to category ``cat``'s remembered position starts from pose ``odom``: (the remembered
+        position, the distance field, its crop origin, its seed costs, :meth:`_start`'s answer), or None (goal
+        not remembered with mass above one half, or no stood floor joins a place it was seen from yet)."""
         if not 0 <= cat < self.n_cat:
-            return feats
+            return None
         goal_xy, mass = self.remembered(b, cat)
         if mass <= 0.5:
-            return feats
+            return None
         field = self._field(b, cat, goal_xy)
         if field is None:
-            return feats
-        D, origin, D0 = field
+            return None
+        start = self._start(field[0], field[1], odom[:2])
+        return None if start is None else (goal_xy, *field, start)
+
+    @staticmethod
+    def _down(D: np.ndarray, i: int, j: int) -> tuple[int, int] | None:
+        """The next cell down the field from (i, j) by the moves it was relaxed over (a knight's move can be the
+        only way down), or None at a minimum."""
         H, W = D.shape
-        start = self._start(D, origin, odom[:2])
-        if start is None:
-            return feats  # no stood floor joins a place the goal was seen from (yet)
-        (i, j), length, joining = start
+        best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W), key=lambda c: D[c])
+        return best if D[best] < D[i, j] else None
+
+    def _route(self, b: int, odom: np.ndarray, cat: int) -> np.ndarray:
+        feats = np.zeros(ROUTE_DIM, dtype=np.float32)
+        way = self._way(b, odom, cat)
+        if way is None:
+            return feats
+        goal_xy, D, origin, D0, ((i, j), length, joining) = way
         if joining:  # off the track: to the cell it joins at, straight over floor it does not know
             waypoint = self._centre(np.array([i, j]) + origin)
         elif D[i, j] >= D0[i, j]:  # seen from here: straight on to the goal
@@ -251,10 +264,8 @@ class RouteMemory:
         else:  # the farthest point down the field (within LOOKAHEAD_M) in a straight line over stood floor
             chain, went = [self._centre(np.array([i, j]) + origin)], 0.0
             while went < LOOKAHEAD_M and D[i, j] < D0[i, j]:
-                # down the field by the moves it was relaxed over (a knight's move can be the only way down)
-                best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W),
-                           key=lambda c: D[c])
-                if not D[best] < D[i, j]:
+                best = self._down(D, i, j)
+                if best is None:
                     break
                 went += math.hypot(best[0] - i, best[1] - j) * CELL_M
                 i, j = best
