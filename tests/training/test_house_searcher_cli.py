@@ -1,0 +1,34 @@
+"""The scripted searcher's and the long-life run's command lines refuse a user's mistake in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--agents", "seeing"], "need --encoder"),
+    (["--agents", "seeing", "--encoder", "nowhere.pt"], "does not exist"),
+    (["--agents", "seeing", "--encoder", "checkpoints/house_encoder.pt", "--searcher", "speed=2"], "--searcher"),
+    (["--agents", "teacher,psychic"], "is not one of"),
+])
+def test_teacher_curves_refuses_bad_searcher_settings(argv, words, capsys, tmp_path):
+    from icrl_ros.experiments.house_teacher_curves import main
+
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--trials", "1", "--episodes", "1", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["nowhere"], "not a bundle directory"),
+    (["bundles/house_relic_scan", "--episodes", "15"], "multiple of --block"),
+    (["bundles/house_relic_scan", "--episodes", "10", "--block", "5"], "at least 20"),
+])
+def test_long_life_refuses_what_it_cannot_run(argv, words, capsys, tmp_path):
+    from icrl_ros.experiments.house_long_life import main
+
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and words in err and "Traceback" not in err
