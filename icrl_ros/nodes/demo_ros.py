@@ -366,10 +366,11 @@ def memory_pictures(watch, bundle: Path, table: list[dict], ends: list[dict], st
                     out: Path, habitat: bool) -> int:
     """``out/memory_epNN.png`` per episode: the memory at its end beside the truth (walls from the house layout,
     in the house frame of the trial's first start); each row of ``table`` gets ``memory``: the remembered
-    categories and their distance to the nearest true instance (m). Returns how many were written."""
+    categories and their distance to the nearest true instance (m), and of the steps whose route memory handed
+    the policy a waypoint, how many had it across a wall from the robot. Returns how many were written."""
     if watch is None:
         return 0
-    from icrl_ros.nodes.memory_picture import plot_memory, walls_in_house
+    from icrl_ros.nodes.memory_picture import plot_memory, walls_in_house, waypoints_across_walls
     from icrl_ros.runtime.bundle import load_bundle
     from icrl_ros.sim.house_layout import generate_layout
 
@@ -388,11 +389,14 @@ def memory_pictures(watch, bundle: Path, table: list[dict], ends: list[dict], st
                  f"find {r['goal']}, "
                  f"{'found' if r['success'] else 'not found'} in {r['steps']} steps\nthe agent's memory after the "
                  f"episode's last step (its ~/memory topics) beside the truth (the bridge's true_objects, the walls)")
-        drawn = plot_memory(watch.snapshot(float(t_start), float(e["stamp"])), out / f"memory_ep{k + 1:02d}.png",
-                            title, r["goal"], goal_names, walls)
+        snap = watch.snapshot(float(t_start), float(e["stamp"]))
+        across = (waypoints_across_walls(watch, float(t_start), float(e["stamp"]), walls, snap["map_to_odom"])
+                  if walls is not None else None)
+        drawn = plot_memory(snap, out / f"memory_ep{k + 1:02d}.png", title, r["goal"], goal_names, walls, across)
         r["memory"] = {"remembered_m_to_truth": {c: (None if d is None else round(d, 2))
                                                  for c, d in drawn["remembered"].items()},
-                       "sightings_drawn": drawn["sightings"], "route_points": drawn["route_points"]}
+                       "sightings_drawn": drawn["sightings"], "route_points": drawn["route_points"],
+                       **({"waypoints": across[0], "waypoints_across_a_wall": across[1]} if across else {})}
         n += 1
     return n
 

@@ -150,8 +150,33 @@ def _to_odom(map_to_odom_tf: tuple[float, float, float], xy) -> tuple[float, flo
     return float(x), float(y)
 
 
+def _crosses(p, q, a, b) -> bool:
+    """Whether segments p-q and a-b cross (proper intersection)."""
+    def side(u, v, w) -> float:
+        return float(np.sign((v[0] - u[0]) * (w[1] - u[1]) - (v[1] - u[1]) * (w[0] - u[0])))
+    return side(p, q, a) != side(p, q, b) and side(a, b, p) != side(a, b, q)
+
+
+def waypoints_across_walls(watch: MemoryWatch, t_start: float, t_end: float, walls_map: np.ndarray,
+                           map_to_odom_tf: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> tuple[int, int]:
+    """Of the route arrows (robot -> the waypoint the route memory handed the policy, ``~/memory/sightings``
+    namespace ``route``) received for steps in [t_start, t_end): (how many, how many cross a wall)."""
+    walls = [(_to_odom(map_to_odom_tf, a), _to_odom(map_to_odom_tf, b)) for a, b in np.asarray(walls_map)]
+    n = crossing = 0
+    for stamp, msg in watch.log.get("sightings", []):
+        if not t_start <= stamp < t_end:
+            continue
+        arrow = next((m for m in msg.markers if m.ns == "route" and m.id == 0 and len(m.points) == 2), None)
+        if arrow is None:
+            continue
+        p, q = (arrow.points[0].x, arrow.points[0].y), (arrow.points[1].x, arrow.points[1].y)
+        n += 1
+        crossing += any(_crosses(p, q, a, b) for a, b in walls)
+    return n, crossing
+
+
 def plot_memory(snap: dict[str, Any], path: Path, title: str, goal: str, goal_names: list[str],
-                walls_map: np.ndarray | None = None) -> dict[str, Any]:
+                walls_map: np.ndarray | None = None, across: tuple[int, int] | None = None) -> dict[str, Any]:
     """Draw ``snap`` (:meth:`MemoryWatch.snapshot`) to ``path`` (PNG) in the odometry frame; ``goal``: the episode's
     goal name; ``walls_map``: wall segments in the map (house) frame, None for none. Returns what it drew:
     remembered categories with their distance to the nearest true instance (m), sightings drawn, route points."""
@@ -321,6 +346,10 @@ def plot_memory(snap: dict[str, Any], path: Path, title: str, goal: str, goal_na
     if not rows:
         table.append("  nothing (a memory of this trial holds no sighting above the drawing threshold)")
         colours.append(None)
+    if across is not None and across[0]:
+        table += ["", f"the waypoint the route memory handed the policy lay across a wall from the robot on "
+                      f"{across[1]} of {across[0]} steps"]
+        colours += [None, None]
     for k, (line, rgb) in enumerate(zip(table, colours)):
         ax.annotate(line, (1.02, 0.50 - 0.032 * k), xycoords="axes fraction", fontsize=6.6, va="top",
                     color="black", fontweight="bold" if line.startswith("  GOAL") else "normal",
@@ -332,4 +361,4 @@ def plot_memory(snap: dict[str, Any], path: Path, title: str, goal: str, goal_na
     return drawn
 
 
-__all__ = ["MEMORY", "MemoryWatch", "grid_image", "plot_memory", "walls_in_house"]
+__all__ = ["MEMORY", "MemoryWatch", "grid_image", "plot_memory", "walls_in_house", "waypoints_across_walls"]

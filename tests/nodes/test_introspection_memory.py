@@ -290,3 +290,25 @@ def test_the_memory_picture_pairs_each_remembered_category_with_its_nearest_true
     assert drawn["remembered"]["blue_box"] is None  # no true blue_box
     assert drawn["travelled_m"] == pytest.approx(7.0)
     assert (tmp_path / "m.png").stat().st_size > 10_000
+
+
+def test_waypoints_across_walls_counts_the_arrows_that_cross_one() -> None:
+    from geometry_msgs.msg import Point
+    from visualization_msgs.msg import MarkerArray
+
+    from icrl_ros.nodes.memory_picture import MemoryWatch, waypoints_across_walls
+
+    def arrow(a, b) -> MarkerArray:
+        m = Marker(ns="route", id=0, type=Marker.ARROW, action=Marker.ADD)
+        m.points = [Point(x=a[0], y=a[1]), Point(x=b[0], y=b[1])]
+        return MarkerArray(markers=[m])
+
+    watch = MemoryWatch.__new__(MemoryWatch)  # its log alone, as the demo's monitor fills it
+    watch.log = {"sightings": [(1.0, arrow((0.0, 0.0), (1.0, 0.0))),  # through the wall x = 0.5
+                               (2.0, arrow((0.0, 0.0), (0.0, 1.0))),  # beside it
+                               (3.0, MarkerArray()),  # no route that step
+                               (9.0, arrow((0.0, 0.0), (1.0, 0.0)))]}  # after the episode
+    wall = np.array([[[0.5, -1.0], [0.5, 1.0]]])
+    assert waypoints_across_walls(watch, 0.0, 5.0, wall) == (2, 1)
+    # walls in the map frame, the arrows in odom: odom 0.75 m along map x puts the wall at odom x = -0.25, behind it
+    assert waypoints_across_walls(watch, 0.0, 5.0, wall, (0.75, 0.0, 0.0)) == (2, 0)
