@@ -77,11 +77,17 @@ class HouseMemoryView:
 
     # -- the cache -------------------------------------------------------------------------------
     def _layer0(self, env: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
-        """Layer 0's keys and values of the fixed heads (n_fixed, P, hd), float32 on the CPU, and the slots'
-        valid flags and episode indices (P,)."""
+        """Layer 0's keys and values of the fixed heads (n_fixed, P, hd), float32 on the CPU (decoded from an
+        8-bit memory's codes and scales), and the slots' valid flags and episode indices (P,)."""
         k, v, valid, episode = self.memory.view()
         n = self.n_fixed
-        return (k[0, env, :n].detach().float().cpu(), v[0, env, :n].detach().float().cpu(),
+        kk, vv = k[0, env, :n].detach(), v[0, env, :n].detach()
+        k_scale, v_scale = getattr(self.memory, "k_scale", None), getattr(self.memory, "v_scale", None)
+        if k_scale is not None:  # an 8-bit memory stores codes and per-token scales: read what the core reads
+            from icrl_ros.memory.quant import dequantize
+
+            kk, vv = dequantize(kk, k_scale[0, env, :n].detach()), dequantize(vv, v_scale[0, env, :n].detach())
+        return (kk.float().cpu(), vv.float().cpu(),
                 valid[env].detach().cpu().numpy().astype(bool), episode[env].detach().cpu().numpy().astype(np.int64))
 
     def current_episode(self, env: int = 0) -> int:

@@ -312,3 +312,26 @@ def test_waypoints_across_walls_counts_the_arrows_that_cross_one() -> None:
     assert waypoints_across_walls(watch, 0.0, 5.0, wall) == (2, 1)
     # walls in the map frame, the arrows in odom: odom 0.75 m along map x puts the wall at odom x = -0.25, behind it
     assert waypoints_across_walls(watch, 0.0, 5.0, wall, (0.75, 0.0, 0.0)) == (2, 0)
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp16", "int8"])
+def test_a_sighting_reads_back_from_a_16_or_8_bit_memory(runner, kv_dtype) -> None:
+    """The cache's keys and values as the core reads them: fp16 as stored, int8 decoded with its scales."""
+    from types import SimpleNamespace
+
+    from icrl_ros.memory.kv_cache import FullContextMemory
+
+    m = runner.memory
+    mem = FullContextMemory(m.n_layers, 1, m.n_heads, m.head_dim, capacity=8, kv_dtype=kv_dtype)
+    k = torch.zeros(m.n_layers, 1, m.n_heads, 1, m.head_dim)
+    v = torch.zeros_like(k)
+    cat = runner.goal_names.index("red_ball")
+    k[0, 0, 0, 0, cat] = 0.93
+    v[0, 0, 0, 0, :3] = torch.tensor([2.0 / OBJECT_SCALE_M, -1.0 / OBJECT_SCALE_M, 1.0])
+    mem.commit(k, v, torch.tensor([3]))
+    fake = SimpleNamespace(bundle=runner.bundle, memory=mem,
+                           control=SimpleNamespace(own_mask=False, states={"route": None}))
+    seen = HouseMemoryView.for_runner(fake).sightings()
+    assert seen["cat"].tolist() == [cat] and seen["episode"].tolist() == [3]
+    assert seen["conf"][0] == pytest.approx(0.93, abs=0.01)  # int8: within max |x| / 254 of its row
+    assert seen["xy"][0] == pytest.approx([2.0, -1.0], abs=0.03)
