@@ -384,17 +384,18 @@ class PerceivingTeacher(HouseTeacher):
         or, within ``CLOSE_IN_M``, head straight for where the detector puts it (the teacher would
         stop sooner: its sightings are exact)."""
         env = self.env
-        g = int(env.goal)
+        g, o = int(env.goal), None
         if not self.stop_now() and self._p[g] >= self.present:
             x, z = float(self._xy[g, 0]), -float(self._xy[g, 1])
-            k = self._slot(self.slots[g], x, z)  # the slot this sighting just updated
-            o = self.guess[k]
+            held = [k for k in self.slots[g] if self.known[k]]  # observe() took this sighting into one of them
+            o = min((self.guess[k] for k in held), key=lambda o: math.hypot(o.x - x, o.z - z)) if held else None
+        if o is not None:
             bearing = wrap_angle(math.atan2(-(o.z - env.z), o.x - env.x) - env.yaw)
             ahead = env.x + env.forward_step * math.cos(env.yaw), env.z - env.forward_step * math.sin(env.yaw)
             if abs(bearing) <= env.turn_step and not env.nav.collides(*ahead):
                 return FORWARD  # roughly ahead: close in (turning for every wobble of the estimate would dither)
             near = approach(env, o)
-            if near is None and self._dist[int(env.goal)] <= CLOSE_IN_M:  # short of reach: close in on it
+            if near is None and self._dist[g] <= CLOSE_IN_M:  # short of reach: close in on it
                 near = steer(env, o.x, o.z)
             if near is not None:
                 return near
