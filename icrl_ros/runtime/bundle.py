@@ -259,6 +259,8 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
             continue
         kv = gname.split(".", 1)[1]
         try:
+            if radt:
+                raise ValueError("is not a graph of an RA-DT bundle (its memory is a retrieval index)")
             if kv == kv_default:
                 raise ValueError("is not a graph of this model")
             spec = graph_specs(policy, precision, kv)["core"]

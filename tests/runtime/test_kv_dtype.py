@@ -152,3 +152,22 @@ def test_node_parameter_takes_the_kv_dtypes_and_refuses_others():
     assert AgentParams.from_dict({"kv_dtype": "int8"}).kv_dtype == "int8"
     with pytest.raises(ValueError, match="kv_dtype"):
         AgentParams.from_dict({"kv_dtype": "int4"})
+
+
+def test_a_manifest_naming_a_core_for_an_unknown_kv_dtype_is_refused(tmp_path, bundle):
+    import shutil
+
+    import yaml
+
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    doc = yaml.safe_load((copy / "manifest.yaml").read_text())
+    doc["onnx"]["graphs"]["core.int4"] = doc["onnx"]["graphs"].pop("core.int8")
+    (copy / "manifest.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(BundleError, match="onnx.graphs.core.int4"):
+        load_bundle(copy)
+    doc["onnx"]["graphs"]["core.int8"] = doc["onnx"]["graphs"].pop("core.int4")
+    doc["onnx"]["graphs"]["core.int8"]["inputs"] = doc["onnx"]["graphs"]["core.fp16"]["inputs"]  # wrong I/O
+    (copy / "manifest.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(BundleError, match="onnx.graphs.core.int8.inputs"):
+        load_bundle(copy)
