@@ -28,8 +28,8 @@ from icrl_ros.training import house_curves
 class _Timed:
     """A stepper whose ``logits`` calls are timed and whose memory is read at block ends."""
 
-    def __init__(self, stepper, block: int) -> None:
-        self.inner, self.block = stepper, block
+    def __init__(self, stepper, block: int, progress=None) -> None:
+        self.inner, self.block, self.progress = stepper, block, progress
         self.args, self.wipe_each_episode = stepper.args, stepper.wipe_each_episode
         self.ms: list[tuple[int, float]] = []  # (block of the batch's median episode, ms per trial-step)
         self.memory: dict[int, dict] = {}
@@ -53,7 +53,11 @@ class _Timed:
         return self.inner.memory_stats()
 
     def observer(self, labels, start, action, logits, done, info, done_eps) -> None:
+        before = int(self.episode.min())
         self.episode = done_eps + np.asarray(done, np.int64)
+        if self.progress is not None and int(self.episode.min()) // self.block > before // self.block:
+            self.progress(f"trials {start + 1}-{start + len(self.episode)}: every trial past episode "
+                          f"{int(self.episode.min())}")
         b = int(self.episode[0])
         if done[0] and b % self.block == 0 and b not in self.memory:
             stats = self.inner.memory_stats()
@@ -86,11 +90,14 @@ def main(argv=None) -> int:
     from icrl_ros.training.house_eval import run_house_trials, stepper_for
 
     stepper, opts, desc = stepper_for(args.bundle)
-    timed = _Timed(stepper, args.block)
     t0 = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"[{time.perf_counter() - t0:.0f} s] {message}", flush=True)
+
+    timed = _Timed(stepper, args.block, say)
     res = run_house_trials(timed, args.trials, args.episodes, seed=args.seed, batch=args.batch, env_options=opts,
-                           observer=timed.observer,
-                           progress=lambda m: print(f"[{time.perf_counter() - t0:.0f} s] {m}", flush=True))
+                           observer=timed.observer, progress=say)
     blocks = []
     ms = np.array(timed.ms)
     for b in range(args.episodes // args.block):
