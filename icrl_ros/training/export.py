@@ -43,6 +43,7 @@ from __future__ import annotations
 
 
 import argparse
+import contextlib
 import datetime
 import math
 import os
@@ -232,6 +233,22 @@ def sample_length(policy: ICLPolicy) -> tuple[int, int]:
 
 
 # -- the bundle ---------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _bundle_folder(out: Path):
+    """A temporary folder beside ``out`` to write a bundle into: it replaces ``out`` when the block ends, and is removed
+    (``out`` untouched) when the block raises, so a bundle directory is never half written."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = None, env: dict | None = None,
                   precision: str = "fp32", opset: int = DEFAULT_OPSET, memory: dict | None = None,
                   overwrite: bool = False, tensorrt: bool = False, selection: str = "sample",
@@ -258,9 +275,7 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
     manifest.memory.kv_dtype = None if kv_dtype == "fp32" else kv_dtype
     if kv_dtype != "fp32":  # the recorded fp32 outputs against a quantised memory
         manifest.sample.tolerance = TOLERANCE[kv_dtype]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+    with _bundle_folder(out) as tmp:
         torch.save(policy.state_dict(), tmp / B.WEIGHTS)
         specs = graph_specs(policy, precision, kv_dtype)
         trace_cache = max(4, policy.args.hcam_top_k) if family_of(policy).chunk_store else 4  # TopK needs >= k
@@ -291,12 +306,6 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
             if f.is_file():
                 manifest.files[f.name] = M.FileRecord(sha256=B.sha256_file(f), bytes=f.stat().st_size)
         manifest.validate(tmp / B.MANIFEST).save(tmp / B.MANIFEST)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     if tensorrt:
         build_tensorrt_engines(out)
     return out
@@ -329,9 +338,7 @@ def add_kv_dtypes(src: str | Path, out: str | Path, kv_dtypes: list[str], overwr
     todo = [kv for kv in dict.fromkeys(kv_dtypes + ([default] if default else []))
             if check_kv_support(policy, bundle.precision, kv) not in have]
     manifest = bundle.manifest
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+    with _bundle_folder(out) as tmp:
         for name in manifest.files:
             shutil.copy2(src / name, tmp / name)
         export_kv_cores(policy, manifest, tmp, todo)
@@ -345,12 +352,6 @@ def add_kv_dtypes(src: str | Path, out: str | Path, kv_dtypes: list[str], overwr
             manifest.memory.kv_dtype = None if default == "fp32" else default
             manifest.sample.tolerance = TOLERANCE[default] if default != "fp32" else TOLERANCE[manifest.precision]
         manifest.validate(tmp / B.MANIFEST).save(tmp / B.MANIFEST)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     B.load_bundle(out)
     return out
 

@@ -255,3 +255,21 @@ def test_one_layer_memo_keeps_every_graph_input(tmp_path):
     runner.reset_trial()
     runner.begin_episode()
     assert all(0 <= runner.act({"obs": t % 5})[0] < 4 for t in range(20))
+
+
+def test_a_bundle_is_written_whole_or_not_at_all(tmp_path):
+    """Export and the K / V copy write into a temporary folder beside the bundle: an error leaves the old bundle as
+    it was and no temporary folder behind; success replaces it."""
+    from icrl_ros.training.export import _bundle_folder
+
+    out = tmp_path / "bundle"
+    out.mkdir()
+    (out / "manifest.yaml").write_text("old")
+    with pytest.raises(RuntimeError):
+        with _bundle_folder(out) as tmp:
+            (tmp / "manifest.yaml").write_text("new")
+            raise RuntimeError("trace failed")
+    assert (out / "manifest.yaml").read_text() == "old" and list(tmp_path.iterdir()) == [out]
+    with _bundle_folder(out) as tmp:
+        (tmp / "manifest.yaml").write_text("new")
+    assert (out / "manifest.yaml").read_text() == "new" and list(tmp_path.iterdir()) == [out]
