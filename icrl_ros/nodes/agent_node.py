@@ -511,32 +511,35 @@ class AgentNode(LifecycleNode):
     def _on_goal(self, msg: String) -> None:
         self.loop.goal_message(msg.data)
 
+    def _converted(self, convert, msg: Any, counter: str, what: str) -> Any:
+        """``convert(msg)``, or None for a message it refuses: counted under ``counter``, logged (throttled)."""
+        try:
+            return convert(msg)
+        except InputError as e:
+            self.loop.count(counter, f"{what} dropped: {e}")
+            return None
+
     def _on_odom(self, msg: Odometry) -> None:
         """Control group: cheap, never waits for the policy."""
-        try:
-            pose = odometry_msg_to_pose(msg)
-        except InputError as e:
-            self.loop.count("bad_odometry", f"odometry dropped: {e}")
+        pose = self._converted(odometry_msg_to_pose, msg, "bad_odometry", "odometry")
+        if pose is None:
             return
         self._odom_frame = msg.header.frame_id or "odom"
         self.loop.odometry(pose, stamp_to_seconds(msg.header.stamp))
 
     def _on_pose(self, msg: Any) -> None:
         """Control group: a localiser's map-frame pose (PoseStamped or PoseWithCovarianceStamped), cheap."""
-        try:
-            pose = pose_msg_to_pose(msg)
-        except InputError as e:
-            self.loop.count("bad_pose", f"localiser pose dropped: {e}")
+        pose = self._converted(pose_msg_to_pose, msg, "bad_pose", "localiser pose")
+        if pose is None:
             return
         self._pose_frame_id = msg.header.frame_id or "map"
         self.loop.localiser(pose, stamp_to_seconds(msg.header.stamp))
 
     def _on_scan(self, msg: LaserScan) -> None:
         """Control group: the free headings now (cheap: a few hundred returns), the scan itself is not kept."""
-        try:
-            free = scan_msg_to_free(msg, self._scan_step_m, self.loop.params.scan_clearance_m)
-        except InputError as e:
-            self.loop.count("bad_scan", f"laser scan dropped: {e}")
+        free = self._converted(lambda m: scan_msg_to_free(m, self._scan_step_m, self.loop.params.scan_clearance_m),
+                               msg, "bad_scan", "laser scan")
+        if free is None:
             return
         self.loop.scan(free, stamp_to_seconds(msg.header.stamp))
 
