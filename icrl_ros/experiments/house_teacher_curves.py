@@ -62,12 +62,10 @@ def perceiver(encoder: str, image_size: int):
 
 
 def run_trial(job: tuple) -> dict[str, list]:
-    agent, trial_seed, episodes, max_steps, split, task, extra = job
+    agent, trial_seed, episodes, max_steps, split, task, extra, seeing = job
     os.environ.setdefault("LP_NUM_THREADS", "1")
     from icrl_ros.sim.house import OLD_TASK, HouseEnv
 
-    seeing = extra.pop("seeing", None) if agent in SEEING else None
-    extra = {k: v for k, v in extra.items() if k != "seeing"}
     key = (agent, max_steps, split, task, tuple(sorted(extra.items())))
     if key not in _ENVS:
         kw = {**(dict(OLD_TASK) if task == "old" else {}), **extra}
@@ -78,7 +76,7 @@ def run_trial(job: tuple) -> dict[str, list]:
     obs, info = env.reset(seed=trial_seed)
     out["house_seed"] = info["house_seed"]
     searcher = None
-    if seeing is not None:
+    if agent in SEEING:
         from icrl_ros.sim.house_teacher import PerceivingTeacher
 
         opts = dict(seeing)
@@ -139,6 +137,7 @@ def main(argv=None) -> int:
     for a in agents:
         if a not in AGENTS:
             p.error(f"--agents: {a!r} is not one of {AGENTS}")
+    seeing = None  # the seeing agents' encoder and PerceivingTeacher settings
     if set(agents) & set(SEEING):
         if not args.encoder:
             p.error("--agents seeing / seeing_wiped need --encoder PATH")
@@ -150,7 +149,6 @@ def main(argv=None) -> int:
             if k not in ("present", "stop_p", "stop_m", "whole_map") or not v:
                 p.error(f"--searcher: expected present|stop_p|stop_m|whole_map=VALUE, got {kv!r}")
             seeing[k] = yaml.safe_load(v)
-        extra["seeing"] = seeing
     raw, curves = {}, {}
     same = ("trials", "episodes", "max_steps", "split", "seed", "task", "env")
     settings = {k: v for k, v in vars(args).items() if k != "resume"}
@@ -170,15 +168,16 @@ def main(argv=None) -> int:
             print(f"--resume: {args.out}/curves.json has other settings; starting over", flush=True)
     t0 = time.perf_counter()
     title = f"House teacher, {args.task} task defaults, {args.split} houses"
-    if set(extra) - {"seeing"}:  # a reader must not take a changed env for the defaults
-        title += " (" + ", ".join(f"{k}={v}" for k, v in extra.items() if k != "seeing") + ")"
+    if extra:  # a reader must not take a changed env for the defaults
+        title += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
     ctx = mp.get_context("forkserver")
     with ctx.Pool(args.workers) as pool:
         for agent in agents:
             if agent in raw:
                 continue
             t = time.perf_counter()
-            jobs = [(agent, args.seed + k, args.episodes, args.max_steps, args.split, args.task, extra) for k in range(args.trials)]
+            jobs = [(agent, args.seed + k, args.episodes, args.max_steps, args.split, args.task, extra,
+                     seeing if agent in SEEING else None) for k in range(args.trials)]
             res = pool.map(run_trial, jobs, chunksize=1)
             raw[agent] = {k: np.array([r[k] for r in res]) for k in house_curves.METRICS}
             raw[agent]["house_seed"] = np.array([r["house_seed"] for r in res])

@@ -41,7 +41,7 @@ import numpy as np
 
 from icrl_ros.geometry import planar, wrap_angle
 from icrl_ros.sim.house_nav import grid_distances
-from icrl_ros.sim.house_oracle import FORWARD, LOOKAHEAD, TURN_LEFT, TURN_RIGHT, steer, approach, pursue
+from icrl_ros.sim.house_oracle import FORWARD, LOOKAHEAD, TURN_LEFT, TURN_RIGHT, approach, pursue, steer
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
 from icrl_ros.sim.house_view import MIN_PIXELS, cast_view
 
