@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from icrl_ros.models.encoders import FeatureEncoder, feature_encoder_for
-from icrl_ros.training.house_encoder import Probe, collect
+from icrl_ros.training.house_encoder import Probe, collect, load_state
 
 SIZE_EDGES = (0.0, 5.0, 10.0, 15.0, 20.0, 40.0, 80.0, math.inf)  # pixels of a 64x64 frame
 METRE_EDGES = (0.0, 1.0, 2.0, 3.5, 6.0, math.inf)
@@ -53,8 +53,7 @@ def load_encoder(path: str, size: int) -> tuple[FeatureEncoder, Probe]:
     state = torch.load(path, map_location="cpu", weights_only=True)
     d_feat = state["heads.present.weight"].shape[1]
     enc, probe = feature_encoder_for(state, size), Probe(d_feat)
-    enc.load_state_dict({k: v for k, v in state.items() if not k.startswith("heads.")})
-    probe.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("heads.")})
+    load_state(enc, probe, state)
     return enc.eval(), probe.eval()
 
 

@@ -217,6 +217,12 @@ def accuracy(enc: FeatureEncoder, probe: Probe, data: dict, batch: int = 512) ->
             "frames": n}
 
 
+def load_state(enc: FeatureEncoder, probe: Probe, state: dict) -> None:
+    """Load an encoder file's state dict (the encoder's tensors and its heads' as ``heads.*``) into both."""
+    enc.load_state_dict({k: v for k, v in state.items() if not k.startswith("heads.")})
+    probe.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("heads.")})
+
+
 def _save(enc: FeatureEncoder, probe: Probe, folder: Path) -> None:
     """``folder/encoder.pt``: the encoder and its heads (``heads.*``), the file policies and ``--init`` read."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -269,9 +275,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"--image-size {args.image_size} but the frames in {args.data} are {size} px: pass --image-size {size}")
     enc, probe = FeatureEncoder(args.feature_dim, size, pooled=args.pooled), Probe(args.feature_dim)
     if args.init:
-        state = torch.load(Path(args.init) / "encoder.pt", weights_only=True)
-        enc.load_state_dict({k: v for k, v in state.items() if not k.startswith("heads.")})
-        probe.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("heads.")})
+        load_state(enc, probe, torch.load(Path(args.init) / "encoder.pt", weights_only=True))
         report["init"] = str(args.init)
     params = [*enc.parameters(), *probe.parameters()]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-4)
