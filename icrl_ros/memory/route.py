@@ -68,7 +68,86 @@ MAX_LENGTH_M = 15.0
 """Route lengths are clipped here (they enter the network in units of ``scale_m``)."""
 
 
-class RouteMemory:
+class GridWays:
+    """Ways over a per-env ``CELLS`` x ``CELLS`` grid of ``CELL_M`` cells centred on the odometry frame's
+    origin: cell arithmetic, where a way over a distance field leaves from, and the pure-pursuit waypoint
+    down it (the route memory's and the frontier memory's, :mod:`icrl_ros.house.frontier`)."""
+
+    scale_m: float
+
+    @staticmethod
+    def _cells(xy: np.ndarray) -> np.ndarray:
+        """Odometry-frame positions (..., 2) in metres -> grid (row, col) (..., 2), may fall outside."""
+        return np.floor(np.asarray(xy) / CELL_M).astype(np.int64) + CELLS // 2
+
+    @staticmethod
+    def _centre(ij: np.ndarray) -> np.ndarray:
+        """Grid (row, col) (..., 2) -> the cells' centres in the odometry frame (metres): :meth:`_cells`' inverse."""
+        return (np.asarray(ij) - CELLS // 2 + 0.5) * CELL_M
+
+    @staticmethod
+    def _inside(ij: np.ndarray) -> np.ndarray:
+        return np.all((ij >= 0) & (ij < CELLS), axis=-1)
+
+    def _clear_on(self, grid: np.ndarray, a: np.ndarray, z: np.ndarray) -> bool:
+        """Whether the straight line a -> z (metres) stays on the True cells of ``grid`` (CELLS, CELLS)."""
+        n = max(int(math.hypot(*(z - a)) / (CELL_M / 2)), 1)
+        ij = self._cells(a + np.linspace(0.0, 1.0, n + 1)[:, None] * (z - a))
+        return bool(self._inside(ij).all() and grid[ij[:, 0], ij[:, 1]].all())
+
+    def _start(self, D: np.ndarray, origin: np.ndarray, xy: np.ndarray) -> tuple[tuple[int, int], float, bool] | None:
+        """Where the way leaves from: (cell of the field's crop, route length from ``xy``, whether the robot
+        first joins the track from off it); None when the field has no finite cell."""
+        H, W = D.shape
+        i, j = (int(v) for v in self._cells(xy) - origin)
+        w = int(math.ceil(HOP_M / CELL_M))
+        i0, j0 = min(max(i - w, 0), H), min(max(j - w, 0), W)  # (empty when the pose lies off the crop)
+        ii, jj = np.mgrid[i0:max(min(i + w + 1, H), i0), j0:max(min(j + w + 1, W), j0)]
+        for cells, weight, limit in (((ii, jj), 1.0, HOP_M), (np.nonzero(np.isfinite(D)), STRAIGHT_COST, math.inf)):
+            ci, cj = (np.ravel(c) for c in cells)
+            if not len(ci):
+                continue
+            centre = self._centre(np.stack([ci, cj], 1) + origin)
+            hop = np.hypot(*(centre - xy).T)
+            cost = np.where(hop <= limit, weight * hop + D[ci, cj], np.inf)
+            k = int(np.argmin(cost))
+            if math.isfinite(float(cost[k])):
+                return (int(ci[k]), int(cj[k])), float(cost[k]), limit == math.inf
+        return None
+
+    @staticmethod
+    def _down(D: np.ndarray, i: int, j: int) -> tuple[int, int] | None:
+        """The next cell down the field from (i, j) by the moves it was relaxed over (a knight's move can be the
+        only way down), or None at a minimum."""
+        H, W = D.shape
+        best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W), key=lambda c: D[c])
+        return best if D[best] < D[i, j] else None
+
+    def _pursuit(self, grid: np.ndarray, D: np.ndarray, D0: np.ndarray, origin: np.ndarray, i: int, j: int,
+                 odom: np.ndarray) -> np.ndarray:
+        """From the way's start cell (i, j) of the field's crop: the farthest point down the field (within
+        ``LOOKAHEAD_M``, stopping at a seed) that a straight line over ``grid``'s True cells reaches from the pose."""
+        chain, went = [self._centre(np.array([i, j]) + origin)], 0.0
+        while went < LOOKAHEAD_M and D[i, j] < D0[i, j]:
+            best = self._down(D, i, j)
+            if best is None:
+                break
+            went += math.hypot(best[0] - i, best[1] - j) * CELL_M
+            i, j = best
+            chain.append(self._centre(np.array([i, j]) + origin))
+        return next((p for p in reversed(chain[1:]) if self._clear_on(grid, odom[:2], p)),
+                    chain[1] if len(chain) > 1 and np.hypot(*(chain[0] - odom[:2])) < CELL_M else chain[0])
+
+    def _features(self, odom: np.ndarray, waypoint: np.ndarray, length: float) -> np.ndarray:
+        """The :data:`ROUTE_DIM` input entries of a way: found, the waypoint (forward, left) in units of
+        ``scale_m``, its unit direction, the way's length (clipped at ``MAX_LENGTH_M``, units of ``scale_m``)."""
+        fwd, left = (float(v) for v in relative_pose(tuple(odom), (*waypoint, 0.0))[:2])
+        n = math.hypot(fwd, left) + 1e-6
+        return np.array([1.0, fwd / self.scale_m, left / self.scale_m, fwd / n, left / n,
+                         min(length, MAX_LENGTH_M) / self.scale_m], dtype=np.float32)
+
+
+class RouteMemory(GridWays):
     """Per-env route memory for a batch of ``batch`` envs and ``n_cat`` goal categories."""
 
     def __init__(self, batch: int, n_cat: int, scale_m: float, per_episode: bool = False) -> None:
@@ -107,19 +186,6 @@ class RouteMemory:
     @property
     def nbytes(self) -> int:
         return self.stood.nbytes + self.seen_from.nbytes + self.sums.nbytes + self.episode.nbytes
-
-    def _cells(self, xy: np.ndarray) -> np.ndarray:
-        """Odometry-frame positions (..., 2) in metres -> grid (row, col) (..., 2), may fall outside."""
-        return np.floor(xy / CELL_M).astype(np.int64) + CELLS // 2
-
-    @staticmethod
-    def _centre(ij: np.ndarray) -> np.ndarray:
-        """Grid (row, col) (..., 2) -> the cells' centres in the odometry frame (metres): :meth:`_cells`' inverse."""
-        return (np.asarray(ij) - CELLS // 2 + 0.5) * CELL_M
-
-    @staticmethod
-    def _inside(ij: np.ndarray) -> np.ndarray:
-        return np.all((ij >= 0) & (ij < CELLS), axis=-1)
 
     # -- per step ---------------------------------------------------------------------------
     def fill(self, inputs: dict[str, Tensor], episode: Tensor) -> Tensor:
@@ -203,31 +269,6 @@ class RouteMemory:
         self._fields[b] = (key, result)
         return result
 
-    def _clear(self, b: int, a: np.ndarray, z: np.ndarray) -> bool:
-        """Whether the straight line a -> z (metres) stays on floor env b stood on."""
-        n = max(int(math.hypot(*(z - a)) / (CELL_M / 2)), 1)
-        ij = self._cells(a + np.linspace(0.0, 1.0, n + 1)[:, None] * (z - a))
-        return bool(self._inside(ij).all() and self.stood[b][ij[:, 0], ij[:, 1]].all())
-
-    def _start(self, D: np.ndarray, origin: np.ndarray, xy: np.ndarray) -> tuple[tuple[int, int], float, bool] | None:
-        """Where the way leaves from: (cell of the field's crop, route length from ``xy``, whether the robot
-        first joins the track from off it); None when the field has no finite cell."""
-        H, W = D.shape
-        i, j = (int(v) for v in self._cells(xy) - origin)
-        w = int(math.ceil(HOP_M / CELL_M))
-        ii, jj = np.mgrid[max(i - w, 0):max(min(i + w + 1, H), 0), max(j - w, 0):max(min(j + w + 1, W), 0)]
-        for cells, weight, limit in (((ii, jj), 1.0, HOP_M), (np.nonzero(np.isfinite(D)), STRAIGHT_COST, math.inf)):
-            ci, cj = (np.ravel(c) for c in cells)
-            if not len(ci):
-                continue
-            centre = self._centre(np.stack([ci, cj], 1) + origin)
-            hop = np.hypot(*(centre - xy).T)
-            cost = np.where(hop <= limit, weight * hop + D[ci, cj], np.inf)
-            k = int(np.argmin(cost))
-            if math.isfinite(float(cost[k])):
-                return (int(ci[k]), int(cj[k])), float(cost[k]), limit == math.inf
-        return None
-
     def _way(self, b: int, odom: np.ndarray, cat: int) -> tuple | None:
         """Where a way to category ``cat``'s remembered position starts from pose ``odom``: (the remembered
         position, the distance field, its crop origin, its seed costs, :meth:`_start`'s answer), or None (goal
@@ -243,14 +284,6 @@ class RouteMemory:
         start = self._start(field[0], field[1], odom[:2])
         return None if start is None else (goal_xy, *field, start)
 
-    @staticmethod
-    def _down(D: np.ndarray, i: int, j: int) -> tuple[int, int] | None:
-        """The next cell down the field from (i, j) by the moves it was relaxed over (a knight's move can be the
-        only way down), or None at a minimum."""
-        H, W = D.shape
-        best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W), key=lambda c: D[c])
-        return best if D[best] < D[i, j] else None
-
     def _route(self, b: int, odom: np.ndarray, cat: int) -> np.ndarray:
         feats = np.zeros(ROUTE_DIM, dtype=np.float32)
         way = self._way(b, odom, cat)
@@ -262,21 +295,8 @@ class RouteMemory:
         elif D[i, j] >= D0[i, j]:  # seen from here: straight on to the goal
             waypoint = goal_xy
         else:  # the farthest point down the field (within LOOKAHEAD_M) in a straight line over stood floor
-            chain, went = [self._centre(np.array([i, j]) + origin)], 0.0
-            while went < LOOKAHEAD_M and D[i, j] < D0[i, j]:
-                best = self._down(D, i, j)
-                if best is None:
-                    break
-                went += math.hypot(best[0] - i, best[1] - j) * CELL_M
-                i, j = best
-                chain.append(self._centre(np.array([i, j]) + origin))
-            waypoint = next((p for p in reversed(chain[1:]) if self._clear(b, odom[:2], p)),
-                            chain[1] if len(chain) > 1 and np.hypot(*(chain[0] - odom[:2])) < CELL_M else chain[0])
-        fwd, left = (float(v) for v in relative_pose(tuple(odom), (*waypoint, 0.0))[:2])
-        n = math.hypot(fwd, left) + 1e-6
-        feats[:] = (1.0, fwd / self.scale_m, left / self.scale_m, fwd / n, left / n,
-                    min(length, MAX_LENGTH_M) / self.scale_m)
-        return feats
+            waypoint = self._pursuit(self.stood[b], D, D0, origin, i, j, odom)
+        return self._features(odom, waypoint, length)
 
 
-__all__ = ["ROUTE_DIM", "RouteMemory"]
+__all__ = ["CELLS", "CELL_M", "GridWays", "ROUTE_DIM", "RouteMemory"]

@@ -130,5 +130,5 @@ def test_the_waypoint_does_not_cut_a_corner_off_the_floor_stood_on():
     assert r[0] == 1.0
     waypoint = here + np.array([r[1], r[2]]) * SCALE  # yaw 0: the robot frame is the odometry frame
     assert waypoint[0] > here[0] and waypoint[1] == pytest.approx(0.5 * cell, abs=1e-4), waypoint  # ahead, on the leg
-    assert mem._clear(0, here, waypoint)
-    assert not mem._clear(0, here, np.array([(8 + 0.5) * cell, (1 + 0.5) * cell]))  # round the corner
+    assert mem._clear_on(mem.stood[0], here, waypoint)
+    assert not mem._clear_on(mem.stood[0], here, np.array([(8 + 0.5) * cell, (1 + 0.5) * cell]))  # round the corner
