@@ -148,6 +148,11 @@ class FeatureHeads(nn.Module):
         return torch.cat([present, bearing, dist, out["free"], out["blocked"].unsqueeze(-1).sigmoid()], -1)
 
 
+    def free_metres(self, f: Tensor) -> Tensor:
+        """Features (..., F) -> the floor distance to the first wall or object per column band (..., FREE_BANDS),
+        metres, left band first (the head predicts log1p metres)."""
+        return torch.expm1(self.free(f)).clamp(min=0.0)
+
     def object_estimates(self, f: Tensor, odom: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Features (..., F) and odometry (..., 3) -> per category P(in view) (..., C), the
         position it implies in the odometry frame (..., C, 2; expected bearing and distance
