@@ -13,6 +13,10 @@ seeded per trial, and none of the agents draws random numbers):
   (:class:`~icrl_ros.sim.house_teacher.PerceivingTeacher`): recognition, sighting positions and the
   stop from a frozen encoder's label heads on the camera image, with and without the trial's memory.
   What separates it from ``teacher`` is perception; what separates a student from it is the policy.
+* ``inputs`` / ``inputs_wiped`` (with ``--encoder``): a scripted searcher on a student's own inputs
+  (:class:`~icrl_ros.experiments.house_input_searcher.InputSearcher`): the runtime's route and frontier
+  memories fed from the same heads, no ray casting, no map of the house. Beside ``seeing`` it says what the
+  teacher's privileged floor map is worth; beside a student on those inputs, what the learnt policy adds.
 
 Each trial is one house for ``--episodes`` episodes (capped at ``--max-steps`` steps). Prints
 the per-episode table and writes ``curves.json`` and ``icl_curve.png`` to ``--out`` after every
@@ -32,8 +36,8 @@ import numpy as np
 
 from icrl_ros.training import house_curves
 
-AGENTS = ("oracle", "teacher", "wiped", "seeing", "seeing_wiped")
-SEEING = ("seeing", "seeing_wiped")
+AGENTS = ("oracle", "teacher", "wiped", "seeing", "seeing_wiped", "inputs", "inputs_wiped")
+SEEING = ("seeing", "seeing_wiped", "inputs", "inputs_wiped")
 
 
 _ENVS: dict = {}  # one env per worker process and setting (its renderer is reused across trials)
@@ -41,8 +45,9 @@ _PERCEIVERS: dict = {}  # one loaded encoder per worker process and file
 
 
 def perceiver(encoder: str, image_size: int):
-    """``PerceivingTeacher``'s detector from an encoder file (``house_encoder.py``): its label heads'
-    P(in view) per category, the position each implies and the expected distance."""
+    """The seeing and input agents' detector from an encoder file (``house_encoder.py``): its label heads'
+    P(in view) per category, the position each implies, the expected distance and the floor distance per
+    column band."""
     if (encoder, image_size) not in _PERCEIVERS:
         import torch
 
@@ -55,7 +60,7 @@ def perceiver(encoder: str, image_size: int):
         def perceive(rgb, pose):
             f = enc(torch.as_tensor(np.ascontiguousarray(rgb))[None])
             p, xy, dist = heads.object_estimates(f, torch.tensor([pose], dtype=torch.float32))
-            return p[0].numpy(), xy[0].numpy(), dist[0].numpy()
+            return p[0].numpy(), xy[0].numpy(), dist[0].numpy(), heads.free_metres(f)[0].numpy()
 
         _PERCEIVERS[(encoder, image_size)] = perceive
     return _PERCEIVERS[(encoder, image_size)]
@@ -77,11 +82,17 @@ def run_trial(job: tuple) -> dict[str, list]:
     out["house_seed"] = info["house_seed"]
     searcher = None
     if agent in SEEING:
-        from icrl_ros.sim.house_teacher import PerceivingTeacher
-
         opts = dict(seeing)
         perceive = perceiver(opts.pop("encoder"), env.image_size)
-        searcher = PerceivingTeacher(env, perceive, memory=agent == "seeing", **opts)
+        if agent.startswith("inputs"):
+            from icrl_ros.experiments.house_input_searcher import InputSearcher
+
+            opts.pop("whole_map", None)  # it plans over no map of the house
+            searcher = InputSearcher(env, perceive, memory=agent == "inputs", **opts)
+        else:
+            from icrl_ros.sim.house_teacher import PerceivingTeacher
+
+            searcher = PerceivingTeacher(env, perceive, memory=agent == "seeing", **opts)
     for _ in range(episodes):
         if searcher is not None:
             searcher.see(obs["rgb"])
@@ -119,7 +130,7 @@ def main(argv=None) -> int:
     p.add_argument("--agents", default=",".join(AGENTS[:3]))
     p.add_argument("--encoder", help="the frozen encoder file the seeing agents perceive with (house_encoder.py's encoder.pt)")
     p.add_argument("--searcher", action="append", default=[], metavar="KEY=VALUE",
-                   help="a PerceivingTeacher setting for the seeing agents: present, stop_p, stop_m, whole_map")
+                   help="a setting of the seeing and input agents: present, stop_p, stop_m, whole_map (seeing only)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="docs/results/house_teacher")
     p.add_argument("--resume", action="store_true",
@@ -140,7 +151,7 @@ def main(argv=None) -> int:
     seeing = None  # the seeing agents' encoder and PerceivingTeacher settings
     if set(agents) & set(SEEING):
         if not args.encoder:
-            p.error("--agents seeing / seeing_wiped need --encoder PATH")
+            p.error(f"--agents {', '.join(SEEING)} need --encoder PATH")
         if not Path(args.encoder).is_file():
             p.error(f"--encoder: {args.encoder} does not exist")
         seeing = {"encoder": args.encoder}

@@ -313,7 +313,7 @@ class PerceivingTeacher(HouseTeacher):
       around, and drops the place when a full turn shows nothing;
     * it stops when the detector gives the goal P >= ``stop_p`` at an expected distance <= ``stop_m``.
 
-    ``perceive(rgb, pose)`` -> (P per category (C,), implied positions (C, 2), expected distances (C,)),
+    ``perceive(rgb, pose)`` -> (P per category (C,), implied positions (C, 2), expected distances (C,), ...),
     with ``pose`` and the positions in the planar world frame (x, y = -z, yaw) of
     :func:`~icrl_ros.geometry.planar`. Call :meth:`see` with
     every image the robot acts on, before :meth:`observe` (the env does not call this teacher).
@@ -336,7 +336,7 @@ class PerceivingTeacher(HouseTeacher):
     def see(self, rgb: np.ndarray) -> None:
         """The detector's reading of the image the robot now faces."""
         pose = planar((self.env.x, self.env.z, self.env.yaw))
-        self._p, self._xy, self._dist = (np.asarray(a, np.float64) for a in self.perceive(rgb, pose))
+        self._p, self._xy, self._dist = (np.asarray(a, np.float64) for a in self.perceive(rgb, pose)[:3])
 
     def recognise(self, view) -> None:
         if self._p is None:
