@@ -4,6 +4,9 @@
   on kept beside the KV cache, for models with ``model.route_memory``. Before the encoder the pose
   marks the map and the way back to the goal is written into the ``route`` input; each committed
   token's sightings enter the map; it is cleared with the memory and snapshotted with it.
+* ``frontier``: the frontier memory (:mod:`icrl_ros.house.frontier`), a map of the floor the camera looked
+  at, for models with ``model.frontier_memory``: before the encoder the way to its nearest edge is written
+  into the ``frontier`` input; each committed token's band distances enter the map.
 * ``stop_rule``: for models with ``model.stop_gate`` / ``stop_sure``, the stop logit is masked or
   forced from what the frozen heads say of the image (:mod:`icrl_ros.models.stop_rule`).
 * ``object_memory``: for models with ``model.object_memory``, the fixed heads of the first block
@@ -22,6 +25,13 @@ def _route_state(args, batch: int):
     return RouteState(batch, args.n_goals, OBJECT_SCALE_M, per_episode=not args.iea)
 
 
+def _frontier_state(args, batch: int):
+    from icrl_ros.house.frontier import FrontierState
+    from icrl_ros.models.encoders import OBJECT_SCALE_M
+
+    return FrontierState(batch, OBJECT_SCALE_M, per_episode=not args.iea)
+
+
 def _block_heads(args, layer: int):
     from icrl_ros.house.block_heads import house_heads
 
@@ -36,6 +46,8 @@ def _stop_rule(args):
 
 register_extension(Extension("route", applies=lambda a: bool(getattr(a, "route_memory", False)), owns=("route",),
                              state=_route_state))
+register_extension(Extension("frontier", applies=lambda a: bool(getattr(a, "frontier_memory", False)),
+                             owns=("frontier",), state=_frontier_state))
 register_extension(Extension("stop_rule", logit_rule=_stop_rule,
                              applies=lambda a: getattr(a, "stop_gate", 0.0) > 0 or getattr(a, "stop_sure", 0.0) > 0))
 register_extension(Extension("object_memory", applies=lambda a: bool(getattr(a, "object_memory", False)),

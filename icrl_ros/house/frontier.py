@@ -306,5 +306,16 @@ class FrontierMemory(GridWays):
         return self._features(odom, waypoint, length)
 
 
-__all__ = ["FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory", "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M",
+class FrontierState(FrontierMemory):
+    """:class:`FrontierMemory` fed by the control step (:class:`~icrl_ros.extensions.StepState`): it writes the
+    ``frontier`` input before the encoder and takes in each committed token's band distances."""
+
+    def before_encode(self, inputs: dict[str, Tensor], episode: Tensor) -> None:
+        self.fill(inputs, episode)
+
+    def after_encode(self, token: Tensor) -> None:
+        self.observe(token)
+
+
+__all__ = ["FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory", "FrontierState", "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M",
            "band_edges", "frontier_struct"]

@@ -105,6 +105,15 @@ class ModelArgs:
     """``route_memory``: > 0 adds a route-following head, an MLP with this many hidden units from the ``route``
     input (and the ``scan`` with ``scan_input``) to action logits that add to the actor's, gated by the route's
     "found" entry: where the route memory has no way to the goal the policy acts exactly as without it. 0: none."""
+    frontier_memory: bool = False
+    """With ``object_memory``: the step encoder also writes the frozen heads' floor distance per column band into
+    the token, the runtime keeps a bounded map of the floor the camera looked at and hands the policy, as the
+    ``frontier`` input, the way to the nearest edge of it (:mod:`icrl_ros.house.frontier`): search without
+    memory of the house walks to floor it has not looked at."""
+    frontier_skill: int = 0
+    """``frontier_memory``: > 0 adds a frontier-following head, an MLP with this many hidden units from the
+    ``frontier`` input (and the ``scan`` with ``scan_input``) to action logits that add to the actor's, gated by
+    the frontier's "found" entry and, with ``route_memory``, off where the route has a way to the goal. 0: none."""
     scan_input: bool = False
     """With ``route_skill``: the head also reads the ``scan`` input, which of the 12 headings around the robot a
     forward step can take (:data:`~icrl_ros.geometry.SCAN_BINS`; the env's ``scan`` option, a laser scan on a
@@ -231,8 +240,14 @@ class ModelArgs:
         if self.route_skill < 0 or (self.route_skill and not self.route_memory):
             raise ValueError(f"model.route_skill: a hidden width >= 0 for the route-following head, used with "
                              f"model.route_memory, got {self.route_skill} (route_memory {self.route_memory})")
-        if self.scan_input and not self.route_skill:
-            raise ValueError("model.scan_input: the scan is read by the route-following head; set model.route_skill > 0")
+        if self.frontier_memory and not self.object_memory:
+            raise ValueError("model.frontier_memory: needs model.object_memory (it reads the pose entries that writes)")
+        if self.frontier_skill < 0 or (self.frontier_skill and not self.frontier_memory):
+            raise ValueError(f"model.frontier_skill: a hidden width >= 0 for the frontier-following head, used with "
+                             f"model.frontier_memory, got {self.frontier_skill} (frontier_memory {self.frontier_memory})")
+        if self.scan_input and not (self.route_skill or self.frontier_skill):
+            raise ValueError("model.scan_input: the scan is read by the route- or frontier-following head; set "
+                             "model.route_skill or model.frontier_skill > 0")
         if self.place_memory and self.n_heads < 4:
             raise ValueError(f"model.place_memory: heads 0-2 of layer 0 become fixed; n_heads must be at least 4 "
                              f"(one learnt head left), got {self.n_heads}")

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from icrl_ros.models.config import ModelArgs
-from icrl_ros.models.object_memory import ROUTE_DIM, STRUCT_DIM, object_struct
+from icrl_ros.models.object_memory import ROUTE_DIM, object_struct
 
 
 def strided_convs(channels: tuple[int, ...]) -> nn.Sequential:
@@ -150,8 +150,8 @@ class FeatureHeads(nn.Module):
 
     def free_metres(self, f: Tensor) -> Tensor:
         """Features (..., F) -> the floor distance to the first wall or object per column band (..., FREE_BANDS),
-        metres, left band first (the head predicts log1p metres)."""
-        return torch.expm1(self.free(f)).clamp(min=0.0)
+        metres, left band first (the head predicts log1p metres; exp - 1 rather than expm1, which ONNX lacks)."""
+        return (torch.exp(self.free(f)) - 1.0).clamp(min=0.0)
 
     def object_estimates(self, f: Tensor, odom: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Features (..., F) and odometry (..., 3) -> per category P(in view) (..., C), the
@@ -285,6 +285,8 @@ class StepEncoder(nn.Module):
         self.goal = nn.Embedding(a.n_goals, a.d_model) if a.n_goals else None
         # the route memory's way back to the goal (icrl_ros/memory/route.py); zeroed by ICLPolicy
         self.route = nn.Linear(ROUTE_DIM, a.d_model) if a.route_memory else None
+        # the frontier memory's way to unlooked floor (icrl_ros/house/frontier.py); zeroed by ICLPolicy
+        self.frontier = nn.Linear(ROUTE_DIM, a.d_model) if a.frontier_memory else None
 
     def load_pretrained(self) -> None:
         """Load and freeze ``model.pretrained_encoder`` (training start only: checkpoints
@@ -336,8 +338,14 @@ class StepEncoder(nn.Module):
             x = x + self.goal(inp["goal"])
         if self.route is not None:
             x = x + self.route(inp["route"].float())
+        if self.frontier is not None:
+            x = x + self.frontier(inp["frontier"].float())
         if a.object_memory:  # the last entries carry what the object memory head reads
             p, xy, _ = self.heads.object_estimates(feat.float(), inp["odom"].float())
-            s = object_struct(p, xy, inp["odom"].float(), inp["goal"], OBJECT_SCALE_M).to(x.dtype)
-            x = torch.cat([x[..., :-STRUCT_DIM], s], -1)
+            s = object_struct(p, xy, inp["odom"].float(), inp["goal"], OBJECT_SCALE_M)
+            if a.frontier_memory:  # and before them, what the frontier memory reads
+                from icrl_ros.house.frontier import frontier_struct
+
+                s = torch.cat([frontier_struct(self.heads.free_metres(feat.float()), OBJECT_SCALE_M), s], -1)
+            x = torch.cat([x[..., :-s.shape[-1]], s.to(x.dtype)], -1)
         return x

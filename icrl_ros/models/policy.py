@@ -33,10 +33,18 @@ def skill_inputs(args: ModelArgs) -> list[str]:
     return ["route", "scan"] if args.scan_input else ["route"]
 
 
+def frontier_inputs(args: ModelArgs) -> list[str]:
+    """Inputs of ``args``' frontier-following head (``model.frontier_skill``): the ``frontier`` [and ``scan``] it
+    reads, then the ``route`` whose "found" entry turns it off (with ``model.route_memory``)."""
+    if not getattr(args, "frontier_skill", 0):
+        return []
+    return ["frontier"] + ["scan"] * bool(args.scan_input) + ["route"] * bool(args.route_memory)
+
+
 def head_inputs(args: ModelArgs) -> list[str]:
-    """Inputs the heads graph takes after ``hidden``, for a fixed head whose logits add to the actor's
-    (:meth:`ICLPolicy.extra_logits`); none for most models."""
-    return skill_inputs(args)
+    """Inputs the heads graph takes after ``hidden``, for the fixed heads whose logits add to the actor's
+    (:meth:`ICLPolicy.extra_head`), each once; none for most models."""
+    return list(dict.fromkeys(skill_inputs(args) + frontier_inputs(args)))
 
 
 def skill_logits(head: nn.Module, *inputs: Tensor) -> Tensor:
@@ -45,15 +53,34 @@ def skill_logits(head: nn.Module, *inputs: Tensor) -> Tensor:
     return inputs[0][..., :1].float() * head(torch.cat([t.float() for t in inputs], -1))
 
 
-class SkillHead(nn.Module):
-    """The route-following head as the heads graph calls it: ``skill_logits`` of the wrapped head."""
+def frontier_logits(head: nn.Module, frontier: Tensor, scan: Tensor | None, route: Tensor | None) -> Tensor:
+    """The frontier-following head's logits (..., A) from ``frontier`` [and ``scan``], zero where the frontier memory
+    has no way (its "found" entry 0) and where ``route`` has a way to the goal."""
+    gate = frontier[..., :1].float()
+    if route is not None:
+        gate = gate * (1.0 - route[..., :1].float())
+    x = frontier.float() if scan is None else torch.cat([frontier.float(), scan.float()], -1)
+    return gate * head(x)
 
-    def __init__(self, head: nn.Module) -> None:
+
+class SkillHead(nn.Module):
+    """The fixed heads whose logits add to the actor's, as the heads graph calls them: the route-following head
+    (``skill_logits``) and the frontier-following head (``frontier_logits``) on the :func:`head_inputs` in order."""
+
+    def __init__(self, args: ModelArgs, route: nn.Module | None, frontier: nn.Module | None) -> None:
         super().__init__()
-        self.head = head
+        self.head, self.frontier = route, frontier  # (the route head's name predates the frontier head)
+        self.names = head_inputs(args)
+        self.route_names, self.frontier_names = skill_inputs(args), frontier_inputs(args)
 
     def forward(self, *inputs: Tensor) -> Tensor:
-        return skill_logits(self.head, *inputs)
+        inp = dict(zip(self.names, inputs))
+        out = 0.0
+        if self.head is not None:
+            out = out + skill_logits(self.head, *(inp[n] for n in self.route_names))
+        if self.frontier is not None:
+            out = out + frontier_logits(self.frontier, inp["frontier"], inp.get("scan"), inp.get("route"))
+        return out
 
 
 class ICLPolicy(nn.Module):
@@ -73,24 +100,34 @@ class ICLPolicy(nn.Module):
         if args.route_skill:
             self.route_skill = nn.Sequential(nn.Linear(ROUTE_DIM + SCAN_BINS * args.scan_input, args.route_skill),
                                              nn.ReLU(), nn.Linear(args.route_skill, args.n_actions))
+        # the frontier-following head (model.frontier_skill): frontier (+ scan) -> logits, added where it has a way
+        self.frontier_skill = None
+        if args.frontier_skill:
+            self.frontier_skill = nn.Sequential(
+                nn.Linear(ROUTE_DIM + SCAN_BINS * args.scan_input, args.frontier_skill), nn.ReLU(),
+                nn.Linear(args.frontier_skill, args.n_actions))
         self.apply(self._init)
         nn.init.normal_(self.actor.weight, std=0.01)
         nn.init.zeros_(self.actor.bias)
         # inputs that start as none, so a trained model gains them by --init-partial unchanged (self.apply above
         # re-draws the place memory's read-out, which must start at zero too)
-        late = [self.encoder.route] + [b.place_memory.out for b in self.core.blocks if hasattr(b, "place_memory")]
-        if self.route_skill is not None:  # its hidden layer at torch's default scale, its output zero
-            self.route_skill[0].reset_parameters()
-            late.append(self.route_skill[-1])
+        late = [self.encoder.route, self.encoder.frontier] + [
+            b.place_memory.out for b in self.core.blocks if hasattr(b, "place_memory")]
+        for head in (self.route_skill, self.frontier_skill):  # hidden layer at torch's default scale, output zero
+            if head is not None:
+                head[0].reset_parameters()
+                late.append(head[-1])
         for m in late:
             if m is not None:
                 nn.init.zeros_(m.weight)
                 nn.init.zeros_(m.bias)
 
     def extra_head(self) -> nn.Module | None:
-        """A module from the :func:`head_inputs` to logits (..., A) that add to the actor's (the route-following
-        head, its weights shared), or None for a model without one."""
-        return None if self.route_skill is None else SkillHead(self.route_skill)
+        """A module from the :func:`head_inputs` to logits (..., A) that add to the actor's (the route- and
+        frontier-following heads, their weights shared), or None for a model without one."""
+        if self.route_skill is None and self.frontier_skill is None:
+            return None
+        return SkillHead(self.args, self.route_skill, self.frontier_skill)
 
     @staticmethod
     def _init(m: nn.Module) -> None:
@@ -124,6 +161,8 @@ class ICLPolicy(nn.Module):
             spec["goal"] = ((), torch.long)
         if self.args.route_memory:  # written by the control step's route memory, not observed
             spec["route"] = ((ROUTE_DIM,), torch.float32)
+        if self.args.frontier_memory:  # written by the control step's frontier memory, not observed
+            spec["frontier"] = ((ROUTE_DIM,), torch.float32)
         if self.args.scan_input:  # the free headings around the robot (env option scan; a laser scan)
             spec["scan"] = ((SCAN_BINS,), torch.float32)
         return spec
@@ -158,10 +197,11 @@ class ICLPolicy(nn.Module):
         return skill_inputs(self.args)
 
     def with_skill(self, logits: Tensor, inp: dict[str, Tensor]) -> Tensor:
-        """``logits`` plus the route-following head's where the model has one."""
-        if self.route_skill is None:
+        """``logits`` plus the route- and frontier-following heads' where the model has them."""
+        head = self.extra_head()
+        if head is None:
             return logits
-        return logits + skill_logits(self.route_skill, *(inp[n] for n in self.skill_inputs)).to(logits.dtype)
+        return logits + head(*(inp[n] for n in head.names)).to(logits.dtype)
 
     def initial_cache(self, batch: int, device=None) -> tuple[Tensor, Tensor]:
         """Keys/values present at a trial start: empty, or the sink token's (L, B, H, 1, hd)."""

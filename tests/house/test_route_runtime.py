@@ -120,3 +120,64 @@ def test_the_route_skill_reads_the_scan_only_where_a_route_exists_and_the_bundle
     from icrl_ros.training.house_eval import stepper_for
 
     assert stepper_for(str(scan_bundle))[1]["scan"] is True  # evaluate.py's env gives the bundle its scan
+
+
+@pytest.fixture(scope="module")
+def frontier_bundle(tmp_path_factory):
+    """The shipped ReLIC with the frontier memory, a frontier input and a frontier-following head that reads the
+    scan beside the route (random weights where a trained model gains them as zeros)."""
+    if not SHIPPED.is_file():
+        pytest.skip(f"{SHIPPED} is missing")
+    from icrl_ros.training.export import export_bundle
+
+    shipped, config = load_checkpoint(SHIPPED)
+    policy = ICLPolicy(replace(shipped.args, route_memory=True, route_skill=16, scan_input=True,
+                               frontier_memory=True, frontier_skill=16))
+    policy.load_state_dict(shipped.state_dict(), strict=False)
+    assert not policy.encoder.frontier.weight.any() and not policy.frontier_skill[-1].weight.any()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in (policy.encoder.frontier, policy.frontier_skill[-1]):
+            m.weight.normal_(0.0, 0.5, generator=g)
+    return export_bundle(policy, tmp_path_factory.mktemp("frontier") / "bundle", config=config)
+
+
+def test_the_frontier_head_acts_where_no_route_exists_and_the_bundle_replays_its_map(frontier_bundle, tmp_path):
+    from icrl_ros.runtime import PolicyRunner
+    from icrl_ros.runtime.bundle import load_bundle
+    from icrl_ros.runtime.selfcheck import check_sample
+
+    bundle = load_bundle(frontier_bundle)
+    assert [io["name"] for io in bundle.specs["heads"]["inputs"]] == ["hidden", "route", "scan", "frontier"]
+    policy = bundle.load_policy()
+    g = torch.Generator().manual_seed(1)
+    inp = {"rgb_feat": torch.randn(4, 1, policy.args.feature_dim, generator=g), "odom": torch.randn(4, 1, 3, generator=g),
+           "prev_action": torch.zeros(4, 1, dtype=torch.long), "episode_step": torch.zeros(4, 1, dtype=torch.long),
+           "episode_index": torch.zeros(4, 1, dtype=torch.long), "goal": torch.zeros(4, 1, dtype=torch.long),
+           "route": torch.zeros(4, 1, 6), "scan": torch.ones(4, 1, 12), "frontier": torch.randn(4, 1, 6, generator=g)}
+    inp["frontier"][:, :, 0] = torch.tensor([1.0, 1.0, 0.0, 1.0])[:, None]  # a way in envs 0, 1, 3
+    inp["route"][3, :, 0] = 1.0  # env 3 has a way to its goal: the route head's turn
+    policy.encoder.frontier.weight.data.zero_()  # the head alone (the input's token term moves every env)
+    with torch.no_grad():
+        moved = (policy.forward_sequence(inp)[0] - policy.forward_sequence(dict(inp, scan=torch.zeros(4, 1, 12)))[0])
+    moved = moved.abs().amax((1, 2))
+    assert (moved[:2] > 1e-3).all() and moved[2] == 0  # gated by the frontier's "found"
+    sample = np.load(frontier_bundle / "sample.npz")
+    assert sample["frontier"].shape[-1] == 6 and (sample["frontier"][..., 0] == 1.0).any()  # the way fired in it
+    report = check_sample(bundle)
+    assert report["ok"], report
+
+    runner = PolicyRunner.from_bundle(frontier_bundle)
+    front = runner.control.states["frontier"]
+    runner.begin_episode(0)
+    rng = np.random.default_rng(0)
+    for t in range(8):
+        runner.act({"rgb": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8), "scan": np.ones(12, np.float32),
+                    "odom": np.array([0.25 * t, 0.0, 0.0], np.float32)})
+    looked = front.looked.copy()
+    assert looked.sum() > 20  # the footprint and the view of every committed step
+    runner.snapshot(tmp_path / "f.npz")
+    runner.reset_trial()
+    assert not front.looked.any()
+    runner.restore(tmp_path / "f.npz")
+    assert np.array_equal(front.looked, looked)
