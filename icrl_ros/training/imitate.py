@@ -44,7 +44,6 @@ from icrl_ros.families import family_of
 from icrl_ros.families.memo.model import segment_schedule
 from icrl_ros.models import build_policy, make_memory, save_checkpoint
 from icrl_ros.models.encoders import OBJECT_SCALE_M
-from icrl_ros.models.policy import skill_logits
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim import make_vec
 from icrl_ros.training._cli import fail, load_init_weights
@@ -65,7 +64,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--teacher", help="scripted teacher (training/teachers.py; default: the env's first). The house's "
                    "'route' (a model with model.route_memory, env.options.teacher=memory): on steps where the "
                    "policy's route memory has a way to the goal, a follower of its waypoint that senses free "
-                   "headings (in the env workers); elsewhere the env's teacher. Reports route_label_share")
+                   "headings (in the env workers); elsewhere the env's teacher. Reports route_label_share. "
+                   "'frontier' (model.frontier_memory): as 'route', and where neither the route nor the env's "
+                   "teacher knows the goal, the same follower toward the policy's frontier waypoint")
     p.add_argument("--teacher-checkpoint", metavar="PATH",
                    help="a trained policy's checkpoint as the teacher instead of a scripted one (policy distillation): "
                         "it steps on the student's inputs with a memory of its own; the loss is cross-entropy to its "
@@ -202,10 +203,10 @@ class Imitator:
         self.heads = getattr(policy.encoder, "heads", None)  # the frozen label heads, when inputs
         self.params = select_trainable(policy, cfg.ppo.train_only)
         self.opt = torch.optim.Adam(self.params, lr=cfg.ppo.lr, eps=1e-5)
-        # only the route-following head trains: the held network's logits are cached once per collected trial
-        # and the head fits on top of them (skill_epochs passes over the route steps), no sequence model per step
+        # only the route- / frontier-following heads train: the held network's logits are cached once per collected
+        # trial and the heads fit on top of them (skill_epochs passes over their steps), no sequence model per step
         names = [n for n, p in policy.named_parameters() if p.requires_grad]
-        self.skill_only = bool(names) and all(n.startswith("route_skill.") for n in names)
+        self.skill_only = bool(names) and all(n.startswith(("route_skill.", "frontier_skill.")) for n in names)
         self.skill_epochs = skill_epochs
         self.keys = [*policy.rollout_spec(), "episode_index"]
         self.it = 0
@@ -356,28 +357,31 @@ class Imitator:
 
     @torch.no_grad()
     def skill_rows(self, d: dict) -> dict[str, torch.Tensor]:
-        """The route steps of stored iteration ``d`` (the head's "found" entry on, and counted by the label mask):
-        the held network's logits without the head (computed once per iteration and kept), the head's inputs, the
-        labels."""
+        """The steps of stored iteration ``d`` where a fixed head acts (the route's or the frontier's "found" entry
+        on) and the label mask counts them: the held network's logits without the heads (computed once per
+        iteration and kept), the heads' inputs, the labels."""
         policy = self.policy
+        head = policy.extra_head()
         if "skill_base" not in d:
             policy.eval()
             base = []
             for mb in torch.arange(d["label"].shape[0]).chunk(self.cfg.ppo.num_minibatches):
                 inp = {k: d[k][mb] for k in self.keys}
                 logits = policy.forward_sequence(inp, d["schedule"])[0]
-                base.append(logits - skill_logits(policy.route_skill, *(inp[n] for n in policy.skill_inputs)))
+                base.append(logits - head(*(inp[n] for n in head.names)))
             d["skill_base"] = torch.cat(base)
-        on = d["route"][..., 0] > 0
+        on = torch.zeros(d["label"].shape, dtype=torch.bool)
+        for name in ("route", "frontier"):
+            if name in d and name in head.names:
+                on |= d[name][..., 0] > 0
         if "label_mask" in d:
             on &= d["label_mask"] > 0
-        return {"base": d["skill_base"][on], "label": d["label"][on],
-                "inputs": [d[n][on].float() for n in policy.skill_inputs]}
+        return {"base": d["skill_base"][on], "label": d["label"][on], "inputs": [d[n][on].float() for n in head.names]}
 
     def update_skill(self) -> dict[str, float]:
-        """``skill_epochs`` passes, in ``num_minibatches`` minibatches, over the route steps of the stored
-        iterations: cross-entropy of (held logits + head) to the labels. Only the head has gradients."""
-        head = self.policy.route_skill
+        """``skill_epochs`` passes, in ``num_minibatches`` minibatches, over the fixed heads' steps of the stored
+        iterations: cross-entropy of (held logits + heads) to the labels. Only the heads have gradients."""
+        head = self.policy.extra_head()
         rows = [self.skill_rows(d) for d in self.stored]
         base = torch.cat([r["base"] for r in rows])
         label = torch.cat([r["label"] for r in rows])
@@ -388,7 +392,7 @@ class Imitator:
         head.train()
         for _ in range(self.skill_epochs if len(label) else 0):
             for mb in torch.randperm(len(label)).chunk(self.cfg.ppo.num_minibatches):
-                logits = base[mb] + skill_logits(head, *(x[mb] for x in inputs))
+                logits = base[mb] + head(*(x[mb] for x in inputs))
                 loss = F.cross_entropy(logits, label[mb])
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()

@@ -33,6 +33,7 @@ from icrl_ros.models.checkpoint import load_checkpoint
 from icrl_ros.models.stepping import make_memory
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim.gridworlds import DarkKeyToDoorVecEnv, DarkroomVecEnv, VecTrialEnv
+from icrl_ros.sim.house_oracle import TURN_LEFT
 
 # Action indices of the grid moves (icrl_ros.sim.gridworlds._MOVES_5): +y, -y, -x, +x, stay (Darkroom only).
 _UP, _DOWN, _LEFT, _RIGHT, _STAY = 0, 1, 2, 3, 4
@@ -278,6 +279,35 @@ class RouteFollower:
         """Nothing to do: the env workers observe every step."""
 
 
+class FrontierFollower(RouteFollower):
+    """Labels for a frontier model (``model.frontier_memory``, :mod:`icrl_ros.house.frontier`): as
+    :class:`RouteFollower` where the policy's route has a way to the goal; where it has none and the in-env teacher
+    has not seen the goal either (it is exploring), the same follower toward the policy's own ``frontier``
+    waypoint, turning on the spot at a frontier (as :class:`~icrl_ros.experiments.house_input_searcher.
+    InputSearcher` does); elsewhere the in-env teacher's label. The teacher explores by a map of the house the
+    student does not have; these labels explore by the one the student is handed. :meth:`goal_known` is True on
+    the followers' steps."""
+
+    AT_FRONTIER_M = 0.3
+
+    def act(self, inputs: dict) -> np.ndarray:
+        if "frontier" not in inputs:
+            raise ValueError("teacher 'frontier' reads the policy's frontier input: set model.frontier_memory: true")
+        f = inputs["frontier"].detach().cpu().numpy()
+        n = len(f)
+        r = inputs["route"].detach().cpu().numpy() if "route" in inputs else np.zeros_like(f)
+        fallback = self.fallback.act(None)
+        routed = r[:, 0] > 0
+        exploring = (f[:, 0] > 0) & ~routed & ~self.env.teacher_goal_known
+        points = np.where(routed[:, None], r[:, 1:3], f[:, 1:3]) * self.scale_m
+        acts = self.env.waypoint_actions(points, routed | exploring)
+        at = exploring & (f[:, 5] * self.scale_m < self.AT_FRONTIER_M) & (
+            np.hypot(*(f[:, 1:3] * self.scale_m).T) < self.AT_FRONTIER_M)
+        acts = np.where(at, TURN_LEFT, acts)
+        self._routed = (routed | exploring) & (acts >= 0)
+        return np.where(self._routed, acts, fallback).astype(np.int64).reshape(n)
+
+
 class PolicyTeacher:
     """A trained policy as the teacher (policy distillation, as Algorithm Distillation distils a learner):
     it steps on the student's own inputs beside it, with a memory of its own for the whole trial, so
@@ -318,7 +348,8 @@ TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer, "room": RoomExp
             "wiped": HouseEnvTeacher, "route": RouteFollower}
 # The first is the default. The house's "memory" and "wiped" name the env's teacher mode; "route" reads
 # the policy's route input (and the env's "memory" teacher off the route).
-ENV_TEACHERS = {"darkroom": ("room",), "dark_key_to_door": ("cycle", "explorer"), "house": ("memory", "wiped", "route")}
+ENV_TEACHERS = {"darkroom": ("room",), "dark_key_to_door": ("cycle", "explorer"),
+                "house": ("memory", "wiped", "route", "frontier")}
 
 
 def make_teacher(env, name: str | None = None, policy=None):
@@ -339,6 +370,12 @@ def make_teacher(env, name: str | None = None, policy=None):
             raise ValueError("teacher 'route' reads the policy's route input: set model.route_memory: true")
 
         return RouteFollower(env, OBJECT_SCALE_M)
+    if name == "frontier":
+        from icrl_ros.models.encoders import OBJECT_SCALE_M
+
+        if policy is not None and not getattr(policy.args, "frontier_memory", False):
+            raise ValueError("teacher 'frontier' reads the policy's frontier input: set model.frontier_memory: true")
+        return FrontierFollower(env, OBJECT_SCALE_M)
     if env_name == "house":
         if env.task.get("teacher") != name:
             raise ValueError(f"teacher {name!r}: the house env runs teacher={env.task.get('teacher')!r}; "

@@ -309,3 +309,39 @@ def test_a_trained_policy_teaches_by_its_action_probabilities(tmp_path, capsys, 
     assert "must read the student's inputs" in refused(main, [*args, "--teacher-checkpoint", str(dr)], capsys)
     assert "give one" in refused(main, [*args, "--teacher-checkpoint", str(path), "--teacher", "cycle"], capsys)
     assert "no such file" in refused(main, [*args, "--teacher-checkpoint", str(tmp_path / "none.pt")], capsys)
+
+
+def test_the_frontier_teacher_labels_exploring_steps_from_the_policys_frontier_way():
+    """--teacher frontier: the route follower where the route has a way; where neither the route nor the env's
+    teacher knows the goal, the same follower toward the frontier waypoint (a turn on the spot at the frontier);
+    the env teacher's label elsewhere. goal_known() marks the followers' steps."""
+    from icrl_ros.training.teachers import FrontierFollower
+
+    class Env:  # the HouseVecEnv surface the teacher reads
+        num_envs = 4
+        task = {"teacher": "memory"}
+        teacher_action = np.array([1, 1, 1, 1])
+        teacher_goal_known = np.array([False, False, True, False])
+
+        def waypoint_actions(self, points, mask):
+            self.asked = (np.asarray(points).copy(), np.asarray(mask).copy())
+            return np.where(mask, 3, -1)
+
+    env = Env()
+    t = FrontierFollower(env, 5.0)
+    route = torch.zeros(4, 6)
+    route[0, :3] = torch.tensor([1.0, 0.2, 0.0])  # env 0: a way to the goal
+    front = torch.zeros(4, 6)
+    front[:, 0] = 1.0
+    front[:, 1:3] = torch.tensor([0.4, 0.1])
+    front[:, 5] = 0.5
+    front[3, 1:3], front[3, 5] = torch.tensor([0.02, 0.0]), 0.0  # env 3 stands at its frontier
+    labels = t.act({"route": route, "frontier": front})
+    # env 0: the route's waypoint; env 1: the frontier's; env 2: the teacher knows the goal; env 3: look round
+    assert labels.tolist() == [3, 3, 1, 2]
+    points, mask = env.asked
+    assert mask.tolist() == [True, True, False, True]
+    assert np.allclose(points[0], [1.0, 0.0]) and np.allclose(points[1], [2.0, 0.5])
+    assert t.goal_known().tolist() == [True, True, False, True]
+    with pytest.raises(ValueError, match="frontier_memory"):
+        t.act({"route": route})
