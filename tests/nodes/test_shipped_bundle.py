@@ -14,8 +14,11 @@ import pytest
 from tests.nodes.ros_support import REPO, require_bundle, require_house_bundle
 
 
-@pytest.mark.parametrize("name,kind", [("house_relic", "relic"), ("house_memo", "memo"), ("house_relic_scan", "relic"),
-                                       ("house_memo_scan", "memo")])
+# make test checks the default (house_relic_scan) and its Memo counterpart (house_memo_scan); the earlier two in
+# make test-all
+@pytest.mark.parametrize("name,kind", [pytest.param("house_relic", "relic", marks=pytest.mark.slow),
+                                       pytest.param("house_memo", "memo", marks=pytest.mark.slow),
+                                       ("house_relic_scan", "relic"), ("house_memo_scan", "memo")])
 def test_shipped_bundle_is_the_shipped_checkpoint_and_passes_its_self_check(name, kind) -> None:
     bundle = require_bundle(name)
     from icrl_ros.models import load_checkpoint

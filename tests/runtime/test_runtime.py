@@ -86,7 +86,8 @@ def run(bundle_path, backend, inp, memory=None, precision_check=None):
     return replay(runner, inp), runner
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "torch"])
+# make test steps the ONNX Runtime engine (what the node runs); the torch engine's runs are in make test-all
+@pytest.mark.parametrize("backend", ["onnxruntime", pytest.param("torch", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("model", ["relic", "relic_token_noiea", "memo"])
 def test_fp32_stepping_matches_full_sequence_over_2000_steps(bundles, rollouts, model, backend):
     inp, ref_l, ref_v = rollouts[model]
@@ -283,7 +284,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("model,memory", [("relic", "window"), ("memo", "memo")])
+@pytest.mark.parametrize("model,memory", [("relic", "window"), pytest.param("memo", "memo", marks=pytest.mark.slow)])
 def test_snapshot_restore_in_a_new_process_gives_identical_actions(bundles, tmp_path, model, memory):
     r = PolicyRunner.from_bundle(bundles[model], memory=memory)
     r.begin_episode()

@@ -129,6 +129,7 @@ def test_imitate_refuses_a_teacher_for_another_env_or_unknown(tmp_path, capsys, 
                                       capsys)
 
 
+@pytest.mark.slow  # an HCAM imitation run on the house (~20 s alone); HCAM's loss itself is checked in its family's tests
 def test_imitate_adds_hcams_reconstruction_loss_on_request(tmp_path):
     cfg = "config/train/dark_key_to_door_hcam_imitate.yaml"
     hcam = ["--set", "model.hcam_chunk=8", "--set", "model.hcam_top_k=2", "--set", "model.depth_dropout=0.0"]

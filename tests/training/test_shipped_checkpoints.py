@@ -38,11 +38,15 @@ def test_darkroom_relic_learns_in_context_on_held_out_goals():
     assert tenth >= 75, tenth
 
 
-def shipped(name: str, *args):
-    """One case of the table below, skipped where its checkpoint is not shipped."""
+def shipped(name: str, *args, slow: bool = False):
+    """One case of the table below, skipped where its checkpoint is not shipped (``slow``: in make test-all only)."""
     path = ROOT / "checkpoints" / name
-    return pytest.param(path, *args, id=name.removesuffix(".pt"),
-                        marks=pytest.mark.skipif(not path.is_file(), reason=f"checkpoints/{name} not shipped"))
+    marks = [pytest.mark.skipif(not path.is_file(), reason=f"checkpoints/{name} not shipped")]
+    return pytest.param(path, *args, id=name.removesuffix(".pt"), marks=marks + [pytest.mark.slow] * slow)
+
+
+# make test keeps the Darkroom ReLIC (above) and Memo cases; Dark-Key-To-Door, HCAM and RA-DT (~5 CPU-minutes between
+# them) run in make test-all
 
 
 # (checkpoint, env, held-out trials, steps, temperature, episode 10 at least this above episode 1, trial return / oracle)
@@ -50,13 +54,13 @@ HELD_OUT_CASES = [
     # Dark-Key-To-Door ReLIC, sampled at temperature 0.6, chosen on training tasks (docs/notebook):
     # 0.639 +- 0.026 of the oracle on 400 held-out trials, 0.77 -> 1.88 by episode 10; these 64 trials
     # measured 0.610, 0.73 -> 1.89. Margins for 64 trials.
-    shipped("dark_key_to_door_relic.pt", "icrl_ros/DarkKeyToDoor-v0", 64, 500, 0.6, 0.7, 0.55),
+    shipped("dark_key_to_door_relic.pt", "icrl_ros/DarkKeyToDoor-v0", 64, 500, 0.6, 0.7, 0.55, slow=True),
     # HCAM (hidden 128; imitation of RoomExplorer, then 0.98M steps of PPO), every chunk of the trial kept,
     # sampled at temperature 0.6 (chosen on training goals, docs/notebook); each held-out goal once. These 20
     # trials measured 38.1 -> 90.9 by episode 10, 0.925 of the oracle (100 held-out trials of 4,000 steps:
     # 0.974, docs/notebook). Without its memory a policy stays near episode 1's return (the no-IEA ReLIC: 0.31
     # of the oracle); the imitation-only HCAM it replaces gave 0.787 here.
-    shipped("darkroom_hcam.pt", "icrl_ros/Darkroom-v0", 20, 1000, 0.6, 30, 0.85),
+    shipped("darkroom_hcam.pt", "icrl_ros/Darkroom-v0", 20, 1000, 0.6, 30, 0.85, slow=True),
     # Memo (config/train/darkroom_memo.yaml, 3.0M PPO steps from scratch), its summaries and the whole
     # trial's segments kept, sampled at temperature 1; each held-out goal once. These 20 trials measured
     # 24.7 -> 80.7 by episode 10, 0.726 of the oracle over the 10 episodes (100 held-out trials of 4,000
@@ -77,6 +81,7 @@ def test_shipped_checkpoint_learns_in_context_on_held_out_tasks(path, env_id, tr
 RADT = ROOT / "checkpoints" / "darkroom_radt.pt"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not RADT.is_file(), reason="checkpoints/darkroom_radt.pt not shipped")
 def test_darkroom_radt_learns_in_context_on_held_out_goals():
     """RA-DT (a cell known by its row and column, no return-to-go, no retrieval dropout; offline on

@@ -269,6 +269,7 @@ def test_from_bundle_act_info_bounded_bytes_and_snapshot_restore(bundle_path, tm
     r.close()
 
 
+@pytest.mark.slow  # exports and verifies the shipped RA-DT (~20 s alone); the runners' parity runs in make test
 @pytest.mark.skipif(not RADT4.is_file(), reason="checkpoints/darkroom_radt.pt not shipped")
 def test_trained_checkpoint_exports_and_verifies(tmp_path):
     from icrl_ros.training import export
