@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from icrl_ros.families import FAMILIES
 from icrl_ros.memory import trial_sizes
 from icrl_ros.models import ModelArgs, build_policy
 from icrl_ros.families.radt.model import RADTArgs, RADTPolicy
@@ -282,7 +283,7 @@ def main(argv=None) -> int:
     print_header()
     with tempfile.TemporaryDirectory() as tmp:
         bundles = {}
-        for kind in ("relic", "memo", "hcam", "radt"):
+        for kind in FAMILIES:
             if kind not in {kind_of(p) for p in policies}:
                 continue
             policy = radt_policy() if kind == "radt" else build_policy(extobjnav_args(kind, args.obs)).eval()

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icrl_ros.families import memory_policies
+
 BACKENDS = ("onnxruntime", "torch", "tensorrt")
 DEVICES = ("cpu", "cuda")
-MEMORY_POLICIES = ("", "full", "window", "memo", "hcam", "retrieval")  # "" + icrl_ros.memory.MEMORY_POLICIES (no torch import here)
+MEMORY_POLICIES = ("", *memory_policies())  # "" (the bundle's default) + every family's (the registry imports no torch)
 KV_DTYPES = ("", "fp32", "fp16", "int8")  # "" + icrl_ros.memory.quant.KV_DTYPES
 ACTION_MODES = ("discrete", "twist")
 ACTION_SELECTIONS = ("", "sample", "greedy")  # "" + icrl_ros.runtime.manifest.ACTION_SELECTIONS

@@ -57,7 +57,7 @@ import torch
 
 from icrl_ros.memory import ON_FULL
 from icrl_ros.memory.base import DEFAULT_STEPS
-from icrl_ros.families import family_of
+from icrl_ros.families import family_of, memory_policies
 from icrl_ros.models import ICLPolicy, ModelArgs, load_checkpoint, make_memory
 from icrl_ros.families.radt.model import RADTPolicy
 from icrl_ros.runtime import bundle as B
@@ -427,7 +427,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--fp16", action="store_true", help="float16 core / heads / cache (encoder stays float32)")
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
-    p.add_argument("--memory", choices=("full", "window", "memo", "hcam", "retrieval"),
+    p.add_argument("--memory", choices=tuple(memory_policies()),
                    help="default memory policy of the bundle")
     p.add_argument("--capacity", type=int, help="full context: steps kept (default 8192)")
     p.add_argument("--window", type=int, help="sink + window: steps kept (default 4096)")
