@@ -40,6 +40,10 @@ bridge's ``odom``, under ``map``).
 * **route**: the whole way the route memory gives from the last step's pose to the remembered goal
   (:meth:`~icrl_ros.house.route_state.RouteState.way`) as a ``nav_msgs/Path`` (the pose, the stood
   cells down its distance field, the goal's remembered position); no poses when it has none.
+* **frontier map** and **frontier** (bundles whose model has ``frontier_memory``, :mod:`icrl_ros.house.frontier`):
+  ``~/memory/frontier_map`` on the same grid, floor the camera looked at 0, its frontier cells 50, cells with
+  obstacle evidence 100, the rest -1; ``~/memory/frontier``, a two-pose ``nav_msgs/Path`` from the robot to the
+  frontier way's held waypoint.
 * **attention**: the fixed heads' attention mass of the last step per episode of the trial
   (:meth:`~icrl_ros.house.memory_view.HouseMemoryView.attention_by_episode`), a
   ``Float32MultiArray`` of rows = heads (object memory, place memory probes), columns = episodes 0 ..
@@ -80,10 +84,11 @@ PALETTE = ((1.00, 0.50, 0.00), (0.65, 0.34, 0.16), (0.97, 0.51, 0.75), (0.45, 0.
 """The other categories' colours (none of NAME_COLOURS'): category i gets PALETTE[i % len]."""
 
 
-def route_state(runner: Any) -> Any:
-    """The runner's route memory (``runner.control.states["route"]``), or None for a runner without one."""
+def route_state(runner: Any, name: str = "route") -> Any:
+    """The runner's route memory (``runner.control.states["route"]``; or its state ``name``, e.g. ``"frontier"``), or
+    None for a runner without one."""
     states = getattr(getattr(runner, "control", None), "states", None)
-    return states.get("route") if isinstance(states, dict) else None
+    return states.get(name) if isinstance(states, dict) else None
 
 
 def stamp_msg(seconds: float) -> Time:
@@ -305,6 +310,34 @@ def looked_at_map(view: Any, origin: Pose, frame_id: str, stamp: Time | None = N
     return grid
 
 
+def frontier_map(front: Any, origin: Pose, frame_id: str, stamp: Time | None = None, env: int = 0) -> OccupancyGrid:
+    """The frontier memory's map (:class:`~icrl_ros.house.frontier.FrontierMemory`) on the route map's grid: looked-at
+    floor 0, its frontier cells 50, cells with obstacle evidence 100, unknown -1."""
+    from icrl_ros.house.frontier import BLOCKED_HIT
+
+    grid = _grid(frame_id, stamp, origin)
+    cells = np.full(front.looked[env].shape, -1, dtype=np.int8)
+    cells[front.looked[env]] = 0
+    crop = front.frontier(env)
+    if crop is not None:
+        (r0, c0), f = crop[3], crop[0]
+        cells[r0:r0 + f.shape[0], c0:c0 + f.shape[1]][f] = 50
+    cells[front.blocked[env] >= BLOCKED_HIT] = 100
+    grid.data = array.array("b", cells.T.tobytes())  # rows along the memory frame's y
+    return grid
+
+
+def frontier_path(front: Any, robot: Pose | None, origin: Pose, frame_id: str, stamp: Time | None = None,
+                  env: int = 0) -> Path:
+    """The frontier way's held waypoint from the robot (``robot``: the last step's odometry pose), as a two-pose
+    ``nav_msgs/Path`` in ``frame_id`` facing the waypoint; no poses without a plan or a pose."""
+    path = Path()
+    path.header.frame_id, path.header.stamp = frame_id, stamp or Time()
+    if robot is None or front.plan_age[env] < 0 or front.target[env, 0] < 0:
+        return path
+    return route_path(None, origin, frame_id, stamp, env, way=(np.array([robot[:2], front.plan[env, :2]]), 0.0))
+
+
 def route_path(route: Any, origin: Pose, frame_id: str, stamp: Time | None = None, env: int = 0,
                way: Any = False) -> Path:
     """The route memory's whole way from the last step's pose to the remembered goal
@@ -430,6 +463,10 @@ class MemoryTopics:
         self._step: tuple | None = None
         self._cache: dict[str, Any] = {}
         self.types: dict[str, type] = {"sightings": MarkerArray, "route_map": OccupancyGrid, "route": Path}
+        self.front = route_state(runner, "frontier")
+        if self.front is not None:  # a model with the frontier memory
+            self.types["frontier_map"] = OccupancyGrid
+            self.types["frontier"] = Path
         if self.view is not None:
             if self.view.place:
                 self.types["looked_at"] = OccupancyGrid
@@ -467,6 +504,12 @@ class MemoryTopics:
             return (None if way is None else tuple(np.round(way[0], 2).ravel().tolist())), place
         if name == "looked_at":
             return len(self.view.view_points()), place
+        if name == "frontier_map":
+            f = self.front
+            return int(f.looked[0].sum()), int((f.blocked[0] > 0).sum()), tuple(f.target[0]), place
+        if name == "frontier":
+            f = self.front
+            return tuple(np.round(f.plan[0], 2)), int(f.plan_age[0] >= 0), ctx["robot"], place
         if name in ("attention", "attention_image"):  # every step moves it
             return int(getattr(self.view.runner, "total_steps", 0)), route.last_pose is None
         raise KeyError(name)
@@ -483,6 +526,10 @@ class MemoryTopics:
             return route_path(route, origin, frame, stamp, way=self._way())
         if name == "looked_at":
             return looked_at_map(self.view, origin, frame, stamp)
+        if name == "frontier_map":
+            return frontier_map(self.front, origin, frame, stamp)
+        if name == "frontier":
+            return frontier_path(self.front, ctx["robot"], origin, frame, stamp)
         if name == "attention":
             return attention_array(self.view, got=self._once("attention", self.view.attention_by_episode))
         if name == "attention_image":
@@ -492,6 +539,7 @@ class MemoryTopics:
 
 
 __all__ = ["ATTENTION_PX", "LOOKED_MIN", "MIN_MASS", "NAME_COLOURS", "MemoryTopics", "TRUTH_ID", "age_alpha",
-           "attention_array", "attention_image", "category_color", "category_rgb", "clear_markers", "looked_at_map",
+           "attention_array", "attention_image", "category_color", "category_rgb", "clear_markers", "frontier_map",
+           "frontier_path", "looked_at_map",
            "route_map", "route_path", "route_state", "sighted_points", "sightings", "sightings_key", "stamp_msg",
            "true_objects", "waypoint"]

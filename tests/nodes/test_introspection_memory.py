@@ -335,3 +335,29 @@ def test_a_sighting_reads_back_from_a_16_or_8_bit_memory(runner, kv_dtype) -> No
     assert seen["cat"].tolist() == [cat] and seen["episode"].tolist() == [3]
     assert seen["conf"][0] == pytest.approx(0.93, abs=0.01)  # int8: within max |x| / 254 of its row
     assert seen["xy"][0] == pytest.approx([2.0, -1.0], abs=0.03)
+
+
+def test_the_frontier_map_shows_looked_floor_frontier_and_obstacles_on_the_route_grid() -> None:
+    """frontier_map: looked-at floor 0, frontier 50, obstacle evidence 100, unknown -1, rows along the memory frame's
+    y (as route_map); frontier_path runs from the robot to the held waypoint."""
+    from icrl_ros.house.frontier import FrontierMemory
+    from icrl_ros.memory.route import CELLS, GridWays
+    from icrl_ros.models.encoders import FREE_BANDS
+    from icrl_ros.nodes.introspection import frontier_map, frontier_path
+
+    mem = FrontierMemory(1, 5.0)
+    mem.mark(0, np.array([0.0, 0.0, 0.0]), np.full(FREE_BANDS, 2.0))  # facing +x, a wall 2 m ahead
+    mem.way_input(0, np.zeros(3))
+    grid = frontier_map(mem, (0.0, 0.0, 0.0), "odom")
+    cells = np.frombuffer(bytes(grid.data), dtype=np.int8).reshape(CELLS, CELLS)  # [y row, x column]
+    i, j = GridWays._cells(np.array([1.0, 0.0]))
+    assert cells[j, i] == 0  # looked at, 1 m ahead
+    i, j = GridWays._cells(np.array([2.1, 0.0]))
+    assert cells[j, i] == 100  # the wall
+    assert (cells == 50).any() and (cells == -1).sum() > CELLS * CELLS // 2
+    assert grid.info.resolution == pytest.approx(0.25) and grid.info.width == CELLS
+    path = frontier_path(mem, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), "odom")
+    assert len(path.poses) == 2
+    end = path.poses[-1].pose.position
+    assert (end.x, end.y) == pytest.approx(tuple(mem.plan[0, :2]))
+    assert not frontier_path(mem, None, (0.0, 0.0, 0.0), "odom").poses
