@@ -245,11 +245,12 @@ def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path, capsys):
     assert all(n <= i - ends[0] for i, (_, _, n) in enumerate(held) if i > ends[0])  # episode 2 starts afresh
 
 
-# `make test` checks the shipped Memo (house_memo: camera + odometry); the ReLIC's (~50 s) runs in `make test-all`,
-# and so does the default's (house_relic_scan: the route head's large logits make teacher forcing the wrong
-# measure for it; see test_default_house_policy_finds_goals_faster_with_its_memory)
+# In `make test-all`: the shipped Memo's (house_memo: camera + odometry, 73 s at load 7) and the ReLIC's (~50 s); make test
+# keeps the default's check (house_relic_scan: the route head's large logits make teacher forcing the wrong measure
+# for it; see test_default_house_policy_finds_goals_faster_with_its_memory)
 @pytest.mark.parametrize("name,trials,batch,min_gain", [
-    ("house_memo", 2, 1, 0.01), pytest.param("house_relic", 4, 4, 0.015, marks=pytest.mark.slow)])
+    pytest.param("house_memo", 2, 1, 0.01, marks=pytest.mark.slow),
+    pytest.param("house_relic", 4, 4, 0.015, marks=pytest.mark.slow)])
 def test_shipped_house_policy_uses_its_memory_in_context(name, trials, batch, min_gain):
     """A shipped bundle (ONNX Runtime, as the node runs it) reads the in-context teacher's trial
     (teacher forcing: the same states for both runs) with its memory and with memory wiped at
