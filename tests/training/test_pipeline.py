@@ -64,3 +64,21 @@ def test_pipeline_refuses_mistakes_in_one_line(tmp_path):
     text.write_text("stages: [{name: a, run: training/nothing.py, creates: x}]\n")
     r = run(text)
     assert r.returncode == 2 and "not a file of this repository" in r.stderr
+
+
+def test_every_pipeline_file_lists_stages_of_scripts_that_exist():
+    """The repository's pipeline files read (--dry-run) and every stage runs a script of the repository."""
+    import shlex
+
+    import yaml
+
+    files = sorted((REPO_ROOT / "config" / "pipelines").glob("*.yaml"))
+    assert files
+    for path in files:
+        r = run(path, "--dry-run")
+        assert r.returncode == 0, (path.name, r.stderr)
+        for stage in yaml.safe_load(path.read_text())["stages"]:
+            for key in ("run", "resume"):
+                if key in stage:
+                    script = shlex.split(stage[key])[0]
+                    assert (REPO_ROOT / script).is_file(), (path.name, stage["name"], script)
