@@ -197,20 +197,8 @@ class FrontierMemory(GridWays):
         """Write each env's way to its nearest frontier into ``inputs["frontier"]`` (in place when the key holds
         a (B, FRONTIER_DIM) tensor: the runner's bound buffer)."""
         odom = inputs["odom"].detach().cpu().double().numpy()
-        ep = episode.detach().cpu().numpy().astype(np.int64)
-        if self.per_episode:
-            changed = ep != self.episode
-            if changed.any():
-                self.reset(changed)
-        self.episode[:] = ep
-        out = np.stack([self.way_input(b, odom[b]) for b in range(self.batch)])
-        way = torch.from_numpy(out)
-        dst = inputs.get("frontier")
-        if isinstance(dst, Tensor) and dst.shape == way.shape:
-            dst.copy_(way)
-        else:
-            inputs["frontier"] = way
-        return inputs["frontier"]
+        self._episodes(episode)
+        return self._write(inputs, "frontier", np.stack([self.way_input(b, odom[b]) for b in range(self.batch)]))
 
     # -- the way ------------------------------------------------------------------------------
     def frontier(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:

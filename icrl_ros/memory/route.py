@@ -74,6 +74,9 @@ class GridWays:
     down it (the route memory's and the frontier memory's, :mod:`icrl_ros.house.frontier`)."""
 
     scale_m: float
+    batch: int
+    per_episode: bool
+    episode: np.ndarray
 
     @staticmethod
     def _cells(xy: np.ndarray) -> np.ndarray:
@@ -138,6 +141,27 @@ class GridWays:
         return next((p for p in reversed(chain[1:]) if self._clear_on(grid, odom[:2], p)),
                     chain[1] if len(chain) > 1 and np.hypot(*(chain[0] - odom[:2])) < CELL_M else chain[0])
 
+    def _episodes(self, episode: Tensor) -> None:
+        """Record each env's episode index; with ``per_episode``, forget the envs whose index changed first."""
+        ep = episode.detach().cpu().numpy().astype(np.int64)
+        if self.per_episode:
+            changed = ep != self.episode
+            if changed.any():
+                self.reset(changed)
+        self.episode[:] = ep
+
+    @staticmethod
+    def _write(inputs: dict[str, Tensor], name: str, out: np.ndarray) -> Tensor:
+        """``out`` (B, ROUTE_DIM) into ``inputs[name]``: in place when that holds a tensor of its shape (the runner's
+        bound buffer), else as a new entry."""
+        value = torch.from_numpy(out)
+        dst = inputs.get(name)
+        if isinstance(dst, Tensor) and dst.shape == value.shape:
+            dst.copy_(value)
+        else:
+            inputs[name] = value
+        return inputs[name]
+
     def _features(self, odom: np.ndarray, waypoint: np.ndarray, length: float) -> np.ndarray:
         """The :data:`ROUTE_DIM` input entries of a way: found, the waypoint (forward, left) in units of
         ``scale_m``, its unit direction, the way's length (clipped at ``MAX_LENGTH_M``, units of ``scale_m``)."""
@@ -193,12 +217,7 @@ class RouteMemory(GridWays):
         (in place when the key holds a (B, ROUTE_DIM) tensor: the runner's bound buffer)."""
         odom = inputs["odom"].detach().cpu().double().numpy()
         goal = inputs["goal"].detach().cpu().numpy().astype(np.int64)
-        ep = episode.detach().cpu().numpy().astype(np.int64)
-        if self.per_episode:
-            changed = ep != self.episode
-            if changed.any():
-                self.reset(changed)
-        self.episode[:] = ep
+        self._episodes(episode)
         out = np.zeros((self.batch, ROUTE_DIM), dtype=np.float32)
         for b in range(self.batch):
             i, j = self._cells(odom[b, :2])
@@ -206,13 +225,7 @@ class RouteMemory(GridWays):
                 self.stood[b, i, j] = True
                 self._version[b] += 1
             out[b] = self._route(b, odom[b], int(goal[b]))
-        route = torch.from_numpy(out)
-        dst = inputs.get("route")
-        if isinstance(dst, Tensor) and dst.shape == route.shape:
-            dst.copy_(route)
-        else:
-            inputs["route"] = route
-        return inputs["route"]
+        return self._write(inputs, "route", out)
 
     def observe(self, x: Tensor) -> None:
         """Take in this step's sightings from the tokens (B, D) the step encoder wrote."""
