@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     if extra:  # a reader must not take a changed env for the defaults
         title += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
     if seeing is not None:  # which eyes the seeing agents had
-        title += "; seeing: " + ", ".join(f"{k}={Path(v).name if k == 'encoder' else v}" for k, v in seeing.items())
+        title += "; perceiving agents: " + ", ".join(f"{k}={Path(v).name if k == 'encoder' else v}" for k, v in seeing.items())
     ctx = mp.get_context("forkserver")
     with ctx.Pool(args.workers) as pool:
         for agent in agents:
