@@ -172,7 +172,10 @@ def main(argv=None) -> int:
     def interrupted(signum, frame):
         raise KeyboardInterrupt(signum)
 
-    old_term = signal.signal(signal.SIGTERM, interrupted)  # SIGINT raises KeyboardInterrupt already
+    # SIGTERM, and SIGINT explicitly: a process started in the background of a script (or by a test runner's worker)
+    # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt for it
+    old_term = signal.signal(signal.SIGTERM, interrupted)
+    old_int = signal.signal(signal.SIGINT, interrupted)
     t_start, done = time.perf_counter(), start
     try:
         for r in range(start, total_rollouts):
@@ -198,6 +201,7 @@ def main(argv=None) -> int:
         return 128 + int(signum)
     finally:
         signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
     if rank == 0:
         save("latest.pt", total_rollouts)
         save("final.pt", total_rollouts)

@@ -187,12 +187,14 @@ def test_evaluate_runs_a_grid_world_bundle_as_its_checkpoint(tmp_path, capsys):
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])  # one path
 def test_interrupted_training_saves_and_resumes_without_its_config(sig, tmp_path):
     """Ctrl-C (or kill) mid-run: a resumable checkpoint at the last finished rollout, one line naming the
-    command, exit 128 + the signal; that command (no --config: the checkpoint carries it) finishes the run."""
+    command, exit 128 + the signal; that command (no --config: the checkpoint carries it) finishes the run. The run
+    starts with SIGINT ignored, as a background job of a script (or a test runner's worker) does: it still obeys."""
     run_dir = tmp_path / "r"
     tiny = [*TINY[:-3], "--set", "total_steps=4096", "--no-progress"]  # 16 rollouts of 256 steps
     proc = subprocess.Popen([sys.executable, "training/train.py", "--config", "config/train/darkroom.yaml",
                              "--run-dir", str(run_dir), *tiny], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     for line in proc.stdout:
         if line.startswith("rollout 2/16"):
             break
