@@ -53,7 +53,8 @@ class InputSearcher:
         self.present, self.stop_p, self.stop_m = float(present), float(stop_p), float(stop_m)
         n_cat = int(env.observation_space["goal"].n)
         self.route = RouteMemory(1, n_cat, OBJECT_SCALE_M)
-        self.front = FrontierMemory(1, OBJECT_SCALE_M)
+        # its own rule 2 handles a goal in view (within CLOSE_IN_M; farther it explores on): the frontier ungated
+        self.front = FrontierMemory(1, OBJECT_SCALE_M, goal_gate=False)
         self.episode = -1
         self._seen = None
         self.counts = {"stop": 0, "close_in": 0, "route": 0, "frontier": 0, "turn": 0}

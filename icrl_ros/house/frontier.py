@@ -15,6 +15,8 @@ and hands the policy the way to the nearest frontier as an input (what to do wit
   evidence of an obstacle, and rays that pass over a cell take evidence away (``BLOCKED_HIT``);
 * **frontier**: looked-at cells with at least ``MIN_UNKNOWN`` unknown cells (neither looked at nor within a
   cell of a blocked one) in their 5x5 neighbourhood and no blocked cell next to them;
+* **goal in view**: while the heads' most confident category at the last step is the goal at P >= ``GOAL_IN_VIEW_P``,
+  there is no way (nothing to explore for);
 * **way**: a distance field over the looked-at floor (clear of blocked cells) from the frontier gives the
   nearest frontier's path length and a waypoint down it, picked as the route memory picks its waypoints (the
   farthest point within ``LOOKAHEAD_M`` of path in a straight line over the floor); at a frontier, the
@@ -39,7 +41,7 @@ from torch import Tensor
 
 from icrl_ros.memory.route import CELL_M, CELLS, GridWays
 from icrl_ros.models.encoders import FREE_BANDS, VIEW_FOV_DEG
-from icrl_ros.models.object_memory import ROUTE_DIM, STRUCT_DIM
+from icrl_ros.models.object_memory import ROUTE_DIM, SIGHTING_P, STRUCT_DIM
 from icrl_ros.sim.house_nav import grid_distances
 
 LOOK_M = 3.5
@@ -61,6 +63,9 @@ TARGET_CELLS = 2
 """The way leads to the frontier cells within this many cells of the env's target frontier cell while any is
 left; then to the nearest frontier, which becomes the target (a way that jumped to whichever frontier is
 nearest after every step would turn the robot back and forth between two)."""
+GOAL_IN_VIEW_P = SIGHTING_P
+"""While the heads gave the goal at least this P at the last step, the frontier input says no way: the policy closes
+in on what it sees (a frontier head that fired there, with nothing in its inputs to tell, pulled away from it)."""
 REPLAN = 4
 """Steps a frontier way's waypoint is held before the way is planned again."""
 ARRIVED_M = 0.3
@@ -108,8 +113,10 @@ def _grow(mask: np.ndarray) -> np.ndarray:
 class FrontierMemory(GridWays):
     """Per-env frontier memory for a batch of ``batch`` envs."""
 
-    def __init__(self, batch: int, scale_m: float, per_episode: bool = False) -> None:
-        self.batch, self.scale_m, self.per_episode = batch, float(scale_m), per_episode
+    def __init__(self, batch: int, scale_m: float, per_episode: bool = False, goal_gate: bool = True) -> None:
+        """``goal_gate``: no way while the goal was in view at the last step (``GOAL_IN_VIEW_P``; the control step's
+        state always gates; a scripted searcher with a rule of its own for a goal in view may not)."""
+        self.batch, self.scale_m, self.per_episode, self.goal_gate = batch, float(scale_m), per_episode, goal_gate
         self.looked = np.zeros((batch, CELLS, CELLS), dtype=bool)
         self.blocked = np.zeros((batch, CELLS, CELLS), dtype=np.uint8)  # evidence: ends add, rays passing over subtract
         self.episode = np.full(batch, -1, dtype=np.int64)
@@ -117,6 +124,7 @@ class FrontierMemory(GridWays):
         # each env's last plan: waypoint (x, y), the way's length beyond it, steps it has been held (-1: none)
         self.plan = np.zeros((batch, 3), dtype=np.float64)
         self.plan_age = np.full(batch, -1, dtype=np.int64)
+        self.goal_p = np.zeros(batch, dtype=np.float64)  # the heads' P(goal in view) at each env's last step
         edges = band_edges()
         # per band: bearings across its wedge (robot frame) and the ranges sampled along each
         frac = (np.arange(_BEARINGS_PER_BAND) + 0.5) / _BEARINGS_PER_BAND
@@ -136,12 +144,14 @@ class FrontierMemory(GridWays):
         self.episode[idx] = -1
         self.target[idx] = -1
         self.plan_age[idx] = -1
+        self.goal_p[idx] = 0.0
 
     def tensors(self) -> dict[str, Tensor]:
         """The state as tensors sharing its arrays (snapshots write them and load into them in place)."""
         return {"frontier_looked": torch.from_numpy(self.looked), "frontier_blocked": torch.from_numpy(self.blocked),
                 "frontier_episode": torch.from_numpy(self.episode), "frontier_target": torch.from_numpy(self.target),
-                "frontier_plan": torch.from_numpy(self.plan), "frontier_plan_age": torch.from_numpy(self.plan_age)}
+                "frontier_plan": torch.from_numpy(self.plan), "frontier_plan_age": torch.from_numpy(self.plan_age),
+                "frontier_goal_p": torch.from_numpy(self.goal_p)}
 
     def restored(self) -> None:
         """The arrays were loaded from a snapshot (nothing is cached)."""
@@ -149,7 +159,7 @@ class FrontierMemory(GridWays):
     @property
     def nbytes(self) -> int:
         return (self.looked.nbytes + self.blocked.nbytes + self.episode.nbytes + self.target.nbytes + self.plan.nbytes
-                + self.plan_age.nbytes)
+                + self.plan_age.nbytes + self.goal_p.nbytes)
 
     # -- per step ---------------------------------------------------------------------------
     def mark(self, b: int, pose: np.ndarray, bands_m: np.ndarray) -> None:
@@ -190,6 +200,8 @@ class FrontierMemory(GridWays):
         bands = tail[:, :FREE_STRUCT] * self.scale_m
         s = tail[:, FREE_STRUCT:]
         pose = np.stack([s[:, 5] * self.scale_m, s[:, 6] * self.scale_m, np.arctan2(s[:, 8], s[:, 7])], 1)
+        # the struct names the heads' most confident category (/ C) and its P; the goal is entry 0 (/ C)
+        self.goal_p[:] = np.where(np.abs(s[:, 1] - s[:, 0]) < 1e-6, s[:, 2], 0.0)
         for b in range(self.batch):
             self.mark(b, pose[b], bands[b])
 
@@ -248,13 +260,14 @@ class FrontierMemory(GridWays):
         return self._field(near, passable, origin, odom)
 
     def way_input(self, b: int, odom: np.ndarray) -> np.ndarray:
-        """The ``frontier`` input of env b at pose ``odom``: zeros when no frontier is left (or none looked at).
+        """The ``frontier`` input of env b at pose ``odom``: zeros when no frontier is left, none was looked at, or (gated)
+        the goal was in view at the last step.
         A plan is held ``REPLAN`` steps while its waypoint is farther than ``ARRIVED_M`` and its target frontier
         is left (a plan redone at every step follows every change the last view made to the map, and a robot
         turning to it turns back and forth)."""
         crop = self.frontier(b)
         feats = np.zeros(FRONTIER_DIM, dtype=np.float32)
-        if crop is None:
+        if crop is None or (self.goal_gate and self.goal_p[b] >= GOAL_IN_VIEW_P):  # the goal in view: no way (plan kept)
             return feats
         front, passable, unknown, origin = crop
         if not front.any():
@@ -305,5 +318,5 @@ class FrontierState(FrontierMemory):
         self.observe(token)
 
 
-__all__ = ["FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory", "FrontierState", "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M",
+__all__ = ["FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory", "FrontierState", "GOAL_IN_VIEW_P", "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M",
            "band_edges", "frontier_struct"]

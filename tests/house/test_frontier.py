@@ -141,3 +141,28 @@ def test_per_episode_memories_clear_when_the_episode_changes():
     mem.fill(inputs, torch.tensor([0, 1]))
     assert mem.looked[0].any() and not mem.looked[1].any()
     assert inputs["frontier"].shape == (2, 6)
+
+
+def test_no_way_while_the_goal_is_in_view_and_the_way_back_once_it_is_not():
+    """The frontier input says no way while the heads' most confident category at the last step was the goal at
+    P >= GOAL_IN_VIEW_P (the policy closes in on what it sees); an ungated memory ignores it."""
+    from icrl_ros.house.frontier import GOAL_IN_VIEW_P
+
+    def token(cat: int, p: float) -> torch.Tensor:
+        probs = torch.full((1, 3), 0.05, dtype=torch.float64)
+        probs[0, cat] = p
+        s = object_struct(probs, torch.zeros(1, 3, 2, dtype=torch.float64), torch.zeros(1, 3, dtype=torch.float64),
+                          torch.tensor([1]), SCALE)  # the goal is category 1
+        return torch.cat([frontier_struct(torch.full((1, FREE_BANDS), 9.0, dtype=torch.float64), SCALE), s], -1)
+
+    gated, open_ = FrontierMemory(1, SCALE), FrontierMemory(1, SCALE, goal_gate=False)
+    for mem in (gated, open_):
+        _corridor(mem)
+    for mem in (gated, open_):
+        mem.observe(token(1, GOAL_IN_VIEW_P + 0.1))
+    assert not gated.way_input(0, np.zeros(3)).any()
+    assert open_.way_input(0, np.zeros(3))[0] == 1.0
+    gated.observe(token(2, 0.95))  # another category in view: the way is back
+    assert gated.way_input(0, np.zeros(3))[0] == 1.0
+    gated.observe(token(1, GOAL_IN_VIEW_P - 0.2))  # the goal, but not sure enough
+    assert gated.way_input(0, np.zeros(3))[0] == 1.0
