@@ -15,6 +15,18 @@ def fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
+def run_main(main) -> int:
+    """``main()``'s exit status; a reader that closed the output early (``| head``) ends it quietly, as ``cat`` does,
+    with 141 (SIGPIPE) instead of a traceback."""
+    import os
+
+    try:
+        return main()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush writes nowhere
+        return 141
+
+
 def load_init_weights(path: str, policy, map_location="cpu", partial: bool = False) -> None:
     """``--init``: copy a checkpoint's weights into ``policy``, or exit naming the model arguments
     that differ from the config's. ``partial`` (``--init-partial``): the arguments may differ;

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import yaml
 
-from icrl_ros.training._cli import REPO_ROOT, fail
+from icrl_ros.training._cli import REPO_ROOT, fail, run_main
 
 
 @dataclass
@@ -207,4 +207,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

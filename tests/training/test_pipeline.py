@@ -82,3 +82,13 @@ def test_every_pipeline_file_lists_stages_of_scripts_that_exist():
                 if key in stage:
                     script = shlex.split(stage[key])[0]
                     assert (REPO_ROOT / script).is_file(), (path.name, stage["name"], script)
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """`pipeline.py FILE --dry-run | head -1`: the pipeline ends quietly when its reader closes the pipe."""
+    proc = subprocess.Popen([sys.executable, "training/pipeline.py", "config/pipelines/house_relic_scan.yaml", "--dry-run"],
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader is gone
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) in (0, 141) and "Traceback" not in err, err
