@@ -169,4 +169,6 @@ def _plot(blocks: list[dict], path: Path, title: str) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

@@ -575,4 +575,6 @@ def write_results(results: list[dict], labels: list[str], out: Path) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

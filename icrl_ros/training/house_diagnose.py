@@ -540,4 +540,6 @@ def handover(args) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

@@ -329,4 +329,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

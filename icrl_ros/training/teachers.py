@@ -418,4 +418,6 @@ def main() -> int:
     return 0
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))
