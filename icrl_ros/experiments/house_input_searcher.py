@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from icrl_ros.geometry import relative_pose
-from icrl_ros.house.frontier import FrontierMemory, frontier_struct
+from icrl_ros.house.frontier import FrontierMemory, at_frontier, frontier_struct
 from icrl_ros.memory.route import RouteMemory
 from icrl_ros.models.encoders import OBJECT_SCALE_M
 from icrl_ros.models.object_memory import object_struct
@@ -37,7 +37,6 @@ from icrl_ros.sim.house_teacher import CLOSE_IN_M, STOP
 
 ARRIVED_M = 0.75
 """Within this of the remembered goal with the goal not in view, the way back is dropped for this episode."""
-NEAR_WAYPOINT_M = 0.3
 
 
 class InputSearcher:
@@ -57,7 +56,6 @@ class InputSearcher:
         self.front = FrontierMemory(1, OBJECT_SCALE_M, goal_gate=False)
         self.episode = -1
         self._seen = None
-        self.counts = {"stop": 0, "close_in": 0, "route": 0, "frontier": 0, "turn": 0}
 
     def _pose(self) -> np.ndarray:
         """The robot's pose in the trial's house frame (the odometry of ``pose_frame: house``)."""
@@ -113,25 +111,19 @@ class InputSearcher:
         env = self.env
         p, xy, dist, _ = self._seen
         if p[g] >= self.stop_p and dist[g] <= self.stop_m:
-            self.counts["stop"] += 1
             return STOP
         if p[g] >= self.present and dist[g] <= CLOSE_IN_M:
-            self.counts["close_in"] += 1
             return self._close_in(xy[g], pose)
         if route[0] > 0 and not self.dropped:
             goal_xy, _ = self.route.remembered(0, g)
             if math.hypot(*(goal_xy - pose[:2])) <= ARRIVED_M and p[g] < self.present:
                 self.dropped = True  # where it was remembered, and not in view: search on
             else:
-                self.counts["route"] += 1
                 return steer(env, *robot_frame_to_world(env, route[1] * OBJECT_SCALE_M, route[2] * OBJECT_SCALE_M))
         if front[0] > 0:
-            fwd, left = front[1] * OBJECT_SCALE_M, front[2] * OBJECT_SCALE_M
-            self.counts["frontier"] += 1
-            if front[5] * OBJECT_SCALE_M < NEAR_WAYPOINT_M and math.hypot(fwd, left) < NEAR_WAYPOINT_M:
-                return TURN_LEFT  # at the frontier: look round
-            return steer(env, *robot_frame_to_world(env, fwd, left))
-        self.counts["turn"] += 1
+            if at_frontier(front, OBJECT_SCALE_M):
+                return TURN_LEFT  # look round
+            return steer(env, *robot_frame_to_world(env, front[1] * OBJECT_SCALE_M, front[2] * OBJECT_SCALE_M))
         return TURN_LEFT
 
 

@@ -42,7 +42,7 @@ from torch import Tensor
 from icrl_ros.memory.route import CELL_M, CELLS, GridWays
 from icrl_ros.models.encoders import FREE_BANDS, VIEW_FOV_DEG
 from icrl_ros.models.object_memory import ROUTE_DIM, SIGHTING_P, STRUCT_DIM
-from icrl_ros.sim.house_nav import grid_distances
+from icrl_ros.sim.house_nav import box5, grid_distances
 
 LOOK_M = 3.5
 """Floor farther than this along a band does not count as looked at: an object there covers too few pixels
@@ -69,7 +69,8 @@ in on what it sees (a frontier head that fired there, with nothing in its inputs
 REPLAN = 4
 """Steps a frontier way's waypoint is held before the way is planned again."""
 ARRIVED_M = 0.3
-"""A held waypoint this close is reached: the way is planned again."""
+"""A held waypoint this close is reached: the way is planned again. A way this short to a waypoint this close: the
+robot stands at the frontier (:func:`at_frontier`)."""
 MIN_UNKNOWN = 4
 """A frontier cell has at least this many unknown cells in its 5x5 neighbourhood (as the teacher's)."""
 FRONTIER_DIM = ROUTE_DIM
@@ -91,13 +92,6 @@ def frontier_struct(free_m: Tensor, scale_m: float) -> Tensor:
     metres, clipped to [0, ``LOOK_M``] + a cell (so a band that ends beyond the look range says so), in units
     of ``scale_m``."""
     return free_m.clamp(0.0, LOOK_M + CELL_M) / scale_m
-
-
-def _box5(mask: np.ndarray) -> np.ndarray:
-    """Count of True cells in each cell's 5x5 neighbourhood (zero padding)."""
-    p = np.pad(mask.astype(np.int32), 2)
-    c = np.pad(p.cumsum(0).cumsum(1), ((1, 0), (1, 0)))
-    return c[5:, 5:] - c[:-5, 5:] - c[5:, :-5] + c[:-5, :-5]
 
 
 def _grow(mask: np.ndarray) -> np.ndarray:
@@ -226,7 +220,7 @@ class FrontierMemory(GridWays):
         near_block = _grow(blocked)
         unknown = ~seen & ~near_block
         passable = seen & ~blocked
-        front = passable & ~near_block & (_box5(unknown) >= MIN_UNKNOWN)
+        front = passable & ~near_block & (box5(unknown) >= MIN_UNKNOWN)
         return front, passable, unknown, np.array([r0, c0])
 
     def _field(self, seeds: np.ndarray, passable: np.ndarray, origin: np.ndarray, odom: np.ndarray):
@@ -234,13 +228,22 @@ class FrontierMemory(GridWays):
         D = grid_distances(D0, passable, CELL_M)
         return self._start(D, origin, odom[:2]), D, D0
 
+    @staticmethod
+    def _around(front: np.ndarray, cell: np.ndarray) -> np.ndarray:
+        """The frontier cells of the crop within ``TARGET_CELLS`` (rows and columns) of its cell ``cell``; none when
+        ``cell`` lies off the crop."""
+        near = np.zeros_like(front)
+        i, j = (int(v) for v in cell)
+        if 0 <= i < front.shape[0] and 0 <= j < front.shape[1]:
+            box = (slice(max(i - TARGET_CELLS, 0), i + TARGET_CELLS + 1), slice(max(j - TARGET_CELLS, 0), j + TARGET_CELLS + 1))
+            near[box] = front[box]
+        return near
+
     def _towards(self, b: int, front: np.ndarray, passable: np.ndarray, origin: np.ndarray, odom: np.ndarray):
         """(way start, field, seeds' costs) towards env b's target frontier: the frontier cells within
         ``TARGET_CELLS`` of the target while any is left, else (a new target) the nearest frontier cell by way."""
-        ii, jj = np.mgrid[:front.shape[0], :front.shape[1]]
-        t = self.target[b] - origin
         if self.target[b, 0] >= 0:
-            near = front & (np.maximum(abs(ii - t[0]), abs(jj - t[1])) <= TARGET_CELLS)
+            near = self._around(front, self.target[b] - origin)
             if near.any():
                 start, D, D0 = self._field(near, passable, origin, odom)
                 if start is not None:
@@ -249,15 +252,10 @@ class FrontierMemory(GridWays):
         if start is None:
             self.target[b] = -1
             return None, D, D0
-        i, j = start[0]
-        while D[i, j] > 0:  # down the field to the frontier cell the way ends at
-            nxt = self._down(D, i, j)
-            if nxt is None:
-                break
-            i, j = nxt
+        down = list(self._downhill(D, D0, *start[0]))  # down the field to the frontier cell the way ends at
+        i, j = down[-1] if down else start[0]
         self.target[b] = (i + origin[0], j + origin[1])
-        near = front & (np.maximum(abs(ii - i), abs(jj - j)) <= TARGET_CELLS)
-        return self._field(near, passable, origin, odom)
+        return self._field(self._around(front, np.array([i, j])), passable, origin, odom)
 
     def way_input(self, b: int, odom: np.ndarray) -> np.ndarray:
         """The ``frontier`` input of env b at pose ``odom``: zeros when no frontier is left, none was looked at, or (gated)
@@ -273,17 +271,12 @@ class FrontierMemory(GridWays):
         if not front.any():
             self.target[b], self.plan_age[b] = -1, -1
             return feats
-        if 0 <= self.plan_age[b] < REPLAN - 1:
-            t = self.target[b] - origin
-            ok = 0 <= t[0] < front.shape[0] and 0 <= t[1] < front.shape[1]
-            near = ok and front[max(t[0] - TARGET_CELLS, 0):t[0] + TARGET_CELLS + 1,
-                                max(t[1] - TARGET_CELLS, 0):t[1] + TARGET_CELLS + 1].any()
+        if 0 <= self.plan_age[b] < REPLAN - 1 and self.target[b, 0] >= 0:
             gap = math.hypot(*(self.plan[b, :2] - odom[:2]))
-            if near and gap > ARRIVED_M:
+            if gap > ARRIVED_M and self._around(front, self.target[b] - origin).any():
                 self.plan_age[b] += 1
                 return self._features(odom, self.plan[b, :2], gap + self.plan[b, 2])
-        feats = self._plan(b, front, passable, unknown, origin, odom)
-        return feats
+        return self._plan(b, front, passable, unknown, origin, odom)
 
     def _plan(self, b: int, front: np.ndarray, passable: np.ndarray, unknown: np.ndarray, origin: np.ndarray,
               odom: np.ndarray) -> np.ndarray:
@@ -307,6 +300,14 @@ class FrontierMemory(GridWays):
         return self._features(odom, waypoint, length)
 
 
+def at_frontier(way: np.ndarray, scale_m: float) -> np.ndarray:
+    """Whether ``frontier`` inputs (..., FRONTIER_DIM) say the robot stands at the frontier: a way shorter than
+    ``ARRIVED_M`` to a waypoint within ``ARRIVED_M`` (there a follower turns on the spot to look)."""
+    way = np.asarray(way)
+    near = np.hypot(way[..., 1], way[..., 2]) * scale_m < ARRIVED_M
+    return (way[..., 0] > 0) & (way[..., 5] * scale_m < ARRIVED_M) & near
+
+
 class FrontierState(FrontierMemory):
     """:class:`FrontierMemory` fed by the control step (:class:`~icrl_ros.extensions.StepState`): it writes the
     ``frontier`` input before the encoder and takes in each committed token's band distances."""
@@ -318,5 +319,5 @@ class FrontierState(FrontierMemory):
         self.observe(token)
 
 
-__all__ = ["FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory", "FrontierState", "GOAL_IN_VIEW_P", "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M",
-           "band_edges", "frontier_struct"]
+__all__ = ["ARRIVED_M", "FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory", "FrontierState", "GOAL_IN_VIEW_P",
+           "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M", "at_frontier", "band_edges", "frontier_struct"]

@@ -60,11 +60,6 @@ class RouteState(RouteMemory):
             return None
         goal_xy, D, origin, D0, ((i, j), length, _) = way
         pts = [np.asarray(odom[:2], dtype=np.float64), self._centre(np.array([i, j]) + origin)]
-        while D[i, j] < D0[i, j]:  # down the field to a seed
-            best = self._down(D, i, j)
-            if best is None:
-                break
-            i, j = best
-            pts.append(self._centre(np.array([i, j]) + origin))
+        pts += [self._centre(np.array(c) + origin) for c in self._downhill(D, D0, i, j)]  # down to a seed
         pts.append(np.asarray(goal_xy, dtype=np.float64))
         return np.stack(pts), float(length) if math.isfinite(length) else float("nan")

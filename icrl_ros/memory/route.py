@@ -126,18 +126,28 @@ class GridWays:
         best = min(((i + di, j + dj) for di, dj in MOVES if 0 <= i + di < H and 0 <= j + dj < W), key=lambda c: D[c])
         return best if D[best] < D[i, j] else None
 
+    @classmethod
+    def _downhill(cls, D: np.ndarray, D0: np.ndarray, i: int, j: int):
+        """The cells down the field from (i, j), one per move, until a seed (``D`` no longer below ``D0``) or a
+        minimum."""
+        while D[i, j] < D0[i, j]:
+            best = cls._down(D, i, j)
+            if best is None:
+                return
+            i, j = best
+            yield best
+
     def _pursuit(self, grid: np.ndarray, D: np.ndarray, D0: np.ndarray, origin: np.ndarray, i: int, j: int,
                  odom: np.ndarray) -> np.ndarray:
         """From the way's start cell (i, j) of the field's crop: the farthest point down the field (within
         ``LOOKAHEAD_M``, stopping at a seed) that a straight line over ``grid``'s True cells reaches from the pose."""
         chain, went = [self._centre(np.array([i, j]) + origin)], 0.0
-        while went < LOOKAHEAD_M and D[i, j] < D0[i, j]:
-            best = self._down(D, i, j)
-            if best is None:
-                break
-            went += math.hypot(best[0] - i, best[1] - j) * CELL_M
-            i, j = best
+        for ni, nj in self._downhill(D, D0, i, j):
+            went += math.hypot(ni - i, nj - j) * CELL_M
+            i, j = ni, nj
             chain.append(self._centre(np.array([i, j]) + origin))
+            if went >= LOOKAHEAD_M:
+                break
         return next((p for p in reversed(chain[1:]) if self._clear_on(grid, odom[:2], p)),
                     chain[1] if len(chain) > 1 and np.hypot(*(chain[0] - odom[:2])) < CELL_M else chain[0])
 

@@ -70,8 +70,7 @@ class SkillHead(nn.Module):
     def __init__(self, args: ModelArgs, route: nn.Module | None, frontier: nn.Module | None) -> None:
         super().__init__()
         self.head, self.frontier = route, frontier  # (the route head's name predates the frontier head)
-        self.names = head_inputs(args)
-        self.route_names, self.frontier_names = skill_inputs(args), frontier_inputs(args)
+        self.names, self.route_names = head_inputs(args), skill_inputs(args)
 
     def forward(self, *inputs: Tensor) -> Tensor:
         inp = dict(zip(self.names, inputs))

@@ -47,6 +47,13 @@ def grid_distances(D: np.ndarray, free: np.ndarray, cell: float) -> np.ndarray:
     return D
 
 
+def box5(mask: np.ndarray) -> np.ndarray:
+    """Count of True cells in each cell's 5x5 neighbourhood (cells off the grid count as False)."""
+    p = np.pad(mask.astype(np.int32), 2)
+    c = np.pad(p.cumsum(0).cumsum(1), ((1, 0), (1, 0)))
+    return c[5:, 5:] - c[:-5, 5:] - c[5:, :-5] + c[:-5, :-5]
+
+
 def segments_cross(p0: np.ndarray, p1: np.ndarray, walls: np.ndarray) -> np.ndarray:
     """Whether each segment p0[k]->p1[k] (K, 2) properly crosses any wall (S, 2, 2): (K,)."""
     if len(walls) == 0 or len(p0) == 0:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from icrl_ros.geometry import planar, wrap_angle
-from icrl_ros.sim.house_nav import grid_distances
+from icrl_ros.sim.house_nav import box5, grid_distances
 from icrl_ros.sim.house_oracle import FORWARD, LOOKAHEAD, TURN_LEFT, TURN_RIGHT, approach, pursue, steer
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
 from icrl_ros.sim.house_view import MIN_PIXELS, cast_view
@@ -60,14 +60,6 @@ LOOKED_M = 1.0  # a full turn without a sighting: the floor this close counts as
 SEARCH_M = 2.5  # how far round a coarse memory it searches before it drops it
 CLOSE_IN_M = 2.5  # PerceivingTeacher: a goal in view this close is headed for straight
 REGROUP_M = 1.5  # PerceivingTeacher: a sighting this far from the running average starts a new one
-
-
-def _box5(mask: np.ndarray) -> np.ndarray:
-    """Count of True cells in each cell's 5x5 neighbourhood."""
-    p = np.pad(mask.astype(np.int32), 2)
-    c = p.cumsum(0).cumsum(1)
-    c = np.pad(c, ((1, 0), (1, 0)))
-    return c[5:, 5:] - c[:-5, 5:] - c[5:, :-5] + c[:-5, :-5]
 
 
 class HouseTeacher:
@@ -209,7 +201,7 @@ class HouseTeacher:
 
     def _frontier(self, known_floor: np.ndarray) -> np.ndarray:
         unseen = self.free & ~known_floor
-        return self.free & known_floor & (_box5(unseen) >= MIN_UNSEEN)
+        return self.free & known_floor & (box5(unseen) >= MIN_UNSEEN)
 
     def _target(self) -> tuple[tuple, np.ndarray | None, bool]:
         """(plan key, zero cells of the distance field, whether to plan over the whole map)."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from icrl_ros.house.frontier import at_frontier
 from icrl_ros.models.checkpoint import load_checkpoint
 from icrl_ros.models.stepping import make_memory
 from icrl_ros.runtime.control import ControlStep
@@ -288,8 +289,6 @@ class FrontierFollower(RouteFollower):
     student does not have; these labels explore by the one the student is handed. :meth:`goal_known` is True on
     the followers' steps."""
 
-    AT_FRONTIER_M = 0.3
-
     def act(self, inputs: dict) -> np.ndarray:
         if "frontier" not in inputs:
             raise ValueError("teacher 'frontier' reads the policy's frontier input: set model.frontier_memory: true")
@@ -301,9 +300,7 @@ class FrontierFollower(RouteFollower):
         exploring = (f[:, 0] > 0) & ~routed & ~self.env.teacher_goal_known
         points = np.where(routed[:, None], r[:, 1:3], f[:, 1:3]) * self.scale_m
         acts = self.env.waypoint_actions(points, routed | exploring)
-        at = exploring & (f[:, 5] * self.scale_m < self.AT_FRONTIER_M) & (
-            np.hypot(*(f[:, 1:3] * self.scale_m).T) < self.AT_FRONTIER_M)
-        acts = np.where(at, TURN_LEFT, acts)
+        acts = np.where(exploring & at_frontier(f, self.scale_m), TURN_LEFT, acts)
         self._routed = (routed | exploring) & (acts >= 0)
         return np.where(self._routed, acts, fallback).astype(np.int64).reshape(n)
 
@@ -350,6 +347,8 @@ TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer, "room": RoomExp
 # the policy's route input (and the env's "memory" teacher off the route).
 ENV_TEACHERS = {"darkroom": ("room",), "dark_key_to_door": ("cycle", "explorer"),
                 "house": ("memory", "wiped", "route", "frontier")}
+FOLLOWERS = {"route": (RouteFollower, "route_memory"), "frontier": (FrontierFollower, "frontier_memory")}
+"""The house teachers that label from the policy's own input: name -> (class, the model argument the input needs)."""
 
 
 def make_teacher(env, name: str | None = None, policy=None):
@@ -363,19 +362,13 @@ def make_teacher(env, name: str | None = None, policy=None):
     name = name or (env.task.get("teacher") if env_name == "house" else None) or names[0]
     if name not in names:
         raise ValueError(f"teacher {name!r} does not play {env_name}; choose one of {list(names)}")
-    if name == "route":
+    if name in FOLLOWERS:  # labels from the policy's own route / frontier input
         from icrl_ros.models.encoders import OBJECT_SCALE_M
 
-        if policy is not None and not getattr(policy.args, "route_memory", False):
-            raise ValueError("teacher 'route' reads the policy's route input: set model.route_memory: true")
-
-        return RouteFollower(env, OBJECT_SCALE_M)
-    if name == "frontier":
-        from icrl_ros.models.encoders import OBJECT_SCALE_M
-
-        if policy is not None and not getattr(policy.args, "frontier_memory", False):
-            raise ValueError("teacher 'frontier' reads the policy's frontier input: set model.frontier_memory: true")
-        return FrontierFollower(env, OBJECT_SCALE_M)
+        cls, needs = FOLLOWERS[name]
+        if policy is not None and not getattr(policy.args, needs, False):
+            raise ValueError(f"teacher {name!r} reads the policy's {name} input: set model.{needs}: true")
+        return cls(env, OBJECT_SCALE_M)
     if env_name == "house":
         if env.task.get("teacher") != name:
             raise ValueError(f"teacher {name!r}: the house env runs teacher={env.task.get('teacher')!r}; "
