@@ -187,7 +187,8 @@ def main(argv=None) -> int:
         if not t:
             print(f"[{k + 1}/{n}] {s.name}: done, skipped")
             continue
-        print(f"[{k + 1}/{n}] {s.name}: {pipe.expand(s.run)}", flush=True)
+        argv_, resumed = pipe.command(s)
+        print(f"[{k + 1}/{n}] {s.name}{' (resumes)' if resumed else ''}: {shlex.join(argv_[1:])}", flush=True)
         rc, wall = run_stage(pipe, s, REPO_ROOT / pipe.run_dir / "logs" / f"{s.name}.log")
         record["stages"][s.name] = {"command": pipe.expand(s.run), "exit": rc, "wall_s": round(wall, 1),
                                     "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
