@@ -25,11 +25,12 @@ on first use, so the runtime needs no import of them.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from torch import Tensor
+
+from icrl_ros.registry import Registry
 
 BUILTIN = ("icrl_ros.house",)
 """Packages whose import registers the extensions that ship with icrl_ros."""
@@ -90,37 +91,35 @@ class Extension:
     """(model arguments, layer index) -> the fixed heads of that block, or None for a block without."""
 
 
-_REGISTRY: dict[str, Extension] = {}
-_loaded = False
+_REGISTRY: Registry[Extension] = Registry("extension", BUILTIN)
 
 
 def register_extension(ext: Extension) -> Extension:
     """Add ``ext`` to the registry (a second one of the same name raises ValueError)."""
-    if ext.name in _REGISTRY:
-        raise ValueError(f"extension {ext.name!r} is already registered")
     if ext.owns and ext.state is None:
         raise ValueError(f"extension {ext.name!r} owns inputs {ext.owns} but has no state to write them")
-    _REGISTRY[ext.name] = ext
-    return ext
+    if ext.name in _REGISTRY.entries():
+        raise ValueError(f"extension {ext.name!r} is already registered")
+    return _REGISTRY.add(ext.name, ext)
 
 
 def unregister_extension(name: str) -> None:
     """Remove a registered extension (tests that register their own)."""
-    _REGISTRY.pop(name, None)
+    _REGISTRY.remove(name)
 
 
 def registered() -> dict[str, Extension]:
     """Every registered extension by name (the built-in ones loaded)."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for module in BUILTIN:
-            importlib.import_module(module)
-    return dict(_REGISTRY)
+    return _REGISTRY.entries()
 
 
 def extensions_for(args) -> list[Extension]:
-    """The extensions a model with ``args`` uses, in registration order."""
+    """The extensions a model with ``args`` uses, in registration order (none for a family without the
+    cached control step, RA-DT)."""
+    from icrl_ros.families import family_of
+
+    if not family_of(args).cached_step:
+        return []
     return [e for e in registered().values() if e.applies(args)]
 
 

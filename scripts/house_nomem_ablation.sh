@@ -48,7 +48,7 @@ fi
 # skill_K step with the two settings; 618 s on 2026-11-29 -> checkpoints/house_relic_scan_nomem.pt)
 if step $R/nm_skill/checkpoints/final.pt; then
   $P training/imitate.py --config config/train/house_relic_ppo.yaml $A --init $R/nm_ppo2/checkpoints/final.pt --init-partial \
-    --run-dir $R/nm_skill --set model.route_memory=true --set model.route_skill=64 --set model.scan_input=true \
+    --run-dir $R/nm_skill --set model.house.route_memory=true --set model.house.route_skill=64 --set model.house.scan_input=true \
     --set env.options.scan=true --set ppo.shuffle_episodes=false --set env.num_envs=16 --set ppo.rollout_length=1024 \
     --set total_steps=98304 --set threads=1 --set seed=43 --set ppo.critic_warmup_rollouts=0 \
     --set "ppo.train_only=[route_skill]" --set ppo.lr=3e-3 --teacher route --route-steps-only --replay 4 --skill-epochs 200 \

@@ -26,7 +26,7 @@ def image_policy(kind: str, max_episode_steps: int = 40):
     from icrl_ros.models.config import ModelArgs
     from icrl_ros.families.hcam.model import HCAMPolicy
 
-    return HCAMPolicy(ModelArgs(kind="hcam", **common, hcam_chunk=4, hcam_top_k=2, sink="kv0")).eval()
+    return HCAMPolicy(ModelArgs.from_dict(dict(kind="hcam", **common, hcam_chunk=4, hcam_top_k=2, sink="kv0"))).eval()
 
 
 def export_image_bundle(kind: str, out: str | Path, max_episode_steps: int = 40) -> Path:

@@ -60,7 +60,7 @@ def toy():
 
 
 def small(**kw) -> ModelArgs:
-    return ModelArgs(**{**dict(n_obs=TOY_OBS, n_actions=4, max_episode_steps=10, d_model=16, n_layers=1, n_heads=2,
+    return ModelArgs.from_dict({**dict(n_obs=TOY_OBS, n_actions=4, max_episode_steps=10, d_model=16, n_layers=1, n_heads=2,
                                d_mlp=32, depth_dropout=0.0, sink="kv0"), **kw})
 
 
@@ -123,3 +123,42 @@ def test_the_inputs_a_step_leaves_to_its_states_come_from_their_extensions(toy):
     assert owned_by({"route": object(), "toy_visits": Visits(1)}) == ("route",)
     with pytest.raises(ValueError, match="no registered extension"):
         owned_by({"nowhere": Visits(1)})
+
+
+def test_a_config_section_registered_from_a_test_file_nests_validates_and_round_trips():
+    """An extension's options are a nested section of every model's arguments: given nested or (older
+    checkpoints) flat, at its defaults when absent, validated against the model, refused by name."""
+    from dataclasses import dataclass
+
+    from icrl_ros.models.config import register_section, unregister_section
+
+    @dataclass(frozen=True)
+    class ToyOptions:
+        visits_cap: int = 0
+
+        def validate(self, m) -> None:
+            if self.visits_cap < 0 or self.visits_cap > m.max_episode_steps:
+                raise ValueError(f"model.toy.visits_cap: in [0, max_episode_steps], got {self.visits_cap}")
+
+    register_section("toy", ToyOptions)
+    try:
+        with pytest.raises(ValueError, match="already registered"):
+            register_section("toy", type("Other", (), {}))
+        with pytest.raises(ValueError, match="a field of ModelArgs"):
+            register_section("d_model", ToyOptions)
+        plain = small()
+        assert plain.toy == ToyOptions() and "toy" not in plain.to_dict()
+        args = small(toy={"visits_cap": 5})
+        assert args.toy.visits_cap == 5 and args.to_dict()["toy"] == {"visits_cap": 5}
+        assert ModelArgs.from_dict(args.to_dict()) == args == small(visits_cap=5)  # flat moves into the section
+        assert small(toy={"visits_cap": 0}) == plain  # a section at its defaults reads and saves as absent
+        assert args.replace_section("toy", visits_cap=7).toy.visits_cap == 7 and args.toy.visits_cap == 5
+        for bad, words in (({"toy": {"visits_cap": 99}}, "model.toy.visits_cap"),
+                           ({"toy": {"cap": 1}}, "model.toy: unknown fields"),
+                           ({"toy": {"visits_cap": 1}, "visits_cap": 2}, "given both flat and in model.toy")):
+            with pytest.raises(ValueError, match=words):
+                small(**bad)
+    finally:
+        unregister_section("toy")
+    with pytest.raises(AttributeError):
+        small().toy

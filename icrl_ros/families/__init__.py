@@ -1,8 +1,10 @@
 """Model families: ReLIC, Memo, HCAM and RA-DT, one folder each, found here.
 
 Each subpackage of :mod:`icrl_ros.families` is a family and owns what differs about it: its
-``__init__`` declares ``FAMILY`` (a :class:`Family`), next to it live its policy (``model.py``),
-its memories (``memory.py``), its deploy graphs (``graphs.py``) and, for RA-DT, its runner.
+``__init__`` declares ``FAMILY`` (a :class:`Family`), next to it live its model arguments
+(``config.py``, a subclass of :class:`~icrl_ros.models.config.ModelArgs` with its own fields and
+rules), its policy (``model.py``), its memories (``memory.py``), its deploy graphs (``graphs.py``)
+and, for RA-DT, its runner.
 Adding a family means adding a folder here; code elsewhere asks :func:`family_of` (a kind name,
 a model's arguments, or a policy) for the fact it needs instead of testing classes:
 
@@ -49,9 +51,16 @@ class Family:
     """``module:Class`` of the policy (imported by :meth:`policy_class`)."""
     memories: dict[str, str]
     """Memory policy name -> ``module:Class`` of the memories that apply; the first is the default."""
+    config: str
+    """``module:Class`` of the model's arguments (a dataclass with ``from_dict`` / ``to_dict``, saved in
+    checkpoints and manifests; for the cached-step families a subclass of
+    :class:`~icrl_ros.models.config.ModelArgs`)."""
     graphs: str
     """The module whose ``graph_specs(policy, precision)`` and ``graph_modules(policy)`` give the
     deploy graphs (:mod:`icrl_ros.runtime.graphs` for the shared encoder / core / heads)."""
+    runner: str = ""
+    """``module:Class`` of the family's own runner, for a family without the cached control step (RA-DT's
+    window + retrieval); the others run in :class:`~icrl_ros.runtime.runner.PolicyRunner`."""
     positions: Callable[[Any], dict] = field(compare=False, default=lambda a: {})
     """Model arguments -> the manifest's ``positions`` section (how the runtime numbers steps)."""
     cached_step: bool = True
@@ -60,6 +69,12 @@ class Family:
 
     def policy_class(self) -> type:
         return _load(self.policy)
+
+    def config_class(self) -> type:
+        return _load(self.config)
+
+    def runner_class(self) -> type | None:
+        return _load(self.runner) if self.runner else None
 
     def memory_class(self, name: str) -> type:
         if name not in self.memories:
@@ -86,6 +101,23 @@ def _discover() -> dict[str, Family]:
 FAMILIES: dict[str, Family] = _discover()
 
 
+def register_family(fam: Family) -> Family:
+    """Add a family defined outside this package (a plug-in, a test); a kind or memory name already
+    taken raises ValueError."""
+    if fam.kind in FAMILIES:
+        raise ValueError(f"family {fam.kind!r} is already registered")
+    taken = set(fam.memories) & set(memory_policies())
+    if taken:
+        raise ValueError(f"family {fam.kind!r}: memory policies {sorted(taken)} belong to another family")
+    FAMILIES[fam.kind] = fam
+    return fam
+
+
+def unregister_family(kind: str) -> None:
+    """Remove a family added by :func:`register_family`."""
+    FAMILIES.pop(kind, None)
+
+
 def family_of(x: Any) -> Family:
     """The family of a kind name (``"memo"``), a model's arguments (``.kind``) or a policy
     (``.args.kind``)."""
@@ -100,4 +132,4 @@ def memory_policies() -> dict[str, str]:
     return {name: path for fam in FAMILIES.values() for name, path in fam.memories.items()}
 
 
-__all__ = ["Family", "FAMILIES", "family_of", "memory_policies"]
+__all__ = ["Family", "FAMILIES", "family_of", "memory_policies", "register_family", "unregister_family"]

@@ -1,16 +1,16 @@
 """The house task's extensions of the control step (:mod:`icrl_ros.extensions`).
 
 * ``route``: the route memory (:mod:`icrl_ros.memory.route`), a map of the floor the robot stood
-  on kept beside the KV cache, for models with ``model.route_memory``. Before the encoder the pose
+  on kept beside the KV cache, for models with ``model.house.route_memory``. Before the encoder the pose
   marks the map and the way back to the goal is written into the ``route`` input; each committed
   token's sightings enter the map; it is cleared with the memory and snapshotted with it.
 * ``frontier``: the frontier memory (:mod:`icrl_ros.house.frontier`), a map of the floor the camera looked
-  at, for models with ``model.frontier_memory``: before the encoder the way to its nearest edge is written
+  at, for models with ``model.house.frontier_memory``: before the encoder the way to its nearest edge is written
   into the ``frontier`` input; each committed token's band distances enter the map.
-* ``stop_rule``: for models with ``model.stop_gate`` / ``stop_sure``, the stop logit is masked or
+* ``stop_rule``: for models with ``model.house.stop_gate`` / ``stop_sure``, the stop logit is masked or
   forced from what the frozen heads say of the image (:mod:`icrl_ros.models.stop_rule`).
-* ``object_memory``: for models with ``model.object_memory``, the fixed heads of the first block
-  (:mod:`icrl_ros.house.block_heads`): the object memory and, with ``model.place_memory``, the place memory.
+* ``object_memory``: for models with ``model.house.object_memory``, the fixed heads of the first block
+  (:mod:`icrl_ros.house.block_heads`): the object memory and, with ``model.house.place_memory``, the place memory.
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ def _stop_rule(args):
     return StopRule.from_args(args)
 
 
-register_extension(Extension("route", applies=lambda a: bool(getattr(a, "route_memory", False)), owns=("route",),
+register_extension(Extension("route", applies=lambda a: bool(a.house.route_memory), owns=("route",),
                              state=_route_state))
-register_extension(Extension("frontier", applies=lambda a: bool(getattr(a, "frontier_memory", False)),
+register_extension(Extension("frontier", applies=lambda a: bool(a.house.frontier_memory),
                              owns=("frontier",), state=_frontier_state))
 register_extension(Extension("stop_rule", logit_rule=_stop_rule,
-                             applies=lambda a: getattr(a, "stop_gate", 0.0) > 0 or getattr(a, "stop_sure", 0.0) > 0))
-register_extension(Extension("object_memory", applies=lambda a: bool(getattr(a, "object_memory", False)),
+                             applies=lambda a: a.house.stop_rule))
+register_extension(Extension("object_memory", applies=lambda a: bool(a.house.object_memory),
                              block_heads=_block_heads))

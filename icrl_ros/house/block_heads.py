@@ -1,5 +1,5 @@
 """The house's fixed heads in the first transformer block: the object memory (head 0, "where did I see
-my goal?") and, with ``model.place_memory``, the place memory (heads 1..), as
+my goal?") and, with ``model.house.place_memory``, the place memory (heads 1..), as
 :class:`~icrl_ros.extensions.BlockHeads`. Their modules keep the names ``object_memory`` and
 ``place_memory`` on the block, so checkpoints and Memo's summaries find them where they always were."""
 
@@ -15,7 +15,7 @@ from icrl_ros.models.place_memory import PlaceMemoryHeads
 class HouseHeads:
     def __init__(self, args) -> None:
         self.om = ObjectMemoryHead(args.n_goals, args.head_dim, args.d_model)
-        self.pm = PlaceMemoryHeads(args.head_dim, args.d_model, OBJECT_SCALE_M) if args.place_memory else None
+        self.pm = PlaceMemoryHeads(args.head_dim, args.d_model, OBJECT_SCALE_M) if args.house.place_memory else None
 
     def modules(self) -> dict:
         return {"object_memory": self.om, **({"place_memory": self.pm} if self.pm is not None else {})}
@@ -34,5 +34,5 @@ class HouseHeads:
 
 
 def house_heads(args, layer: int) -> HouseHeads | None:
-    """Block 0 of a model with ``model.object_memory`` gets the house's fixed heads."""
+    """Block 0 of a model with ``model.house.object_memory`` gets the house's fixed heads."""
     return HouseHeads(args) if layer == 0 else None

@@ -1,9 +1,9 @@
 """What the house model's fixed memory heads hold, read back from the runner's KV cache for viewers.
 
-Heads 0 .. n_fixed - 1 of layer 0 of a model with ``model.object_memory`` are not learnt
+Heads 0 .. n_fixed - 1 of layer 0 of a model with ``model.house.object_memory`` are not learnt
 (:mod:`icrl_ros.house.block_heads`): head 0 (the object memory) keys every step by the category the
 frozen heads saw and their confidence, its value is the sighting's position; heads 1 .. (the place
-memory, with ``model.place_memory``) key every step by its view point, the floor ahead of the robot.
+memory, with ``model.house.place_memory``) key every step by its view point, the floor ahead of the robot.
 Their keys and values sit unrotated in the KV cache, so the cache itself says, per stored step:
 
 * :meth:`HouseMemoryView.sightings`: which category was seen, how sure the heads were, where, and in
@@ -54,7 +54,7 @@ class HouseMemoryView:
         args = runner.bundle.args
         self.runner, self.memory = runner, runner.memory
         self.n_cat, self.scale_m = int(args.n_goals), float(OBJECT_SCALE_M)
-        self.place = bool(getattr(args, "place_memory", False))
+        self.place = bool(args.house.place_memory)
         self.n_fixed = 1 + (len(PROBES) if self.place else 0)
         self.head_names = HEAD_NAMES[:self.n_fixed]
         self.n_sink = int(args.n_sink) if args.sink in ("kv", "kv0", "k0v0") else 0
@@ -69,7 +69,7 @@ class HouseMemoryView:
         """A view for a runner whose model keeps the house's object memory heads, else None."""
         bundle, memory = getattr(runner, "bundle", None), getattr(runner, "memory", None)
         args = getattr(bundle, "args", None)
-        if args is None or memory is None or not getattr(args, "object_memory", False):
+        if args is None or memory is None or not args.house.object_memory:
             return None
         if not hasattr(memory, "view") or getattr(runner, "control", None) is None:
             return None

@@ -32,18 +32,26 @@ from icrl_ros.memory.quant import KV_DTYPES, check_kv_dtype
 from icrl_ros.memory.snapshot import SnapshotError
 
 MEMORY_POLICIES: dict[str, str] = memory_policies()
-"""Registry: memory policy name -> ``module:Class`` (each family's ``FAMILY.memories``; the class
-is imported by :func:`memory_class` when asked for)."""
+"""The built-in memory policies: name -> ``module:Class`` (each family's ``FAMILY.memories``; the class
+is imported by :func:`memory_class` when asked for). :func:`memory_class` also finds those of a
+family registered later."""
 
 KIND_POLICIES = {kind: tuple(f.memories) for kind, f in FAMILIES.items()}
-"""Model kind -> the memory policies that apply to it (the first is the default; :mod:`icrl_ros.families`)."""
+"""The built-in model kinds -> the memory policies that apply (the first is the default; :func:`default_memory`
+answers for any registered family)."""
+
+
+def default_memory(kind: str) -> str:
+    """The default memory policy of a model kind (its family's first)."""
+    return next(iter(family_of(kind).memories))
 
 
 def memory_class(name: str) -> type[Memory]:
     """The class of memory policy ``name``."""
-    if name not in MEMORY_POLICIES:
-        raise ValueError(f"memory: unknown policy {name!r}; known: {sorted(MEMORY_POLICIES)}")
-    return _load(MEMORY_POLICIES[name])
+    known = memory_policies()
+    if name not in known:
+        raise ValueError(f"memory: unknown policy {name!r}; known: {sorted(known)}")
+    return _load(known[name])
 
 
 def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim: int, batch: int = 1,
@@ -81,10 +89,7 @@ def model_dims(args) -> dict:
     """What :func:`create_memory` needs from a model's arguments (``ModelArgs``; RA-DT's
     retrieval memory takes its own from the bundle)."""
     return dict(kind=args.kind, n_layers=args.n_layers, n_heads=args.n_heads, head_dim=args.head_dim,
-                l_seg=getattr(args, "l_seg", 0), l_sum=getattr(args, "l_sum", 0),
-                variant=getattr(args, "memo_variant", "memo"), n_mem_layers=len(getattr(args, "memory_layers", ())),
-                chunk=getattr(args, "hcam_chunk", 0), top_k=getattr(args, "hcam_top_k", 0),
-                episode_rope=bool(getattr(args, "hcam_episode_rope", False)))
+                **args.memory_fields())
 
 
 def trial_sizes(name: str, args, steps: int, schedule: list[int] | None = None) -> dict:
@@ -97,5 +102,5 @@ def trial_sizes(name: str, args, steps: int, schedule: list[int] | None = None) 
 
 
 __all__ = ["Memory", "KVCache", "FullContextMemory", "SinkWindowMemory", "MEMORY_POLICIES", "memory_class",
-           "KIND_POLICIES", "create_memory", "model_dims", "trial_sizes", "MemoryBudgetError", "MemoryFullError",
+           "KIND_POLICIES", "default_memory", "create_memory", "model_dims", "trial_sizes", "MemoryBudgetError", "MemoryFullError",
            "SnapshotError", "ON_FULL", "slot_bytes", "KV_DTYPES"]

@@ -90,13 +90,11 @@ def save_checkpoint(path: str | Path, policy: ICLPolicy, config: dict | None = N
 
 
 def model_args_from_dict(d: dict, kind: str | None = None):
-    """The stored model arguments of a checkpoint or bundle: ``RADTArgs`` for ``kind`` (default:
-    ``d["kind"]``) ``radt`` (a DT with a retrieval memory), else ``ModelArgs``."""
-    if (kind or d.get("kind")) == "radt":
-        from icrl_ros.families.radt.model import RADTArgs
+    """The stored model arguments of a checkpoint or bundle: the config class of the family ``kind``
+    (default: ``d["kind"]``, else relic) names (``MemoArgs``, ``RADTArgs``, ...)."""
+    from icrl_ros.families import family_of
 
-        return RADTArgs.from_dict(d)
-    return ModelArgs.from_dict(d)
+    return family_of(kind or d.get("kind") or "relic").config_class().from_dict(d)
 
 
 def read_checkpoint(path: str | Path, map_location: str = "cpu") -> dict:

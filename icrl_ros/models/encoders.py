@@ -254,8 +254,8 @@ class StepEncoder(nn.Module):
         super().__init__()
         self.args = a
         for flag in ("goal_readout", "object_readout", "object_memory"):
-            if getattr(a, flag) and (a.obs_type != "image" or a.visual_encoder != "features"):
-                raise ValueError(f"model.{flag}: needs an image env and visual_encoder: features")
+            if getattr(a.house, flag) and (a.obs_type != "image" or a.visual_encoder != "features"):
+                raise ValueError(f"model.house.{flag}: needs an image env and model.visual_encoder: features")
         if a.obs_type == "image":
             if a.visual_encoder == "features":
                 self.image = FeatureEncoder(a.feature_dim, a.image_size, pooled=a.feature_pooled)
@@ -263,13 +263,13 @@ class StepEncoder(nn.Module):
                 self.image_proj = nn.Linear(a.feature_dim, a.d_model)
                 if self.readout:
                     if not a.n_goals:
-                        raise ValueError("model.goal_readout / object_readout / object_memory: the env has no goal "
+                        raise ValueError("model.house.goal_readout / object_readout / object_memory: the env has no goal "
                                          "categories (n_goals 0)")
                     self.heads = FeatureHeads(a.feature_dim, a.n_goals)
                     self.heads.requires_grad_(False)  # frozen with the encoder it was trained with
-                if a.goal_readout:
+                if a.house.goal_readout:
                     self.goal_view_proj = nn.Linear(GOAL_VIEW_DIM, a.d_model)
-                if a.object_readout:
+                if a.house.object_readout:
                     self.object_view_proj = nn.Linear(3 * a.n_goals, a.d_model)
             else:
                 self.image = ImageEncoder(a.d_model, a.image_size)
@@ -284,9 +284,9 @@ class StepEncoder(nn.Module):
         self.step = nn.Embedding(a.max_episode_steps, a.d_model)
         self.goal = nn.Embedding(a.n_goals, a.d_model) if a.n_goals else None
         # the route memory's way back to the goal (icrl_ros/memory/route.py); zeroed by ICLPolicy
-        self.route = nn.Linear(ROUTE_DIM, a.d_model) if a.route_memory else None
+        self.route = nn.Linear(ROUTE_DIM, a.d_model) if a.house.route_memory else None
         # the frontier memory's way to unlooked floor (icrl_ros/house/frontier.py); zeroed by ICLPolicy
-        self.frontier = nn.Linear(ROUTE_DIM, a.d_model) if a.frontier_memory else None
+        self.frontier = nn.Linear(ROUTE_DIM, a.d_model) if a.house.frontier_memory else None
 
     def load_pretrained(self) -> None:
         """Load and freeze ``model.pretrained_encoder`` (training start only: checkpoints
@@ -301,7 +301,7 @@ class StepEncoder(nn.Module):
     @property
     def readout(self) -> bool:
         """Whether the frozen encoder's label heads are policy inputs."""
-        return self.args.goal_readout or self.args.object_readout or self.args.object_memory
+        return self.args.house.goal_readout or self.args.house.object_readout or self.args.house.object_memory
 
     @property
     def frozen_features(self) -> bool:
@@ -319,9 +319,9 @@ class StepEncoder(nn.Module):
             if a.visual_encoder == "features":
                 feat = inp["rgb_feat"] if "rgb_feat" in inp else self.image(inp["rgb"])
                 img = self.image_proj(feat.float())
-                if a.goal_readout:
+                if a.house.goal_readout:
                     img = img + self.goal_view_proj(self.heads.goal_view(feat.float(), inp["goal"]))
-                if a.object_readout:
+                if a.house.object_readout:
                     img = img + self.object_view_proj(self.heads.object_view(feat.float(), inp["odom"].float()))
             else:
                 img = self.image(inp["rgb"])
@@ -340,10 +340,10 @@ class StepEncoder(nn.Module):
             x = x + self.route(inp["route"].float())
         if self.frontier is not None:
             x = x + self.frontier(inp["frontier"].float())
-        if a.object_memory:  # the last entries carry what the object memory head reads
+        if a.house.object_memory:  # the last entries carry what the object memory head reads
             p, xy, _ = self.heads.object_estimates(feat.float(), inp["odom"].float())
             s = object_struct(p, xy, inp["odom"].float(), inp["goal"], OBJECT_SCALE_M)
-            if a.frontier_memory:  # and before them, what the frontier memory reads
+            if a.house.frontier_memory:  # and before them, what the frontier memory reads
                 from icrl_ros.house.frontier import frontier_struct
 
                 s = torch.cat([frontier_struct(self.heads.free_metres(feat.float()), OBJECT_SCALE_M), s], -1)

@@ -2,7 +2,7 @@
 
 The frozen encoder's label heads say, per frame, which category is most likely in view, how
 sure they are, and the house-frame position that sighting implies (odometry + expected bearing
-and distance, :meth:`FeatureHeads.object_estimates`). With ``model.object_memory`` the step
+and distance, :meth:`FeatureHeads.object_estimates`). With ``model.house.object_memory`` the step
 encoder writes that, the goal and the pose into the last :data:`STRUCT_DIM` entries of every
 token, and head 0 of layer 0 stops being learnt:
 
@@ -64,7 +64,7 @@ class ObjectMemoryHead(nn.Module):
     def __init__(self, n_cat: int, head_dim: int, d_model: int) -> None:
         super().__init__()
         if head_dim < n_cat + 1:
-            raise ValueError(f"model.object_memory: head size {head_dim} must exceed the {n_cat} categories "
+            raise ValueError(f"model.house.object_memory: head size {head_dim} must exceed the {n_cat} categories "
                              "(raise d_model or lower n_heads)")
         self.n_cat, self.head_dim = n_cat, head_dim
         scale = BETA * math.sqrt(head_dim)  # undo the attention's 1/sqrt(head_dim)

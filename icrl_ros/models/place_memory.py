@@ -4,7 +4,7 @@ The house teacher explores toward floor its camera has not swept yet and drives 
 remembered goal over floor it has; a student that only sees frozen image features and its
 pose must rebuild that map by attention, and the imitation students of issue 12 did not
 (agreement with the teacher stalled at 0.64-0.68, the same on training and held-out trials).
-With ``model.place_memory`` (beside ``object_memory``, whose token entries it reads: the pose
+With ``model.house.place_memory`` (beside ``object_memory``, whose token entries it reads: the pose
 in the house frame) heads 1 .. len(PROBES) of layer 0 stop being learnt:
 
 * a step's key is its *view point*, the floor :data:`VIEW_AHEAD_M` ahead of where it stood
@@ -60,7 +60,7 @@ class PlaceMemoryHeads(nn.Module):
     def __init__(self, head_dim: int, d_model: int, scale_m: float) -> None:
         super().__init__()
         if head_dim < 4:
-            raise ValueError(f"model.place_memory: head size {head_dim} must be at least 4")
+            raise ValueError(f"model.house.place_memory: head size {head_dim} must be at least 4")
         self.head_dim = head_dim
         self.sigma = SIGMA_M / scale_m
         self.ahead = VIEW_AHEAD_M / scale_m

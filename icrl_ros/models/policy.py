@@ -27,18 +27,18 @@ STEP_KEYS = ("obs", "prev_action", "prev_reward", "episode_step", "episode_index
 
 
 def skill_inputs(args: ModelArgs) -> list[str]:
-    """Inputs of ``args``' route-following head (``model.route_skill``), in the heads graph's order."""
-    if not getattr(args, "route_skill", 0):
+    """Inputs of ``args``' route-following head (``model.house.route_skill``), in the heads graph's order."""
+    if not args.house.route_skill:
         return []
-    return ["route", "scan"] if args.scan_input else ["route"]
+    return ["route", "scan"] if args.house.scan_input else ["route"]
 
 
 def frontier_inputs(args: ModelArgs) -> list[str]:
-    """Inputs of ``args``' frontier-following head (``model.frontier_skill``): the ``frontier`` [and ``scan``] it
-    reads, then the ``route`` whose "found" entry turns it off (with ``model.route_memory``)."""
-    if not getattr(args, "frontier_skill", 0):
+    """Inputs of ``args``' frontier-following head (``model.house.frontier_skill``): the ``frontier`` [and ``scan``] it
+    reads, then the ``route`` whose "found" entry turns it off (with ``model.house.route_memory``)."""
+    if not args.house.frontier_skill:
         return []
-    return ["frontier"] + ["scan"] * bool(args.scan_input) + ["route"] * bool(args.route_memory)
+    return ["frontier"] + ["scan"] * bool(args.house.scan_input) + ["route"] * bool(args.house.route_memory)
 
 
 def head_inputs(args: ModelArgs) -> list[str]:
@@ -93,18 +93,18 @@ class ICLPolicy(nn.Module):
         self.critic = nn.Linear(args.d_model, 1)
         self.sink_token = nn.Parameter(torch.randn(args.d_model) * 0.02) if args.sink == "token" else None
         # training only: P(goal seen earlier in the trial) logit and its (forward, left) offset
-        self.memory_aux = nn.Linear(args.d_model, 3) if args.memory_aux else None
-        # the route-following head (model.route_skill): route (+ scan) -> logits, added where a route exists
+        self.memory_aux = nn.Linear(args.d_model, 3) if args.house.memory_aux else None
+        # the route-following head (model.house.route_skill): route (+ scan) -> logits, added where a route exists
         self.route_skill = None
-        if args.route_skill:
-            self.route_skill = nn.Sequential(nn.Linear(ROUTE_DIM + SCAN_BINS * args.scan_input, args.route_skill),
-                                             nn.ReLU(), nn.Linear(args.route_skill, args.n_actions))
-        # the frontier-following head (model.frontier_skill): frontier (+ scan) -> logits, added where it has a way
+        if args.house.route_skill:
+            self.route_skill = nn.Sequential(nn.Linear(ROUTE_DIM + SCAN_BINS * args.house.scan_input, args.house.route_skill),
+                                             nn.ReLU(), nn.Linear(args.house.route_skill, args.n_actions))
+        # the frontier-following head (model.house.frontier_skill): frontier (+ scan) -> logits, added where it has a way
         self.frontier_skill = None
-        if args.frontier_skill:
+        if args.house.frontier_skill:
             self.frontier_skill = nn.Sequential(
-                nn.Linear(ROUTE_DIM + SCAN_BINS * args.scan_input, args.frontier_skill), nn.ReLU(),
-                nn.Linear(args.frontier_skill, args.n_actions))
+                nn.Linear(ROUTE_DIM + SCAN_BINS * args.house.scan_input, args.house.frontier_skill), nn.ReLU(),
+                nn.Linear(args.house.frontier_skill, args.n_actions))
         self.apply(self._init)
         nn.init.normal_(self.actor.weight, std=0.01)
         nn.init.zeros_(self.actor.bias)
@@ -158,11 +158,11 @@ class ICLPolicy(nn.Module):
         spec["episode_step"] = ((), torch.long)
         if self.args.n_goals:
             spec["goal"] = ((), torch.long)
-        if self.args.route_memory:  # written by the control step's route memory, not observed
+        if self.args.house.route_memory:  # written by the control step's route memory, not observed
             spec["route"] = ((ROUTE_DIM,), torch.float32)
-        if self.args.frontier_memory:  # written by the control step's frontier memory, not observed
+        if self.args.house.frontier_memory:  # written by the control step's frontier memory, not observed
             spec["frontier"] = ((ROUTE_DIM,), torch.float32)
-        if self.args.scan_input:  # the free headings around the robot (env option scan; a laser scan)
+        if self.args.house.scan_input:  # the free headings around the robot (env option scan; a laser scan)
             spec["scan"] = ((SCAN_BINS,), torch.float32)
         return spec
 
@@ -228,6 +228,6 @@ class ICLPolicy(nn.Module):
         logits = self.with_skill(logits, inp)
         if aux:
             if self.memory_aux is None:
-                raise ValueError("forward_sequence(aux=True): the model has no memory_aux head (model.memory_aux)")
+                raise ValueError("forward_sequence(aux=True): the model has no memory_aux head (model.house.memory_aux)")
             return logits, value, k, v, self.memory_aux(self.norm(h))
         return logits, value, k, v

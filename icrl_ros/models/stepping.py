@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from icrl_ros.families import family_of
-from icrl_ros.memory import KIND_POLICIES, create_memory, model_dims, trial_sizes
+from icrl_ros.memory import create_memory, default_memory, model_dims, trial_sizes
 from icrl_ros.models.policy import ICLPolicy
 
 
@@ -26,7 +26,7 @@ def make_memory(policy: ICLPolicy, batch: int, steps: int, window: int | None = 
     (or the ``max_sets`` newest: streaming), segments per ``schedule``. HCAM: every chunk (or the
     ``max_chunks`` newest). The sink token, where the model has one, is pinned."""
     a = policy.args
-    name = KIND_POLICIES[a.kind][0]
+    name = default_memory(a.kind)
     if window and name == "full":
         name = "window"
     sizes = {"window": window} if name == "window" else trial_sizes(name, a, steps, schedule)

@@ -3,12 +3,12 @@
 A house episode ends at the first stop, and succeeds only if an instance of the goal category is
 in reach and in view. The students' commonest failure was a blind stop: where their memory said
 the goal was, with the frozen label heads saying it was not in view (median P 0.07 at wrong stops
-against 0.95 at right ones). With ``model.stop_gate`` the acting policy may not
-stop while the heads give P(goal in view) below the gate; with ``model.stop_sure`` it stops as soon
-as they give at least that P with an expected goal distance within ``model.stop_sure_m``.
+against 0.95 at right ones). With ``model.house.stop_gate`` the acting policy may not
+stop while the heads give P(goal in view) below the gate; with ``model.house.stop_sure`` it stops as soon
+as they give at least that P with an expected goal distance within ``model.house.stop_sure_m``.
 
 The rule reads the :data:`~icrl_ros.models.object_memory.STRUCT_DIM` entries the step encoder
-writes into every token (``model.object_memory``): the goal, the most likely category in view,
+writes into every token (``model.house.object_memory``): the goal, the most likely category in view,
 its P and the house-frame position the heads put it at, and the robot's position. It applies
 where actions are chosen (:class:`~icrl_ros.runtime.control.ControlStep`: training rollouts,
 evaluation, export checks and the robot alike), so a bundle carries it in its manifest's model
@@ -42,10 +42,10 @@ class StopRule:
     @classmethod
     def from_args(cls, args) -> StopRule | None:
         """The rule a model's arguments ask for, or None when they ask for none."""
-        gate, sure = getattr(args, "stop_gate", 0.0), getattr(args, "stop_sure", 0.0)
+        gate, sure = args.house.stop_gate, args.house.stop_sure
         if not (gate > 0 or sure > 0):
             return None
-        return cls(gate, sure, args.stop_sure_m, args.n_goals)
+        return cls(gate, sure, args.house.stop_sure_m, args.n_goals)
 
     def goal_view(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Tokens (..., D) -> P(goal in view) (...) and the heads' expected distance to it (...) in

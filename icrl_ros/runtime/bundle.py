@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +35,6 @@ from icrl_ros.families import family_of
 from icrl_ros.models.checkpoint import model_args_from_dict
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.policy import ICLPolicy
-from icrl_ros.families.radt.model import RADTArgs
 from icrl_ros.runtime.manifest import FORMAT, MANIFEST, VERSION, Manifest, ManifestError
 
 WEIGHTS = "weights.pt"
@@ -77,7 +77,8 @@ class Bundle:
 
     path: Path
     manifest: Manifest
-    args: ModelArgs | RADTArgs
+    args: ModelArgs | Any
+    """The model's arguments: its family's config class (``Family.config``; RA-DT's ``RADTArgs``)."""
     specs: dict = field(repr=False)
     _policy: ICLPolicy | None = field(default=None, repr=False)
     kv_dtype: str = "fp32"

@@ -109,14 +109,14 @@ class PolicyRunner(RunnerBase):
         and an engine. Actions: ``selection`` "sample" | "greedy" at ``temperature``, default the
         manifest's (:meth:`~icrl_ros.runtime.runner_base.RunnerBase.configure_actions`). ``kv_dtype``:
         how the memory stores keys / values ("fp32" | "fp16" | "int8"; default the manifest's
-        ``memory.kv_dtype``), if the bundle has a core for it. An RA-DT
-        bundle gets a :class:`~icrl_ros.families.radt.runner.RADTRunner` (same public API)."""
+        ``memory.kv_dtype``), if the bundle has a core for it. A family with its own runner
+        (``Family.runner``: RA-DT's :class:`~icrl_ros.families.radt.runner.RADTRunner`, the same public
+        API) gets that."""
         check_backend(backend, device)
         bundle = load_bundle(path).with_kv_dtype(kv_dtype)
-        if not family_of(bundle).cached_step:  # RA-DT
-            from icrl_ros.families.radt.runner import RADTRunner
-
-            runner = RADTRunner.for_bundle(bundle, backend, device, memory, memory_budget_bytes)
+        own = family_of(bundle).runner_class()
+        if own is not None:
+            runner = own.for_bundle(bundle, backend, device, memory, memory_budget_bytes)
         else:
             mem = build_memory(bundle, memory, memory_budget_bytes, batch=1, device=device)
             opts = {"profile": (1, mem.slots)} if backend == "tensorrt" else {}

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from icrl_ros.families import family_of
-from icrl_ros.memory import KIND_POLICIES, trial_sizes
+from icrl_ros.memory import default_memory, trial_sizes
 from icrl_ros.runtime.bundle import Bundle
 from icrl_ros.runtime.engine import make_engine
 from icrl_ros.runtime.runner import PolicyRunner, build_memory
@@ -33,7 +33,7 @@ MIN_AGREEMENT = 0.99
 def exact_memory(bundle: Bundle, steps: int, batch: int = 1, device="cpu", episodes: int | None = None):
     """A memory that keeps everything ``steps`` steps need (so stepping is exact);
     RA-DT: every one of ``episodes`` episodes (default: as many as steps)."""
-    name = KIND_POLICIES[bundle.kind][0]
+    name = default_memory(bundle.kind)
     sizes = trial_sizes(name, bundle.args, steps)
     if name == "retrieval":
         return build_memory(bundle, name, **sizes | {"max_episodes": episodes or steps})
@@ -95,8 +95,7 @@ def record_radt_images(bundle: Bundle, steps: int, seed: int = 0) -> dict[str, n
     goal per step, 0/1 rewards, episodes of C/2 .. C steps (so several end and fill the
     index), greedy actions. The torch reference other backends replay (no evaluation loop
     exists for images); keys as :data:`~icrl_ros.runtime.bundle.RADT_SAMPLE_KEYS`."""
-    from icrl_ros.families.radt.runner import RADTRunner
-
+    runner_cls = family_of(bundle).runner_class()
     a = bundle.args
     rng = np.random.default_rng(seed)
     longest = max(2, min(a.context, a.max_episode_steps))
@@ -109,7 +108,7 @@ def record_radt_images(bundle: Bundle, steps: int, seed: int = 0) -> dict[str, n
               "prev_reward": (rng.random(steps) < 0.2).astype(np.float32),
               "episode_index": np.repeat(np.arange(len(lengths)), lengths)[:steps]}
     sample["prev_reward"][0] = 0.0
-    runner = RADTRunner(bundle, make_engine(bundle, "torch", "cpu"), exact_memory(bundle, steps, episodes=len(lengths)))
+    runner = runner_cls(bundle, make_engine(bundle, "torch", "cpu"), exact_memory(bundle, steps, episodes=len(lengths)))
     ep, logits, actions = sample["episode_index"], [], []
     for t in range(steps):
         if t == 0 or ep[t] != ep[t - 1]:
@@ -125,11 +124,10 @@ def check_sample(bundle: Bundle, backend: str = "onnxruntime", device: str = "cp
     """Run the bundle's recorded sample through ``backend``; compare with the recorded outputs."""
     sample = bundle.sample()
     if not family_of(bundle).cached_step:  # RA-DT
-        from icrl_ros.families.radt.runner import RADTRunner
-
+        runner_cls = family_of(bundle).runner_class()
         T = len(sample["episode_index"])
         mem = exact_memory(bundle, T, episodes=int(sample["episode_index"].max()) + 1)
-        logits = replay_radt(RADTRunner(bundle, make_engine(bundle, backend, device), mem), sample)
+        logits = replay_radt(runner_cls(bundle, make_engine(bundle, backend, device), mem), sample)
         return compare(sample["logits"], None, logits, None, bundle.precision)
     T = sample["episode_index"].shape[-1]
     mem = exact_memory(bundle, T, device=device)

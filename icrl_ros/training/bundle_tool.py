@@ -27,12 +27,8 @@ def inspect(path: str) -> int:
     print(f"bundle    {b.path}  ({m.format} version {m.version}, precision {b.precision})")
     if m.migrated_from is not None:
         print(f"          written as version {m.migrated_from}: read with the defaults {V1_DEFAULTS}")
-    if a.kind == "radt":
-        detail = f"window {a.context}, top-{a.top_k} retrieved sub-trajectories of {2 * a.context} steps, keys {a.key_dim}"
-    else:
-        detail = f"sink {a.sink}, iea {a.iea}" + (f", l_seg {a.l_seg}, l_sum {a.l_sum} ({a.memo_variant})"
-                                                  if a.kind == "memo" else "")
-    print(f"model     {a.kind}: {a.n_layers} layers, d_model {a.d_model}, {a.n_heads} heads, MLP {a.d_mlp}, {detail}")
+    print(f"model     {a.kind}: {a.n_layers} layers, d_model {a.d_model}, {a.n_heads} heads, MLP {a.d_mlp}, "
+          f"{a.describe()}")
     print(f"hash      {b.model_hash}")
     obs = m.observation
     ins = ", ".join(f"{n} {v['dtype']}{v['shape']}" for n, v in obs.inputs.items())

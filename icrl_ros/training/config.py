@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from icrl_ros.models.config import ModelArgs, check_positive
+from icrl_ros.models.config import ModelArgs, check_positive, normalise_model_dict
 from icrl_ros.sim import GRID_ENVS, VEC_ENVS
 
 
@@ -159,9 +159,9 @@ class TrainConfig:
         check_positive("total_steps", self.total_steps)
         check_positive("checkpoint_every", self.checkpoint_every)
         check_positive("threads", self.threads, allow_zero=True)
-        self.model_args(n_obs=1, n_actions=1, max_episode_steps=1)  # validates the overrides
-        if self.model.get("route_memory") and self.ppo.shuffle_episodes:
-            raise ValueError("ppo.shuffle_episodes: set it false for a model with model.route_memory (the route "
+        args = self.model_args(n_obs=1, n_actions=1, max_episode_steps=1)  # validates the overrides
+        if args.house.route_memory and self.ppo.shuffle_episodes:
+            raise ValueError("ppo.shuffle_episodes: set it false for a model with model.house.route_memory (the route "
                              "input is written while acting, in the trial's order; a reordered context would not "
                              "match it)")
 
@@ -184,6 +184,7 @@ class TrainConfig:
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"config: unknown fields {sorted(unknown)}; allowed: {[f.name for f in fields(cls)]}")
+        d["model"] = normalise_model_dict(d.get("model") or {})
         sub = {"env": EnvConfig, "ppo": PPOConfig}
         for key, typ in sub.items():
             raw = d.get(key) or {}

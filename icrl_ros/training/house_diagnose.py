@@ -9,7 +9,7 @@
 ``--teacher-forced`` (ReLIC): the teacher drives and the policy reads its trial twice, with memory
 and with memory wiped at every episode start; per episode, how well it predicts the teacher's
 actions (mean log-likelihood per step, argmax agreement), and the paired gain of memory over
-episodes 2 on (95% CIs over trials). A stop rule (``model.stop_gate`` / ``stop_sure``) is left off
+episodes 2 on (95% CIs over trials). A stop rule (``model.house.stop_gate`` / ``stop_sure``) is left off
 here: it is not learnt, and a masked stop the teacher makes would score -1e4. Writes ``teacher_forced.json``.
 
 The policy drives; the memory teacher (:mod:`icrl_ros.sim.house_teacher`, which sees only what the
@@ -33,7 +33,7 @@ the heads give P(goal in view) below P, so the wrong stops it removes show what 
 ``--stop-auto P`` (a what-if too): the stop is taken whenever the heads give P(goal in view) >= P and
 an expected goal distance within ``--stop-auto-m``, so timeouts that pass a reachable goal show.
 
-``--memory-readout`` (a checkpoint with ``model.object_memory``): at the first step of every episode,
+``--memory-readout`` (a checkpoint with ``model.house.object_memory``): at the first step of every episode,
 what the object memory head reads for the goal (whether it holds a confident sighting, and how far
 the remembered position lies from the nearest goal instance), and per episode whether the policy
 ever stood where the teacher would stop and how close (geodesic) it came; split by outcome and by
@@ -236,7 +236,7 @@ class MemoryReadout(WrappedStepper):
 
         heads = [m for m in stepper.policy.modules() if isinstance(m, ObjectMemoryHead)]
         if not heads:
-            raise ValueError("--memory-readout: the policy has no object memory head (model.object_memory)")
+            raise ValueError("--memory-readout: the policy has no object memory head (model.house.object_memory)")
         super().__init__(stepper)
         self.episodes = episodes
         read, scale = heads[0].readout, OBJECT_SCALE_M

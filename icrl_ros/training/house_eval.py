@@ -19,6 +19,7 @@ temperature) with a seeded generator; the env's starts and goals come from ``see
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -235,7 +236,7 @@ def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = No
                 stop_rule: bool = True):
     """(stepper, env options, description) for a checkpoint file or a bundle directory.
 
-    ``stop_rule`` False: the policy's learnt logits without its stop rule (``model.stop_gate`` /
+    ``stop_rule`` False: the policy's learnt logits without its stop rule (``model.house.stop_gate`` /
     ``stop_sure``), for scoring how well it predicts a teacher rather than for acting.
 
     ``wipe``: the no-memory ablation, the same weights without what they saw in earlier episodes of
@@ -264,7 +265,8 @@ def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = No
         else:
             raise ValueError(f"the memory-wiped ablation: not for {args.kind} (its memory is a retrieval index)")
         desc["memory_wiped_each_episode"] = True
-    if not stop_rule and (getattr(args, "stop_gate", 0) or getattr(args, "stop_sure", 0)):
-        args.stop_gate = args.stop_sure = 0.0  # read when the stepper builds its control step
+    if not stop_rule and args.house.stop_rule:
+        # read when the stepper builds its control step
+        args.sections["house"] = replace(args.house, stop_gate=0.0, stop_sure=0.0)
         desc["stop_rule_off"] = True
     return st, opts, desc

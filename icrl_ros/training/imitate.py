@@ -62,10 +62,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--mix-fraction", type=float, default=0.6,
                    help="fraction of the run over which the teacher's share of executed actions goes 1 -> 0")
     p.add_argument("--teacher", help="scripted teacher (training/teachers.py; default: the env's first). The house's "
-                   "'route' (a model with model.route_memory, env.options.teacher=memory): on steps where the "
+                   "'route' (a model with model.house.route_memory, env.options.teacher=memory): on steps where the "
                    "policy's route memory has a way to the goal, a follower of its waypoint that senses free "
                    "headings (in the env workers); elsewhere the env's teacher. Reports route_label_share. "
-                   "'frontier' (model.frontier_memory): as 'route', and where neither the route nor the env's "
+                   "'frontier' (model.house.frontier_memory): as 'route', and where neither the route nor the env's "
                    "teacher knows the goal, the same follower toward the policy's frontier waypoint")
     p.add_argument("--teacher-checkpoint", metavar="PATH",
                    help="a trained policy's checkpoint as the teacher instead of a scripted one (policy distillation): "
@@ -73,7 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "action probabilities; its model must read the student's inputs")
     p.add_argument("--vf-coef", type=float, default=0.5, help="weight of the value regression")
     p.add_argument("--aux-coef", type=float, default=0.0,
-                   help="weight of the memory_aux loss (model.memory_aux): predict whether the goal was seen "
+                   help="weight of the memory_aux loss (model.house.memory_aux): predict whether the goal was seen "
                         "earlier in the trial and where it is now, from the heads' own sightings")
     p.add_argument("--hcam-recon", action="store_true",
                    help="HCAM: add its input-reconstruction loss (model.hcam_recon_weight x the loss), as PPO "
@@ -92,7 +92,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--noise-actions", default="",
                    help="comma-separated action indices --noise draws from (default: all; the house: 1,2,3 = no stop)")
     p.add_argument("--skill-epochs", type=int, default=200,
-                   help="with --set ppo.train_only=[route_skill] (a model with model.route_skill): the head trains on "
+                   help="with --set ppo.train_only=[route_skill] (a model with model.house.route_skill): the head trains on "
                         "the held network's logits, cached once per iteration, this many passes over the stored route "
                         "steps per iteration (each pass in ppo.num_minibatches minibatches)")
     p.add_argument("--route-steps-only", action="store_true",

@@ -1,4 +1,4 @@
-"""Set a house checkpoint's stop rule (``model.stop_gate`` / ``stop_sure``, icrl_ros/models/stop_rule.py).
+"""Set a house checkpoint's stop rule (``model.house.stop_gate`` / ``stop_sure``, icrl_ros/models/stop_rule.py).
 
     python training/stop_rule.py runs/x/checkpoints/final.pt --gate 0.5 --out runs/x/gated.pt
     python training/stop_rule.py checkpoints/house_relic.pt --gate 0 --sure 0 --out /tmp/plain.pt   # rule off
@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from icrl_ros.models.checkpoint import FORMAT, model_args_from_dict
+from icrl_ros.models.config import normalise_model_dict
 from icrl_ros.training._cli import fail
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="a house checkpoint (.pt) with model.object_memory")
+    p.add_argument("checkpoint", help="a house checkpoint (.pt) with model.house.object_memory")
     p.add_argument("--gate", type=float, help="stop only while P(goal in view) >= this (0: off); default: kept")
     p.add_argument("--sure", type=float, help="stop when P(goal in view) >= this within --sure-m (0: off); default: kept")
     p.add_argument("--sure-m", type=float, help="metres for --sure; default: kept")
@@ -43,17 +43,18 @@ def main(argv=None) -> int:
                if v is not None}
     if not changes:
         fail("nothing to set: give --gate, --sure and/or --sure-m")
-    new = {**blob["model_args"], **changes}
     try:
-        full = asdict(model_args_from_dict(new))  # validates: range, object_memory
+        new = model_args_from_dict(blob["model_args"]).replace_section("house", **changes)  # validates the rule
     except (TypeError, ValueError) as e:
         fail(f"{src}: {e}")
-    blob["model_args"] = new
+    blob["model_args"] = new.to_dict()
     if isinstance(blob.get("config"), dict) and isinstance(blob["config"].get("model"), dict):
-        blob["config"]["model"].update(changes)
+        model = normalise_model_dict(blob["config"]["model"])
+        model["house"] = {**(model.get("house") or {}), **changes}
+        blob["config"]["model"] = model
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(blob, out)
-    print(f"wrote {out}: " + ", ".join(f"{k} {full[k]}" for k in ("stop_gate", "stop_sure", "stop_sure_m")))
+    print(f"wrote {out}: " + ", ".join(f"{k} {getattr(new.house, k)}" for k in ("stop_gate", "stop_sure", "stop_sure_m")))
     return 0
 
 

@@ -241,7 +241,7 @@ class HouseEnvTeacher:
 
 
 class RouteFollower:
-    """Labels for a route model (``model.route_memory``, :mod:`icrl_ros.memory.route`): where the
+    """Labels for a route model (``model.house.route_memory``, :mod:`icrl_ros.memory.route`): where the
     policy's own ``route`` input has a way to the goal, the action of a follower of its waypoint that
     senses which headings are free, computed in the env workers where the geometry is
     (``HouseVecEnv.waypoint_actions``: the one-step rule of the route probe's follower); elsewhere the
@@ -266,7 +266,7 @@ class RouteFollower:
 
     def act(self, inputs: dict) -> np.ndarray:
         if "route" not in inputs:
-            raise ValueError("teacher 'route' reads the policy's route input: set model.route_memory: true")
+            raise ValueError("teacher 'route' reads the policy's route input: set model.house.route_memory: true")
         r = inputs["route"].detach().cpu().numpy()
         routed = self.env.waypoint_actions(r[:, 1:3] * self.scale_m, r[:, 0] > 0)
         self._routed = routed >= 0
@@ -281,7 +281,7 @@ class RouteFollower:
 
 
 class FrontierFollower(RouteFollower):
-    """Labels for a frontier model (``model.frontier_memory``, :mod:`icrl_ros.house.frontier`): as
+    """Labels for a frontier model (``model.house.frontier_memory``, :mod:`icrl_ros.house.frontier`): as
     :class:`RouteFollower` where the policy's route has a way to the goal; where it has none and the in-env teacher
     has not seen the goal either (it is exploring), the same follower toward the policy's own ``frontier``
     waypoint, turning on the spot at a frontier (as :class:`~icrl_ros.experiments.house_input_searcher.
@@ -291,7 +291,7 @@ class FrontierFollower(RouteFollower):
 
     def act(self, inputs: dict) -> np.ndarray:
         if "frontier" not in inputs:
-            raise ValueError("teacher 'frontier' reads the policy's frontier input: set model.frontier_memory: true")
+            raise ValueError("teacher 'frontier' reads the policy's frontier input: set model.house.frontier_memory: true")
         f = inputs["frontier"].detach().cpu().numpy()
         n = len(f)
         r = inputs["route"].detach().cpu().numpy() if "route" in inputs else np.zeros_like(f)
@@ -348,7 +348,8 @@ TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer, "room": RoomExp
 ENV_TEACHERS = {"darkroom": ("room",), "dark_key_to_door": ("cycle", "explorer"),
                 "house": ("memory", "wiped", "route", "frontier")}
 FOLLOWERS = {"route": (RouteFollower, "route_memory"), "frontier": (FrontierFollower, "frontier_memory")}
-"""The house teachers that label from the policy's own input: name -> (class, the model argument the input needs)."""
+"""The house teachers that label from the policy's own input: name -> (class, the ``model.house`` option the input
+needs)."""
 
 
 def make_teacher(env, name: str | None = None, policy=None):
@@ -366,8 +367,8 @@ def make_teacher(env, name: str | None = None, policy=None):
         from icrl_ros.models.encoders import OBJECT_SCALE_M
 
         cls, needs = FOLLOWERS[name]
-        if policy is not None and not getattr(policy.args, needs, False):
-            raise ValueError(f"teacher {name!r} reads the policy's {name} input: set model.{needs}: true")
+        if policy is not None and not getattr(policy.args.house, needs):
+            raise ValueError(f"teacher {name!r} reads the policy's {name} input: set model.house.{needs}: true")
         return cls(env, OBJECT_SCALE_M)
     if env_name == "house":
         if env.task.get("teacher") != name:

@@ -26,7 +26,7 @@ def route_bundle(tmp_path_factory):
     from icrl_ros.training.export import export_bundle
 
     shipped, config = load_checkpoint(SHIPPED)
-    policy = ICLPolicy(replace(shipped.args, route_memory=True))
+    policy = ICLPolicy(shipped.args.replace_section("house", route_memory=True))
     policy.load_state_dict(shipped.state_dict(), strict=False)
     assert not policy.encoder.route.weight.any()  # a trained model gains the input as no input
     with torch.no_grad():
@@ -79,7 +79,7 @@ def scan_bundle(tmp_path_factory):
     from icrl_ros.training.export import export_bundle
 
     shipped, config = load_checkpoint(SHIPPED)
-    policy = ICLPolicy(replace(shipped.args, route_memory=True, route_skill=16, scan_input=True))
+    policy = ICLPolicy(shipped.args.replace_section("house", route_memory=True, route_skill=16, scan_input=True))
     policy.load_state_dict(shipped.state_dict(), strict=False)
     out = policy.route_skill[-1]
     assert not out.weight.any() and not out.bias.any()  # a trained model gains the head as no head
@@ -131,7 +131,7 @@ def frontier_bundle(tmp_path_factory):
     from icrl_ros.training.export import export_bundle
 
     shipped, config = load_checkpoint(SHIPPED)
-    policy = ICLPolicy(replace(shipped.args, route_memory=True, route_skill=16, scan_input=True,
+    policy = ICLPolicy(shipped.args.replace_section("house", route_memory=True, route_skill=16, scan_input=True,
                                frontier_memory=True, frontier_skill=16))
     policy.load_state_dict(shipped.state_dict(), strict=False)
     assert not policy.encoder.frontier.weight.any() and not policy.frontier_skill[-1].weight.any()

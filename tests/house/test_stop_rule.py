@@ -12,6 +12,7 @@ import yaml
 
 from icrl_ros.models import load_checkpoint
 from icrl_ros.models.checkpoint import model_args_from_dict
+from icrl_ros.models.config import normalise_model_dict
 from icrl_ros.models.object_memory import STRUCT_DIM
 from icrl_ros.models.stop_rule import MASKED, STOP_ACTION, StopRule
 from icrl_ros.runtime.control import ControlStep
@@ -91,19 +92,22 @@ def test_gate_masks_only_unseen_stops_and_sure_forces_seen_ones():
 
 
 def test_rule_off_by_default_and_validated(shipped):
-    assert StopRule.from_args(replace(shipped.args, stop_gate=0.0, stop_sure=0.0)) is None
-    assert StopRule.from_args(replace(shipped.args, stop_gate=0.5)).gate == 0.5
-    with pytest.raises(ValueError, match="stop_gate"):
-        model_args_from_dict({**shipped.args.__dict__, "stop_gate": 1.5})
+    assert StopRule.from_args(shipped.args.replace_section("house", stop_gate=0.0, stop_sure=0.0)) is None
+    assert StopRule.from_args(shipped.args.replace_section("house", stop_gate=0.5)).gate == 0.5
+    d = shipped.args.to_dict()
+    with pytest.raises(ValueError, match="model.house.stop_gate"):
+        model_args_from_dict({**d, "house": {**d["house"], "stop_gate": 1.5}})
     with pytest.raises(ValueError, match="object_memory"):
-        model_args_from_dict({**shipped.args.__dict__, "object_memory": False, "place_memory": False,
-                              "stop_sure": 0.9})
+        model_args_from_dict({**d, "house": {**d["house"], "object_memory": False, "place_memory": False,
+                                             "stop_sure": 0.9}})
+    with pytest.raises(ValueError, match="given both flat and in model.house"):
+        model_args_from_dict({**d, "stop_gate": 0.5})
 
 
 def test_live_control_step_applies_the_models_rule(shipped):
     """A gate of 1 (no sigmoid reaches it) masks every stop in training-side stepping."""
-    old = shipped.args.stop_gate
-    shipped.args = replace(shipped.args, stop_gate=1.0)
+    old = shipped.args.house.stop_gate
+    shipped.args = shipped.args.replace_section("house", stop_gate=1.0)
     try:
         step = ControlStep.live(shipped, make_memory(shipped, 3, 8))
         inp = {"rgb": torch.zeros(3, 64, 64, 3, dtype=torch.uint8), "odom": torch.zeros(3, 3),
@@ -112,7 +116,7 @@ def test_live_control_step_applies_the_models_rule(shipped):
         logits, _ = step(inp)
         assert torch.all(logits[:, STOP_ACTION] == MASKED)
     finally:
-        shipped.args = replace(shipped.args, stop_gate=old)
+        shipped.args = shipped.args.replace_section("house", stop_gate=old)
 
 
 def test_deployed_runner_reads_the_rule_from_the_manifest(tmp_path):
@@ -123,7 +127,8 @@ def test_deployed_runner_reads_the_rule_from_the_manifest(tmp_path):
     b = tmp_path / "gated"
     shutil.copytree(BUNDLE, b)
     m = yaml.safe_load((b / "manifest.yaml").read_text())
-    m["model"]["args"]["stop_gate"] = 1.0
+    m["model"]["args"] = normalise_model_dict(m["model"]["args"])
+    m["model"]["args"]["house"]["stop_gate"] = 1.0
     (b / "manifest.yaml").write_text(yaml.safe_dump(m, sort_keys=False))
     runner = PolicyRunner.from_bundle(b)
     rules = [r for r in runner.control.rules if isinstance(r, StopRule)]  # the house extension's rule
@@ -146,8 +151,8 @@ def test_cli_writes_a_copy_and_refuses_a_model_without_object_memory(tmp_path, c
     shutil.copy(SHIPPED.parent / "house_encoder.pt", tmp_path / "house_encoder.pt")  # a shared-encoder checkpoint
     assert main([str(SHIPPED), "--gate", "0.5", "--sure", "0.9", "--out", str(out)]) == 0
     policy, blob = load_checkpoint(out)
-    assert (policy.args.stop_gate, policy.args.stop_sure, policy.args.stop_sure_m) == (0.5, 0.9, 0.6)
-    assert blob["config"]["model"]["stop_gate"] == 0.5
+    assert (policy.args.house.stop_gate, policy.args.house.stop_sure, policy.args.house.stop_sure_m) == (0.5, 0.9, 0.6)
+    assert blob["config"]["model"]["house"]["stop_gate"] == 0.5
     with pytest.raises(SystemExit) as e:
         main([str(REPO / "checkpoints" / "darkroom_relic.pt"), "--gate", "0.5", "--out", str(tmp_path / "x.pt")])
     assert e.value.code != 0 and "object_memory" in capsys.readouterr().err
@@ -167,10 +172,10 @@ def _small_gated_policy():
     from icrl_ros.models.stepping import build_policy
 
     torch.manual_seed(0)
-    args = ModelArgs(kind="relic", n_obs=1, n_actions=4, max_episode_steps=20, n_goals=3, use_reward=False,
+    args = ModelArgs.from_dict(dict(kind="relic", n_obs=1, n_actions=4, max_episode_steps=20, n_goals=3, use_reward=False,
                      obs_type="image", visual_encoder="features", feature_dim=32, goal_readout=True,
                      object_memory=True, d_model=32, n_layers=2, n_heads=4, d_mlp=64, sink="kv0",
-                     stop_gate=0.5, stop_sure=0.9)
+                     stop_gate=0.5, stop_sure=0.9))
     return build_policy(args).eval()
 
 

@@ -6,10 +6,13 @@ from icrl_ros.models import SINKS, ICLPolicy, ModelArgs, load_checkpoint, save_c
 from tests.helpers import cached_rollout, random_trial
 
 
-def small_args(**kw) -> ModelArgs:
+def small_args(memo: dict | None = None, **kw) -> ModelArgs:
+    """``memo``: Memo's own fields, applied when ``kind`` is memo."""
     base = dict(n_obs=20, n_actions=5, max_episode_steps=8, d_model=32, n_layers=2, n_heads=4, d_mlp=64, grid_size=5)
     base.update(kw)
-    return ModelArgs(**base)
+    if kw.get("kind") == "memo":
+        base.update(memo or {})
+    return ModelArgs.from_dict(base)
 
 
 @pytest.mark.parametrize("iea", [True, False])
@@ -33,7 +36,7 @@ def test_cached_step_matches_full_sequence(sink, iea):
 @pytest.mark.parametrize("kind", ["relic", "memo"])
 def test_image_policy_cached_step_matches_full_sequence(kind):
     torch.manual_seed(0)
-    args = small_args(kind=kind, obs_type="image", image_size=24, n_goals=12, sink="kv0", l_seg=5, l_sum=2)
+    args = small_args(kind=kind, obs_type="image", image_size=24, n_goals=12, sink="kv0", memo=dict(l_seg=5, l_sum=2))
     from icrl_ros.models import build_policy
 
     policy = build_policy(args).eval()
@@ -92,7 +95,7 @@ def test_checkpoint_round_trip(tmp_path):
     "field,value,needle",
     [("sink", "kvv", "model.sink"), ("d_model", -4, "model.d_model"), ("n_layers", 0, "model.n_layers"),
      ("kind", "lstm", "model.kind"), ("depth_dropout", 1.5, "model.depth_dropout"),
-     ("route_skill", 32, "model.route_skill"), ("scan_input", True, "model.scan_input")],
+     ("route_skill", 32, "model.house.route_skill"), ("scan_input", True, "model.house.scan_input")],
 )
 def test_bad_model_args_name_the_field(field, value, needle):
     with pytest.raises(ValueError, match=needle):
@@ -120,7 +123,7 @@ def test_xy_grid_encoding_has_no_per_cell_table_and_steps_exactly():
 @pytest.mark.parametrize("kind", ["relic", "memo"])
 def test_last_obs_input_is_embedded_and_steps_exactly(kind):
     torch.manual_seed(0)
-    args = small_args(n_obs=25, grid_encoding="xy", last_obs=True, kind=kind, l_seg=8, l_sum=2)
+    args = small_args(n_obs=25, grid_encoding="xy", last_obs=True, kind=kind, memo=dict(l_seg=8, l_sum=2))
     policy = (MemoPolicy if kind == "memo" else ICLPolicy)(args).eval()
     assert "last_obs" in policy.input_spec()
     inp = random_trial(args, batch=2, steps=20, episode_len=6)
@@ -144,7 +147,7 @@ def test_cached_features_train_the_same_policy_the_image_graph_runs(kind, tmp_pa
     torch.manual_seed(0)
     enc = FeatureEncoder(16, 24)
     torch.save(enc.state_dict(), tmp_path / "enc.pt")
-    args = small_args(kind=kind, obs_type="image", image_size=24, n_goals=12, sink="kv0", l_seg=5, l_sum=2,
+    args = small_args(kind=kind, obs_type="image", image_size=24, n_goals=12, sink="kv0", memo=dict(l_seg=5, l_sum=2),
                       visual_encoder="features", feature_dim=16, odom_fourier=3,
                       pretrained_encoder=str(tmp_path / "enc.pt"))
     policy = build_policy(args, load_pretrained=True).eval()
@@ -278,7 +281,7 @@ def test_memory_aux_head_is_relic_only_and_returned_on_request():
     assert torch.equal(policy.forward_sequence(inp)[0], out[0])  # the head does not change the policy
     with pytest.raises(ValueError, match="memory_aux head"):
         build_policy(small_args(kind="relic")).forward_sequence(inp, aux=True)
-    with pytest.raises(ValueError, match="model.memory_aux: only for kind relic"):
+    with pytest.raises(ValueError, match="model.house.memory_aux: only for kind relic"):
         small_args(kind="memo", memory_aux=True).validate()
 
 
@@ -292,7 +295,7 @@ def object_memory_policy(tmp_path, kind: str, heads, **extra):
     torch.save({**FeatureEncoder(16, 24).state_dict(), **{f"heads.{k}": v for k, v in heads.state_dict().items()}},
                tmp_path / "enc.pt")
     args = small_args(kind=kind, obs_type="image", image_size=24, n_goals=12, sink="kv0", visual_encoder="features",
-                      feature_dim=16, object_memory=True, d_model=64, l_seg=3, l_sum=2,
+                      feature_dim=16, object_memory=True, d_model=64, memo=dict(l_seg=3, l_sum=2),
                       pretrained_encoder=str(tmp_path / "enc.pt"), **{"n_heads": 2, **extra})
     torch.manual_seed(0)
     return build_policy(args, load_pretrained=True).eval()
@@ -365,9 +368,9 @@ def test_object_memory_head_recalls_where_the_goal_was_seen_and_steps_exactly(tm
     step = ControlStep.live(policy, make_memory(policy, 1, T))
     cached = torch.stack([step(s)[0] for s in steps], 1)
     assert (cached - logits).abs().max() <= 1e-5
-    with pytest.raises(ValueError, match="model.object_memory"):
+    with pytest.raises(ValueError, match="model.house.object_memory"):
         small_args(kind="memo", object_memory=True, sink="none").validate()
-    with pytest.raises(ValueError, match="model.object_memory"):
+    with pytest.raises(ValueError, match="model.house.object_memory"):
         small_args(kind="hcam", object_memory=True, sink="kv0").validate()
     with pytest.raises(ValueError, match="head size"):
         build_policy(small_args(kind="relic", obs_type="image", image_size=24, n_goals=12, sink="kv0",
@@ -442,7 +445,7 @@ def test_place_memory_heads_read_the_floor_already_looked_at_and_step_exactly(tm
     step = ControlStep.live(policy, make_memory(policy, 1, T))
     cached = torch.stack([step(s)[0] for s in steps], 1)
     assert (cached - logits).abs().max() <= 1e-4
-    with pytest.raises(ValueError, match="model.place_memory: needs model.object_memory"):
+    with pytest.raises(ValueError, match="model.house.place_memory: needs model.house.object_memory"):
         small_args(kind="relic", place_memory=True).validate()
     with pytest.raises(ValueError, match="n_heads must be at least 4"):
         small_args(kind="relic", obs_type="image", n_goals=4, sink="kv0", visual_encoder="features",

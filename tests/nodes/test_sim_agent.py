@@ -185,7 +185,7 @@ def test_a_bundle_that_reads_a_scan_gets_the_bridges_laser_as_the_env_scan_it_tr
         pytest.skip(f"{shipped} is missing")
     model, blob = load_checkpoint(shipped)
     config = blob["config"]
-    policy = ICLPolicy(replace(model.args, route_memory=True, route_skill=8, scan_input=True))
+    policy = ICLPolicy(model.args.replace_section("house", route_memory=True, route_skill=8, scan_input=True))
     policy.load_state_dict(model.state_dict(), strict=False)
     with torch.no_grad():
         policy.route_skill[-1].weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(0))

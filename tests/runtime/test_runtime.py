@@ -33,7 +33,7 @@ def small_args(**kw) -> ModelArgs:
     base = dict(n_obs=30, n_actions=5, max_episode_steps=40, d_model=32, n_layers=2, n_heads=4, d_mlp=64,
                 depth_dropout=0.0)
     base.update(kw)
-    return ModelArgs(**base)
+    return ModelArgs.from_dict(base)
 
 
 def decisive(policy):

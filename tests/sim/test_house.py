@@ -637,7 +637,7 @@ def test_ppo_scores_the_logits_the_stop_rule_acted_on():
 
     torch.manual_seed(0)
     policy, _ = load_checkpoint("checkpoints/house_memo.pt")
-    assert policy.args.stop_gate > 0 and policy.args.stop_sure > 0
+    assert policy.args.house.stop_gate > 0 and policy.args.house.stop_sure > 0
     with HouseVecEnv(2, "train", seed=3, num_workers=1, max_episode_steps=40, pose_frame="house") as v:
         trainer = PPOTrainer(policy, v, PPOConfig(rollout_length=64, num_updates=1, num_minibatches=1,
                                                   update_epochs=1, lr=0.0), total_rollouts=1)

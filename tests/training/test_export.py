@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 def small_args(**kw) -> ModelArgs:
     base = dict(n_obs=100, n_actions=5, max_episode_steps=100, d_model=32, n_layers=2, n_heads=4, d_mlp=64)
     base.update(kw)
-    return ModelArgs(**base)
+    return ModelArgs.from_dict(base)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

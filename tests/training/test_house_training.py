@@ -326,14 +326,14 @@ def test_route_memory_ppo_with_the_route_teacher_then_both_evaluations_agree(tmp
     none) and the route-following teacher term; the training-side and the bundle's evaluation act alike."""
     run_dir = tmp_path / "ppo"
     r = run(["training/train.py", "--config", "config/train/house_relic_ppo.yaml", "--init", "checkpoints/house_relic.pt",
-             "--init-partial", "--run-dir", str(run_dir), "--set", "model.route_memory=true",
+             "--init-partial", "--run-dir", str(run_dir), "--set", "model.house.route_memory=true",
              "--set", "ppo.shuffle_episodes=false", "--set", "ppo.teacher=route", "--set", "env.options.teacher=memory",
              "--set", "ppo.teacher_when=goal_known", "--set", "ppo.teacher_coef=0.5", "--set", "env.num_envs=2",
              "--set", "ppo.rollout_length=64", "--set", "total_steps=128", "--set", "ppo.critic_warmup_rollouts=0",
              "--set", "ppo.num_minibatches=2", "--set", "threads=1", "--no-progress"])
     assert r.returncode == 0, r.stderr
     ckpt = run_dir / "checkpoints" / "final.pt"
-    assert torch.load(ckpt, weights_only=False)["model_args"]["route_memory"] is True
+    assert torch.load(ckpt, weights_only=False)["model_args"]["house"]["route_memory"] is True
     bundle = tmp_path / "bundle"
     r = run(["training/export.py", str(ckpt), "--out", str(bundle), "--verify"])
     assert r.returncode == 0, r.stdout + r.stderr
@@ -354,8 +354,8 @@ def test_route_labels_come_from_the_env_workers_on_route_steps(tmp_path):
               "--set", "ppo.shuffle_episodes=false", "--set", "seed=1", "--set", "threads=1", "--beta", "1",
               "--teacher", "route"]
     r = run([*common, "--run-dir", str(tmp_path / "plain")])
-    assert r.returncode != 0 and "model.route_memory: true" in r.stderr
-    r = run([*common, "--set", "model.route_memory=true", "--run-dir", str(tmp_path / "route")])
+    assert r.returncode != 0 and "model.house.route_memory: true" in r.stderr
+    r = run([*common, "--set", "model.house.route_memory=true", "--run-dir", str(tmp_path / "route")])
     assert r.returncode == 0, r.stderr
     share = float(r.stdout.split("route_label_share=")[1].split()[0])
     assert 0.05 < share < 0.95, r.stdout  # measured 0.33: the goal was seen in this trial, not from its start
@@ -373,8 +373,8 @@ def test_the_route_teacher_follows_the_waypoint_on_a_route_and_the_env_teacher_e
             make_teacher(v, "route")
     with HouseVecEnv(2, "test", seed=3, num_workers=1, teacher="memory") as v:
         v.reset_trial()
-        no_route = SimpleNamespace(args=SimpleNamespace(route_memory=False))  # what imitate.py and PPO pass
-        with pytest.raises(ValueError, match="model.route_memory: true"):
+        no_route = SimpleNamespace(args=SimpleNamespace(house=SimpleNamespace(route_memory=False)))  # as imitate.py passes
+        with pytest.raises(ValueError, match="model.house.route_memory: true"):
             make_teacher(v, "route", no_route)
         t = make_teacher(v, "route")
         route = torch.tensor([[1, 0.0, 0.4, 0, 1, 0.6],  # the waypoint 2 m to the left: turn to it

@@ -211,7 +211,7 @@ def test_a_route_skill_alone_trains_on_the_held_networks_cached_logits(one_threa
     if not shipped_path.is_file():
         pytest.skip(f"{shipped_path} is missing")
     shipped, _ = load_checkpoint(shipped_path)
-    policy = ICLPolicy(replace(shipped.args, route_memory=True, route_skill=16, scan_input=True))
+    policy = ICLPolicy(shipped.args.replace_section("house", route_memory=True, route_skill=16, scan_input=True))
     policy.load_state_dict(shipped.state_dict(), strict=False)
     cfg = TrainConfig.load("config/train/house_relic_ppo.yaml", ["ppo.train_only=[route_skill]", "ppo.lr=0.01",
                                                                 "ppo.num_minibatches=2", "ppo.critic_warmup_rollouts=0"])

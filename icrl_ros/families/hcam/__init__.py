@@ -15,6 +15,7 @@ def positions(a) -> dict:
 FAMILY = Family(
     kind="hcam",
     policy="icrl_ros.families.hcam.model:HCAMPolicy",
+    config="icrl_ros.families.hcam.config:HCAMArgs",
     memories={"hcam": "icrl_ros.families.hcam.memory:HCAMMemory"},
     graphs="icrl_ros.families.hcam.graphs",
     positions=positions,

@@ -14,6 +14,7 @@ def positions(a) -> dict:
 FAMILY = Family(
     kind="memo",
     policy="icrl_ros.families.memo.model:MemoPolicy",
+    config="icrl_ros.families.memo.config:MemoArgs",
     memories={"memo": "icrl_ros.families.memo.memory:MemoMemory"},
     graphs="icrl_ros.families.memo.graphs",
     positions=positions,

@@ -11,7 +11,7 @@ Positions (RoPE; Memo's scheme): with ``n`` summary sets in the position space, 
 summaries sit at 0 .. n*l_sum-1, the segment's tokens at n*l_sum + j, the summary
 embeddings after the segment's last token, and the new summaries at n*l_sum + i.
 
-With ``model.object_memory`` (head 0 of layer 0 is the fixed "where did I see my goal?" lookup,
+With ``model.house.object_memory`` (head 0 of layer 0 is the fixed "where did I see my goal?" lookup,
 :mod:`icrl_ros.models.object_memory`) a summary set also carries the segment's sightings: head
 0's keys / values of the new summaries in layer 0 are not learnt but aggregated from the
 segment's, one slot per sighted category. For a category c the segment's raw tokens contribute
@@ -19,7 +19,7 @@ segment's, one slot per sighted category. For a category c the segment's raw tok
 and value ``softmax_j(l_jc) . v_j`` contributes exactly the same, so the lookup over the kept
 summaries equals the lookup over the raw steps they replaced for the ``l_sum`` categories with
 the most evidence in the segment (more distinct categories than ``l_sum`` in one segment lose
-the weakest). With ``model.place_memory`` heads 1.. of layer 0 carry the segment's view points
+the weakest). With ``model.house.place_memory`` heads 1.. of layer 0 carry the segment's view points
 in ``l_sum`` slots, each the mean of a run of consecutive steps weighted by its step count
 (:func:`icrl_ros.models.place_memory.summarize_views`).
 """

@@ -15,6 +15,8 @@ def positions(a) -> dict:
 FAMILY = Family(
     kind="radt",
     policy="icrl_ros.families.radt.model:RADTPolicy",
+    config="icrl_ros.families.radt.model:RADTArgs",
+    runner="icrl_ros.families.radt.runner:RADTRunner",
     memories={"retrieval": "icrl_ros.families.radt.memory:SubTrajectoryMemory"},
     graphs="icrl_ros.families.radt.graphs",
     positions=positions,

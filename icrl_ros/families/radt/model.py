@@ -171,6 +171,11 @@ class RADTArgs:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def describe(self) -> str:
+        """The family's options in a few words (``bundle_tool.py inspect``)."""
+        return (f"window {self.context}, top-{self.top_k} retrieved sub-trajectories of {2 * self.context} steps, "
+                f"keys {self.key_dim}")
+
     @classmethod
     def from_dict(cls, d: dict) -> RADTArgs:
         return from_known_fields(cls, d, "model")

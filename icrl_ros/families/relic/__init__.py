@@ -16,6 +16,7 @@ def positions(a) -> dict:
 FAMILY = Family(
     kind="relic",
     policy="icrl_ros.models.policy:ICLPolicy",
+    config="icrl_ros.models.config:ModelArgs",
     memories={"full": "icrl_ros.memory.kv_cache:FullContextMemory",
               "window": "icrl_ros.memory.kv_cache:SinkWindowMemory"},
     graphs="icrl_ros.families.relic.graphs",

@@ -21,7 +21,7 @@ def hcam_args(**kw) -> ModelArgs:
     base = dict(kind="hcam", n_obs=20, n_actions=5, max_episode_steps=9, d_model=32, n_layers=2, n_heads=4,
                 d_mlp=64, hcam_chunk=4, hcam_top_k=2, sink="kv0", depth_dropout=0.0)
     base.update(kw)
-    return ModelArgs(**base)
+    return ModelArgs.from_dict(base)
 
 
 def boost_memory(policy: HCAMPolicy) -> None:

@@ -11,7 +11,7 @@ def memo_args(**kw) -> ModelArgs:
     base = dict(kind="memo", n_obs=20, n_actions=5, max_episode_steps=9, d_model=32, n_layers=2, n_heads=4,
                 d_mlp=64, l_seg=6, l_sum=3, sink="none")
     base.update(kw)
-    return ModelArgs(**base)
+    return ModelArgs.from_dict(base)
 
 
 @pytest.mark.parametrize("variant", ["memo", "rmt"])
