@@ -6,6 +6,9 @@ The policies observe odometry as :func:`relative_pose` of the current pose in a 
 that feeds a robot's odometry to the policy must compute it the same way: both call this module.
 The MiniWorld house keeps world poses as (x, z, yaw) with the floor's planar frame X = x, Y = -z;
 :func:`planar` maps them. Numpy only (the Habitat chroot imports it without torch).
+
+Also the grid arithmetic of floor maps, shared by the simulators' navigation grids and the house
+memories' maps (:data:`MOVES`, :func:`grid_distances`, :func:`box5`).
 """
 
 from __future__ import annotations
@@ -100,3 +103,38 @@ def free_headings_from_scan(ranges: np.ndarray, angles: np.ndarray, step_m: floa
     off = np.abs((a[None] - h[:, None] + np.pi) % (2 * np.pi) - np.pi)  # (K, N) angle from bin k to beam i
     covered = (off <= np.pi / SCAN_BINS + 1e-9).any(1) if a.size else np.zeros(SCAN_BINS, bool)
     return (covered & ~hit).astype(np.float32)
+
+
+# 16-neighbour stencil (di, dj): king moves plus knight moves.
+MOVES = [(di, dj) for di in range(-2, 3) for dj in range(-2, 3)
+         if (di, dj) != (0, 0) and math.gcd(abs(di), abs(dj)) == 1]
+
+
+def grid_distances(D: np.ndarray, free: np.ndarray, cell: float) -> np.ndarray:
+    """Grid shortest-path distances from the zero cells of D over ``free`` cells (inf
+    elsewhere): 16-neighbour relaxation sweeps (updates apply in place, so one sweep carries
+    a value several cells) until nothing changes."""
+    H, W = D.shape
+    D = np.where(free, D, np.inf).astype(np.float32)
+    block = np.where(free, 0.0, np.inf).astype(np.float32)  # blocked destinations stay inf
+    plan = []
+    for di, dj in MOVES:  # D[i, j] relaxed from D[i - di, j - dj]
+        dst = (slice(max(di, 0), H + min(di, 0)), slice(max(dj, 0), W + min(dj, 0)))
+        src = (slice(max(-di, 0), H + min(-di, 0)), slice(max(-dj, 0), W + min(-dj, 0)))
+        plan.append((dst, src, block[dst] + np.float32(math.hypot(di, dj) * cell)))
+    changed = True
+    while changed:
+        changed = False
+        for dst, src, cost in plan:
+            cand = D[src] + cost
+            if (cand < D[dst]).any():
+                np.minimum(D[dst], cand, out=D[dst])
+                changed = True
+    return D
+
+
+def box5(mask: np.ndarray) -> np.ndarray:
+    """Count of True cells in each cell's 5x5 neighbourhood (cells off the grid count as False)."""
+    p = np.pad(mask.astype(np.int32), 2)
+    c = np.pad(p.cumsum(0).cumsum(1), ((1, 0), (1, 0)))
+    return c[5:, 5:] - c[:-5, 5:] - c[5:, :-5] + c[:-5, :-5]

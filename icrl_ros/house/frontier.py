@@ -39,10 +39,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from icrl_ros.geometry import box5, grid_distances
 from icrl_ros.memory.route import CELL_M, CELLS, GridWays
 from icrl_ros.models.encoders import FREE_BANDS, VIEW_FOV_DEG
 from icrl_ros.models.object_memory import ROUTE_DIM, SIGHTING_P, STRUCT_DIM
-from icrl_ros.sim.house_nav import box5, grid_distances
 
 LOOK_M = 3.5
 """Floor farther than this along a band does not count as looked at: an object there covers too few pixels

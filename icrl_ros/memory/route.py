@@ -46,9 +46,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from icrl_ros.geometry import relative_pose
+from icrl_ros.geometry import MOVES, grid_distances, relative_pose
 from icrl_ros.models.object_memory import BETA, ROUTE_DIM, SIGHTING_P, STRUCT_DIM
-from icrl_ros.sim.house_nav import MOVES, grid_distances
 
 CELL_M = 0.25
 CELLS = 128

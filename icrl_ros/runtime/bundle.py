@@ -228,12 +228,10 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
             raise BundleError(f"{MANIFEST}: field 'files' does not list {needed}")
 
     # graphs against the model
-    if radt:
-        from icrl_ros.families.radt.model import input_spec
-
+    if radt:  # the window + retrieval graph: the args say what a step reads
         specs, sample_keys = graph_specs(args, precision), RADT_SAMPLE_KEYS
         if args.obs_type == "image":
-            sample_keys = (*input_spec(args), *sample_keys[1:])
+            sample_keys = (*args.input_spec(), *sample_keys[1:])
     else:
         policy = _shape_only_policy(args)
         try:

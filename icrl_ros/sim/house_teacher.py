@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from icrl_ros.geometry import planar, wrap_angle
-from icrl_ros.sim.house_nav import box5, grid_distances
+from icrl_ros.geometry import box5, grid_distances, planar, wrap_angle
 from icrl_ros.sim.house_oracle import FORWARD, LOOKAHEAD, TURN_LEFT, TURN_RIGHT, approach, pursue, steer
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
 from icrl_ros.sim.house_view import MIN_PIXELS, cast_view

@@ -171,6 +171,10 @@ class RADTArgs:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def input_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """What a deployed runner reads from each observation (:func:`input_spec`)."""
+        return input_spec(self)
+
     def describe(self) -> str:
         """The family's options in a few words (``bundle_tool.py inspect``)."""
         return (f"window {self.context}, top-{self.top_k} retrieved sub-trajectories of {2 * self.context} steps, "
