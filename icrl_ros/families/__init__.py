@@ -63,6 +63,9 @@ class Family:
     window + retrieval); the others run in :class:`~icrl_ros.runtime.runner.PolicyRunner`."""
     positions: Callable[[Any], dict] = field(compare=False, default=lambda a: {})
     """Model arguments -> the manifest's ``positions`` section (how the runtime numbers steps)."""
+    kv_dtypes: tuple[str, ...] = ("fp32",)
+    """K / V storage dtypes its core graph reads (:mod:`icrl_ros.memory.quant`); its ``graph_specs`` takes a
+    ``kv_dtype`` when there is more than fp32."""
     cached_step: bool = True
     segments: bool = False
     chunk_store: bool = False

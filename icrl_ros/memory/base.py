@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from icrl_ros.memory.quant import check_kv_dtype, kv_bytes, storage_dtype
+from icrl_ros.memory.quant import check_kv_dtype, dequantize, kv_bytes, quantize, storage_dtype
 
 ON_FULL = ("error", "evict_oldest", "reset")
 DEFAULT_STEPS = 8192
@@ -121,16 +121,42 @@ class Memory:
         """The most slots per env that fit ``budget_bytes``."""
         return budget_bytes // (batch * slot_bytes(n_layers, n_heads, head_dim, dtype, kv_dtype))
 
+    def _store(self, slots: slice | Tensor, k: Tensor, v: Tensor) -> None:
+        """Write K / V (L, B, H, n, hd) into ``slots`` (a slice or an index tensor of n slots), in the
+        memory's ``kv_dtype``: int8 quantises here, on commit (per head and token)."""
+        for buf, scale, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
+            if scale is not None:
+                x, s = quantize(x)
+                if isinstance(slots, slice):
+                    scale[:, :, :, slots] = s
+                else:
+                    scale.index_copy_(3, slots, s)
+            if isinstance(slots, slice):
+                buf[:, :, :, slots] = x
+            else:
+                buf.index_copy_(3, slots, x.to(buf.dtype))
+
+    def float_kv(self) -> tuple[Tensor, Tensor]:
+        """K and V (L, B, H, P, hd) in the memory's float dtype: the buffers themselves when stored so, else
+        decoded copies (for a graph that reads floats, Memo's ``summarize``)."""
+        if self.k_scale is not None:
+            return dequantize(self.k, self.k_scale), dequantize(self.v, self.v_scale)
+        if self.k.dtype != self.float_dtype:
+            return self.k.to(self.float_dtype), self.v.to(self.float_dtype)
+        return self.k, self.v
+
     def view(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """What a step attends to: the static buffers ``k``, ``v`` (L, B, H, P, hd),
         ``valid`` and ``episode`` (B, P), in place (no copy; engines bind them by address)."""
         return self.k, self.v, self.valid, self.episode
 
     def core_inputs(self) -> tuple[Tensor, ...]:
-        """Buffers the deploy core graph reads after the window's K/V (HCAM: the chunk
-        store); the core then returns one extra output per ``commit`` argument beyond
-        (k, v, episode)."""
-        return ()
+        """Buffers the deploy core graph reads after the window's K/V: int8, the scales after the codes
+        (``k_scale`` then ``v_scale``, one (B, H, P) view per layer; HCAM: the chunk store); the core then
+        returns one extra output per ``commit`` argument beyond (k, v, episode)."""
+        if self.k_scale is None:
+            return ()
+        return (*self.k_scale.unbind(0), *self.v_scale.unbind(0))
 
     # -- one control step (icrl_ros.runtime.control.ControlStep asks; a family's memory may differ) --
     episode_masked: bool = True

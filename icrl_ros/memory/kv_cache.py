@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from icrl_ros.memory.quant import quantize
 from icrl_ros.memory.base import DEFAULT_STEPS, Memory, MemoryBudgetError, MemoryFullError, check_on_full
 
 
@@ -61,13 +60,6 @@ class KVCache(Memory):
         self.valid[:, :n] = True
         self.episode[:, :n] = -1
 
-    def core_inputs(self) -> tuple[Tensor, ...]:
-        """int8: the scales the core reads after the codes, ``k_scale`` then ``v_scale``, one
-        (B, H, P) view per layer; nothing otherwise."""
-        if self.k_scale is None:
-            return ()
-        return (*self.k_scale.unbind(0), *self.v_scale.unbind(0))
-
     def reset(self) -> None:
         """New trial: forget every step (the pinned prefix stays)."""
         self.valid[:, self.n_prefix:] = False
@@ -91,21 +83,6 @@ class KVCache(Memory):
         self.episode[:, s] = episode
         self.valid[:, s] = True
         self.count += 1
-
-    def _store(self, slots: slice | Tensor, k: Tensor, v: Tensor) -> None:
-        """Write K / V (L, B, H, n, hd) into ``slots`` (a slice or an index tensor of n slots), in the
-        memory's ``kv_dtype``: int8 quantises here, on commit (per head and token)."""
-        for buf, scale, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
-            if scale is not None:
-                x, s = quantize(x)
-                if isinstance(slots, slice):
-                    scale[:, :, :, slots] = s
-                else:
-                    scale.index_copy_(3, slots, s)
-            if isinstance(slots, slice):
-                buf[:, :, :, slots] = x
-            else:
-                buf.index_copy_(3, slots, x.to(buf.dtype))
 
     def _kept(self, T: int) -> int:
         """First step of a T-step history that this memory still holds."""

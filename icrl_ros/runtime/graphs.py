@@ -24,7 +24,7 @@ softmax and the heads' outputs stay float32 (graph inputs / outputs other than t
 are float32). Pure-fp16 graphs lose ~1e-2 in the logits over long Memo rollouts (the
 error compounds through summaries of summaries); this keeps fp16 within tolerance.
 
-K/V storage (``kv_dtype``, :mod:`icrl_ros.memory.quant`; ReLIC's core): ``fp32`` the cache in the
+K/V storage (``kv_dtype``, :mod:`icrl_ros.memory.quant`; the shared core of ReLIC and Memo): ``fp32`` the cache in the
 precision's dtype (today's graphs, unchanged); ``fp16`` float16 cache inputs cast where read; ``int8``
 uint8 codes plus per-layer ``past_k_scale_i`` / ``past_v_scale_i`` (batch, H, cache) float32 inputs,
 read through integer matmuls (:func:`icrl_ros.models.attention.int8_scores`). The core's new K/V stay
@@ -59,13 +59,14 @@ def cache_dtype(precision: str) -> torch.dtype:
 
 
 def check_kv_support(policy, precision: str, kv_dtype: str) -> str:
-    """``kv_dtype`` if ``policy``'s graphs can read a cache stored that way (fp32 always; fp16 / int8:
-    the models whose core is the shared one (ReLIC) in an fp32 bundle), else a ValueError."""
+    """``kv_dtype`` if ``policy``'s graphs can read a cache stored that way (fp32 always; fp16 / int8: the
+    families that say so, ``Family.kv_dtypes``, in an fp32 bundle), else a ValueError."""
     check_kv_dtype(kv_dtype)
     if kv_dtype == "fp32":
         return kv_dtype
-    if family_of(policy).graph_module().graph_specs is not shared_graph_specs:
-        raise ValueError(f"kv_dtype: {kv_dtype!r} needs a ReLIC-style core; {family_of(policy).kind} keeps fp32")
+    fam = family_of(policy)
+    if kv_dtype not in fam.kv_dtypes:
+        raise ValueError(f"kv_dtype: {kv_dtype!r} is not read by a {fam.kind} core; it reads {list(fam.kv_dtypes)}")
     if precision != "fp32":
         raise ValueError(f"kv_dtype: {kv_dtype!r} needs an fp32 bundle (precision {precision!r} stores float16)")
     return kv_dtype
@@ -76,9 +77,10 @@ def graph_specs(policy: nn.Module, precision: str = "fp32", kv_dtype: str = "fp3
     ``{graph: {"inputs": [{name, dtype, shape}], "outputs": [...]}}``. Shapes use ``"batch"`` and
     ``"cache"`` for the dynamic axes, integers elsewhere. ``kv_dtype``: how the core's cache is
     stored (:func:`check_kv_support`)."""
+    module = family_of(policy).graph_module()
     if check_kv_support(policy, precision, kv_dtype) != "fp32":
-        return shared_graph_specs(policy, precision, kv_dtype=kv_dtype)
-    return family_of(policy).graph_module().graph_specs(policy, precision)
+        return module.graph_specs(policy, precision, kv_dtype=kv_dtype)
+    return module.graph_specs(policy, precision)
 
 
 def shared_graph_specs(policy: ICLPolicy, precision: str = "fp32", window: int | str = "cache",
@@ -199,8 +201,8 @@ def build_graphs(policy: nn.Module, precision: str = "fp32", kv_dtype: str = "fp
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
     policy = policy.eval()
-    if check_kv_support(policy, precision, kv_dtype) != "fp32":
-        return {k: g.eval() for k, g in shared_graph_modules(policy, CoreGraph(policy, kv_dtype)).items()}
+    if check_kv_support(policy, precision, kv_dtype) != "fp32":  # the family's graphs, the core reading that cache
+        return {k: g.eval() for k, g in {**graph_modules(policy), "core": CoreGraph(policy, kv_dtype)}.items()}
     own = getattr(family_of(policy).graph_module(), "build_graphs", None)
     if own is not None:
         return own(policy, precision)

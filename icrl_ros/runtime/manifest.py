@@ -116,7 +116,7 @@ class Memory:
     policy: str = _f("The default memory policy (full | window | memo | hcam | retrieval): the one the "
                      "runner builds unless told otherwise, and the bundle was evaluated with.")
     budget_bytes: int | None = _f("Default byte budget; sizes derive from it when set.", None)
-    kv_dtype: str | None = _f("How the full / window memories store keys and values by default: fp32 (when "
+    kv_dtype: str | None = _f("How the full / window / memo memories store keys and values by default: fp32 (when "
                               "absent) | fp16 | int8 (per head and token scales); the 'core' graph reads that "
                               "cache, graphs 'core.<kv_dtype>' read the others the bundle was exported with.",
                               None, omit_none=True)

@@ -18,7 +18,7 @@ Bundle directory::
                          SHA-256 of every file
     encoder.onnx core.onnx heads.onnx [summarize.onnx]   the graphs (icrl_ros.runtime.graphs;
                          HCAM's core takes the chunk store, top-k + gather inside)
-    core.<kv>.onnx       ReLIC: cores reading a memory stored in another K / V dtype (--kv-dtypes;
+    core.<kv>.onnx       ReLIC, Memo: cores reading a memory stored in another K / V dtype (--kv-dtypes;
                          core.onnx reads the manifest's memory.kv_dtype, --kv-dtype)
     policy.onnx          RA-DT instead: window (C slots + validity) + k x 2C retrieved slots
                          (+ validity; the null slot inside) -> logits
@@ -448,7 +448,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--verify-steps", type=int, default=2000, help="rollout length for --verify (default 2000)")
     p.add_argument("--tensorrt", action="store_true", help="also build TensorRT engines (needs tensorrt + a GPU)")
     p.add_argument("--kv-dtype",
-                   help="how the memory stores keys / values by default: fp32 (default) | fp16 | int8 (full / window memories "
+                   help="how the memory stores keys / values by default: fp32 (default) | fp16 | int8 (full / window / memo memories "
                         "of ReLIC bundles; the byte budget counts the stored bytes)")
     p.add_argument("--kv-dtypes", default="",
                    help="comma-separated: more K / V storage dtypes to write a core graph for (a runner or node "

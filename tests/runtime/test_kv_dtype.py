@@ -171,3 +171,35 @@ def test_a_manifest_naming_a_core_for_an_unknown_kv_dtype_is_refused(tmp_path, b
     (copy / "manifest.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(BundleError, match="onnx.graphs.core.int8.inputs"):
         load_bundle(copy)
+
+
+def test_memo_stores_its_summaries_and_segment_in_fewer_bits(tmp_path):
+    """A Memo bundle's int8 / fp16 cores against fp32 over many segment ends: the summaries are written quantised,
+    the summarize graph reads them decoded; a snapshot keeps the codes and restores the same next step."""
+    torch.manual_seed(3)
+    policy = small_policy(kind="memo", l_seg=16, l_sum=4)
+    path = export_bundle(policy, tmp_path / "memo", kv_dtypes=("fp16", "int8"))
+    assert load_bundle(path).kv_dtypes() == ["fp32", "fp16", "int8"]
+    inp = record_rollout(policy, 400, EPISODE, seed=5)  # 25 segment ends
+    ref_l, ref_v = reference_outputs(policy, inp)
+    for kv_dtype, tol in (("fp16", 2e-3), ("int8", 5e-2)):
+        (logits, _), runner = replay_kv(path, kv_dtype, inp)
+        scale = np.maximum(1.0, np.abs(ref_l).max(-1, keepdims=True))
+        diff = np.abs(logits - ref_l)
+        assert 1e-6 < float(diff.max()) and float((diff / scale).max()) <= tol, (kv_dtype, float(diff.max()))
+        assert float((logits.argmax(-1) == ref_l.argmax(-1)).mean()) >= 0.98
+        mem = runner.memory
+        assert mem.kv_dtype == kv_dtype and mem.n_generated == 400 // 16
+        assert mem.k.dtype == {"fp16": torch.float16, "int8": torch.uint8}[kv_dtype]
+    r = PolicyRunner.from_bundle(path, kv_dtype="int8", selection="greedy")
+    for k in range(40):  # two segment ends and a half-full segment
+        r.act({"obs": np.int64(k % 30)})
+    r.snapshot(tmp_path / "s.npz")
+    r2 = PolicyRunner.from_bundle(path, kv_dtype="int8", selection="greedy")
+    r2.restore(tmp_path / "s.npz")
+    m1, m2 = r.memory, r2.memory
+    assert m2.k.dtype == torch.uint8 and (m2.n_generated, m2.seg_count) == (m1.n_generated, m1.seg_count) == (2, 8)
+    for name in ("k", "v", "k_scale", "v_scale", "valid"):
+        assert torch.equal(getattr(m1, name), getattr(m2, name)), name
+    for k in range(12):  # across the next segment end
+        assert r.act({"obs": np.int64(k)})[0] == r2.act({"obs": np.int64(k)})[0]

@@ -18,5 +18,6 @@ FAMILY = Family(
     memories={"memo": "icrl_ros.families.memo.memory:MemoMemory"},
     graphs="icrl_ros.families.memo.graphs",
     positions=positions,
+    kv_dtypes=("fp32", "fp16", "int8"),
     segments=True,
 )

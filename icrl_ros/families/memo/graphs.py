@@ -1,5 +1,6 @@
 """Memo's deploy graphs: the shared encoder / core / heads plus ``summarize``, run at every
-segment end on the segment's keys / values (:meth:`MemoMemory.summary_inputs`)."""
+segment end on the segment's keys / values (:meth:`MemoMemory.summary_inputs`). The core reads the
+memory as stored (``kv_dtype``); ``summarize`` reads it decoded, in the bundle's float dtype."""
 
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ class SummarizeGraph(nn.Module):
         return self.policy.summarize(mem_k, mem_v, mem_valid, sum_valid, pos_base, seg_len, new_base)
 
 
-def graph_specs(policy: MemoPolicy, precision: str = "fp32") -> dict:
+def graph_specs(policy: MemoPolicy, precision: str = "fp32", kv_dtype: str = "fp32") -> dict:
     a = policy.args
     L, H, hd = a.n_layers, a.n_heads, a.head_dim
     f = dtype_name(cache_dtype(precision))
     kv = lambda n: io_spec(n, f, [L, "batch", H, "cache", hd])  # noqa: E731
-    return {**shared_graph_specs(policy, precision), "summarize": {
+    return {**shared_graph_specs(policy, precision, kv_dtype=kv_dtype), "summarize": {
         "inputs": [kv("mem_k"), kv("mem_v"), io_spec("mem_valid", "bool", ["batch", "cache"]),
                    io_spec("sum_valid", "bool", ["batch", "cache"]), io_spec("pos_base", "int64", ["batch"]),
                    io_spec("seg_len", "int64", ["batch"]), io_spec("new_base", "int64", ["batch"])],

@@ -26,6 +26,9 @@ from icrl_ros.memory.base import Memory, MemoryBudgetError, MemoryFullError, che
 class MemoMemory(Memory):
     policy = "memo"
     episode_masked = False  # summaries mix episodes
+    quantizable = True
+    """Takes a ``kv_dtype`` other than fp32: summaries and the segment's steps are stored in it (quantised as they
+    are written); ``summarize`` reads them decoded (:meth:`~icrl_ros.memory.base.Memory.float_kv`)."""
 
     def write_position(self, episode: Tensor, out: Tensor) -> None:
         out.fill_(self.pos_base() + self.seg_count)  # Memo's slots rule, not the episode index
@@ -43,7 +46,8 @@ class MemoMemory(Memory):
     def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> MemoMemory:
         return cls(dims["n_layers"], dims["batch"], dims["n_heads"], dims["head_dim"], model["l_seg"], model["l_sum"],
                    model.get("variant", "memo"), cfg.get("max_sets"), segment_capacity=cfg.get("segment_capacity"),
-                   schedule=cfg.get("schedule"), on_full=cfg.get("on_full", "evict_oldest"), **common)
+                   schedule=cfg.get("schedule"), on_full=cfg.get("on_full", "evict_oldest"),
+                   kv_dtype=cfg.get("kv_dtype", "fp32"), **common)
 
     @classmethod
     def bundle_defaults(cls, args) -> dict:
@@ -58,13 +62,13 @@ class MemoMemory(Memory):
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, l_seg: int, l_sum: int,
                  variant: str = "memo", max_sets: int | None = 64, segment_capacity: int | None = None,
                  schedule: list[int] | None = None, dtype=torch.float32, device=None,
-                 on_full: str = "evict_oldest", budget_bytes: int | None = None) -> None:
+                 on_full: str = "evict_oldest", budget_bytes: int | None = None, kv_dtype: str = "fp32") -> None:
         self.l_seg, self.l_sum, self.variant = l_seg, l_sum, variant
         self.seg_cap = segment_capacity or l_seg
         if max_sets is None:
             if budget_bytes is None:
                 raise ValueError("max_sets: give max_sets or memory_budget_bytes")
-            slots = self.slots_for_budget(budget_bytes, batch, n_layers, n_heads, head_dim, dtype)
+            slots = self.slots_for_budget(budget_bytes, batch, n_layers, n_heads, head_dim, dtype, kv_dtype)
             max_sets = (slots - self.seg_cap) // l_sum
             if max_sets < 1:
                 raise MemoryBudgetError(
@@ -76,7 +80,8 @@ class MemoMemory(Memory):
         self.kept_cap = 1 if variant == "rmt" else max_sets
         self.sum_slots = self.kept_cap * l_sum
         self.schedule = schedule
-        self._allocate(n_layers, batch, n_heads, head_dim, self.sum_slots + self.seg_cap, dtype, device, budget_bytes)
+        self._allocate(n_layers, batch, n_heads, head_dim, self.sum_slots + self.seg_cap, dtype, device, budget_bytes,
+                       kv_dtype)
         self.is_summary = torch.zeros(self.slots, dtype=torch.bool, device=device)
         self.is_summary[: self.sum_slots] = True
         self.n_generated = 0
@@ -106,7 +111,7 @@ class MemoMemory(Memory):
         if self.seg_count >= self.seg_cap:
             raise RuntimeError(f"MemoMemory: segment capacity {self.seg_cap} exceeded; summarise first")
         s = self.sum_slots + self.seg_count
-        self.k[:, :, :, s], self.v[:, :, :, s] = k[:, :, :, 0], v[:, :, :, 0]
+        self._store(slice(s, s + 1), k, v)
         self.episode[:, s] = episode
         self.valid[:, s] = True
         self.seg_count += 1
@@ -120,7 +125,7 @@ class MemoMemory(Memory):
             sum_valid = torch.zeros_like(sum_valid)
         full = lambda x: torch.full((B,), x, dtype=torch.long, device=dev)  # noqa: E731
         new_base = full(self.pos_base() if self.variant == "memo" else 0)
-        return self.k, self.v, self.valid, sum_valid, full(self.pos_base()), full(self.seg_count), new_base
+        return (*self.float_kv(), self.valid, sum_valid, full(self.pos_base()), full(self.seg_count), new_base)
 
     def add_summary(self, k: Tensor, v: Tensor) -> None:
         """Write one summary set (L, B, H, l_sum, hd) and clear the segment."""
@@ -138,7 +143,7 @@ class MemoMemory(Memory):
     def _write_set(self, k: Tensor, v: Tensor) -> None:
         slot = 0 if self.variant == "rmt" else self.n_generated % self.kept_cap
         a, b = slot * self.l_sum, (slot + 1) * self.l_sum
-        self.k[:, :, :, a:b], self.v[:, :, :, a:b] = k, v
+        self._store(slice(a, b), k, v)
         self.valid[:, a:b] = True
 
     def load_state(self, state: dict) -> None:
@@ -155,7 +160,7 @@ class MemoMemory(Memory):
         n = state["seg_count"]
         if n:
             s = self.sum_slots
-            self.k[:, :, :, s:s + n], self.v[:, :, :, s:s + n] = seg_k, seg_v
+            self._store(slice(s, s + n), seg_k, seg_v)
             self.valid[:, s:s + n] = True
         self.seg_count = n
 

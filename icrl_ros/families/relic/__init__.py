@@ -21,4 +21,5 @@ FAMILY = Family(
               "window": "icrl_ros.memory.kv_cache:SinkWindowMemory"},
     graphs="icrl_ros.families.relic.graphs",
     positions=positions,
+    kv_dtypes=("fp32", "fp16", "int8"),
 )
