@@ -41,7 +41,6 @@ import datetime
 import math
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -389,4 +388,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

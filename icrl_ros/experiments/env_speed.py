@@ -158,4 +158,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

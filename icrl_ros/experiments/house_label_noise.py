@@ -189,4 +189,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -400,4 +399,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

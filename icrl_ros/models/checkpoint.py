@@ -16,7 +16,6 @@ from pathlib import Path
 
 import torch
 
-from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.policy import ICLPolicy
 
 FORMAT = "icrl_ros.checkpoint/1"

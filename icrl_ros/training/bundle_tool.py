@@ -14,7 +14,6 @@ from __future__ import annotations
 
 
 import argparse
-import sys
 
 from icrl_ros.runtime import BundleError, available_backends, build_memory, load_bundle
 from icrl_ros.runtime.manifest import V1_DEFAULTS
@@ -86,4 +85,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 
 import argparse
-import sys
 
 from icrl_ros.training import evaluate, train
 from icrl_ros.training._cli import REPO_ROOT, fail
@@ -35,4 +34,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

@@ -48,7 +48,6 @@ import datetime
 import math
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -560,4 +559,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

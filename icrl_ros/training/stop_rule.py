@@ -13,7 +13,6 @@ rollouts act through it and its update scores the same masked / forced logits
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
@@ -59,4 +58,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from icrl_ros.training._cli import run_main
+
+    raise SystemExit(run_main(main))

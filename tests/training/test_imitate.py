@@ -199,7 +199,6 @@ def test_a_route_skill_alone_trains_on_the_held_networks_cached_logits(one_threa
     """``ppo.train_only=[route_skill]``: the imitator caches the held network's logits once per stored iteration
     (the full model's logits less the head's) and fits the head on the route steps only; nothing else moves, and a
     label the scan decides is learnt."""
-    from dataclasses import replace
     from pathlib import Path
 
     from icrl_ros.models import load_checkpoint
