@@ -98,8 +98,6 @@ def register_extension(ext: Extension) -> Extension:
     """Add ``ext`` to the registry (a second one of the same name raises ValueError)."""
     if ext.owns and ext.state is None:
         raise ValueError(f"extension {ext.name!r} owns inputs {ext.owns} but has no state to write them")
-    if ext.name in _REGISTRY.entries():
-        raise ValueError(f"extension {ext.name!r} is already registered")
     return _REGISTRY.add(ext.name, ext)
 
 

@@ -17,8 +17,16 @@ class Registry(Generic[T]):
         self._entries: dict[str, T] = {}
         self._loaded = False
 
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True  # first: a built-in module registering its entries reads the registry too
+            for module in self.builtin:
+                importlib.import_module(module)
+
     def add(self, name: str, entry: T) -> T:
-        if name in self._entries and self._entries[name] is not entry:
+        """Register ``entry`` as ``name`` (the built-in entries loaded first, so a clash with one is refused too)."""
+        self._load()
+        if name in self._entries:
             raise ValueError(f"{self.what} {name!r} is already registered")
         self._entries[name] = entry
         return entry
@@ -28,12 +36,10 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T | None:
         """The entry of ``name`` (None if none), the built-in ones loaded."""
-        return self._entries.get(name) if self._loaded else self.entries().get(name)
+        self._load()
+        return self._entries.get(name)
 
     def entries(self) -> dict[str, T]:
         """Every entry by name, the built-in ones loaded (a copy)."""
-        if not self._loaded:
-            self._loaded = True
-            for module in self.builtin:
-                importlib.import_module(module)
+        self._load()
         return dict(self._entries)

@@ -23,10 +23,10 @@ def image_policy(kind: str, max_episode_steps: int = 40):
         from icrl_ros.families.radt.model import RADTArgs, RADTPolicy
 
         return RADTPolicy(RADTArgs(**common, context=6, key_dim=64)).eval()
-    from icrl_ros.models.config import ModelArgs
+    from icrl_ros.families.hcam.config import HCAMArgs
     from icrl_ros.families.hcam.model import HCAMPolicy
 
-    return HCAMPolicy(ModelArgs.from_dict(dict(kind="hcam", **common, hcam_chunk=4, hcam_top_k=2, sink="kv0"))).eval()
+    return HCAMPolicy(HCAMArgs(**common, hcam_chunk=4, hcam_top_k=2, sink="kv0")).eval()
 
 
 def export_image_bundle(kind: str, out: str | Path, max_episode_steps: int = 40) -> Path:

@@ -60,8 +60,8 @@ def toy():
 
 
 def small(**kw) -> ModelArgs:
-    return ModelArgs.from_dict({**dict(n_obs=TOY_OBS, n_actions=4, max_episode_steps=10, d_model=16, n_layers=1, n_heads=2,
-                               d_mlp=32, depth_dropout=0.0, sink="kv0"), **kw})
+    return ModelArgs.from_dict({**dict(n_obs=TOY_OBS, n_actions=4, max_episode_steps=10, d_model=16, n_layers=1,
+                                       n_heads=2, d_mlp=32, depth_dropout=0.0, sink="kv0"), **kw})
 
 
 def test_registry_is_loud_and_the_house_extensions_are_built_in(toy):

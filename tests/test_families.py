@@ -9,6 +9,7 @@ import torch
 from icrl_ros.families import FAMILIES, Family, family_of, register_family, unregister_family
 from icrl_ros.families.relic import positions as relic_positions
 from icrl_ros.memory import KIND_POLICIES, MEMORY_POLICIES, memory_class
+from icrl_ros.families.memo.config import MemoArgs
 from icrl_ros.families.memo.model import MemoPolicy
 from icrl_ros.models import ICLPolicy, ModelArgs, build_policy
 
@@ -28,8 +29,8 @@ def test_every_kind_has_a_family_and_its_memories_exist():
 
 
 def test_family_of_a_name_arguments_or_policy():
-    args = ModelArgs.from_dict(dict(kind="memo", n_obs=4, n_actions=3, max_episode_steps=9, d_model=16, n_layers=1, n_heads=2,
-                     d_mlp=32, l_seg=6, l_sum=3, sink="none"))
+    args = MemoArgs(n_obs=4, n_actions=3, max_episode_steps=9, d_model=16, n_layers=1, n_heads=2, d_mlp=32, l_seg=6,
+                    l_sum=3, sink="none")
     policy = build_policy(args)
     assert isinstance(policy, MemoPolicy) and isinstance(policy, family_of("memo").policy_class())
     assert family_of(args) is family_of(policy) is family_of("memo") and family_of("memo").segments

@@ -65,8 +65,9 @@ EPISODE_LEN = 500  # ExtObjNav episodes: episode index = step // 500 in the synt
 
 def extobjnav_args(kind: str, obs: str) -> ModelArgs:
     extra = {"obs_type": "image", "image_size": 64, "n_goals": 6} if obs == "image" else {}
-    return ModelArgs.from_dict(dict(n_obs=1000, n_actions=4, max_episode_steps=EPISODE_LEN, kind=kind, d_model=256, n_layers=4,
-                     n_heads=8, d_mlp=1024, sink="kv0", depth_dropout=0.0, l_seg=256, l_sum=32, **extra))
+    memo = {"l_seg": 256, "l_sum": 32} if kind == "memo" else {}
+    return ModelArgs.from_dict(dict(n_obs=1000, n_actions=4, max_episode_steps=EPISODE_LEN, kind=kind, d_model=256,
+                                    n_layers=4, n_heads=8, d_mlp=1024, sink="kv0", depth_dropout=0.0, **memo, **extra))
 
 
 def kind_of(policy: str) -> str:
@@ -81,8 +82,9 @@ def radt_policy() -> RADTPolicy:
 
 
 def small_args(kind: str) -> ModelArgs:
-    return ModelArgs.from_dict(dict(n_obs=100, n_actions=5, max_episode_steps=100, kind=kind, d_model=64, n_layers=2, n_heads=8,
-                     d_mlp=256, sink="kv0", depth_dropout=0.0, l_seg=64, l_sum=8))
+    memo = {"l_seg": 64, "l_sum": 8} if kind == "memo" else {}
+    return ModelArgs.from_dict(dict(n_obs=100, n_actions=5, max_episode_steps=100, kind=kind, d_model=64, n_layers=2,
+                                    n_heads=8, d_mlp=256, sink="kv0", depth_dropout=0.0, **memo))
 
 
 def memory_for(bundle, policy: str, n: int, extra_steps: int, batch: int):

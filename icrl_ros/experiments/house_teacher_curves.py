@@ -182,7 +182,8 @@ def main(argv=None) -> int:
     if extra:  # a reader must not take a changed env for the defaults
         title += " (" + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
     if seeing is not None:  # which eyes the seeing agents had
-        title += "; perceiving agents: " + ", ".join(f"{k}={Path(v).name if k == 'encoder' else v}" for k, v in seeing.items())
+        eyes = ", ".join(f"{k}={Path(v).name if k == 'encoder' else v}" for k, v in seeing.items())
+        title += f"; perceiving agents: {eyes}"
     ctx = mp.get_context("forkserver")
     with ctx.Pool(args.workers) as pool:
         for agent in agents:

@@ -235,7 +235,8 @@ class FrontierMemory(GridWays):
         near = np.zeros_like(front)
         i, j = (int(v) for v in cell)
         if 0 <= i < front.shape[0] and 0 <= j < front.shape[1]:
-            box = (slice(max(i - TARGET_CELLS, 0), i + TARGET_CELLS + 1), slice(max(j - TARGET_CELLS, 0), j + TARGET_CELLS + 1))
+            box = (slice(max(i - TARGET_CELLS, 0), i + TARGET_CELLS + 1),
+                   slice(max(j - TARGET_CELLS, 0), j + TARGET_CELLS + 1))
             near[box] = front[box]
         return near
 
@@ -258,14 +259,15 @@ class FrontierMemory(GridWays):
         return self._field(self._around(front, np.array([i, j])), passable, origin, odom)
 
     def way_input(self, b: int, odom: np.ndarray) -> np.ndarray:
-        """The ``frontier`` input of env b at pose ``odom``: zeros when no frontier is left, none was looked at, or (gated)
-        the goal was in view at the last step.
+        """The ``frontier`` input of env b at pose ``odom``: zeros when no frontier is left, none was looked at, or
+        (gated) the goal was in view at the last step.
         A plan is held ``REPLAN`` steps while its waypoint is farther than ``ARRIVED_M`` and its target frontier
         is left (a plan redone at every step follows every change the last view made to the map, and a robot
         turning to it turns back and forth)."""
         crop = self.frontier(b)
         feats = np.zeros(FRONTIER_DIM, dtype=np.float32)
-        if crop is None or (self.goal_gate and self.goal_p[b] >= GOAL_IN_VIEW_P):  # the goal in view: no way (plan kept)
+        goal_in_view = self.goal_gate and self.goal_p[b] >= GOAL_IN_VIEW_P
+        if crop is None or goal_in_view:  # the goal in view: no way (the plan is kept)
             return feats
         front, passable, unknown, origin = crop
         if not front.any():
@@ -319,5 +321,5 @@ class FrontierState(FrontierMemory):
         self.observe(token)
 
 
-__all__ = ["ARRIVED_M", "FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory", "FrontierState", "GOAL_IN_VIEW_P",
-           "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M", "at_frontier", "band_edges", "frontier_struct"]
+__all__ = ["ARRIVED_M", "FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory", "FrontierState",
+           "GOAL_IN_VIEW_P", "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M", "at_frontier", "band_edges", "frontier_struct"]

@@ -69,11 +69,9 @@ class HouseMemoryView:
         """A view for a runner whose model keeps the house's object memory heads, else None."""
         bundle, memory = getattr(runner, "bundle", None), getattr(runner, "memory", None)
         args = getattr(bundle, "args", None)
-        if args is None or memory is None or not args.house.object_memory:
-            return None
-        if not hasattr(memory, "view") or getattr(runner, "control", None) is None:
-            return None
-        return cls(runner)
+        if args is None or memory is None or not hasattr(memory, "view") or getattr(runner, "control", None) is None:
+            return None  # not a runner of the cached control step (RA-DT's arguments have no house section)
+        return cls(runner) if args.house.object_memory else None
 
     # -- the cache -------------------------------------------------------------------------------
     def _layer0(self, env: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:

@@ -75,14 +75,20 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
     cls = family_of(kind).memory_class(name)
     check_kv_dtype(kv_dtype)
     if kv_dtype != "fp32":
-        if not cls.__dict__.get("quantizable", False):
-            raise ValueError(f"kv_dtype: {kv_dtype!r} is for the memories that keep raw steps or summaries (full, window, memo); "
-                             f"memory {name!r} stores fp32 only")
+        if not _quantizable(cls):
+            takes = [n for n in memory_policies() if _quantizable(memory_class(n))]
+            raise ValueError(f"kv_dtype: {kv_dtype!r} is for the memories that keep raw steps or summaries "
+                             f"({', '.join(takes)}); memory {name!r} stores fp32 only")
         cfg["kv_dtype"] = kv_dtype
     dims = dict(n_layers=n_layers, batch=batch, n_heads=n_heads, head_dim=head_dim)
     model = dict(n_prefix=n_prefix, l_seg=l_seg, l_sum=l_sum, variant=variant, n_mem_layers=n_mem_layers,
                  chunk=chunk, top_k=top_k, episode_rope=episode_rope)
     return cls.create(dims, model, cfg, dict(dtype=dtype, device=device, budget_bytes=budget_bytes))
+
+
+def _quantizable(cls: type) -> bool:
+    """Whether the memory class itself (not a base it extends) stores K / V in another ``kv_dtype``."""
+    return bool(cls.__dict__.get("quantizable", False))
 
 
 def model_dims(args) -> dict:
@@ -102,5 +108,5 @@ def trial_sizes(name: str, args, steps: int, schedule: list[int] | None = None) 
 
 
 __all__ = ["Memory", "KVCache", "FullContextMemory", "SinkWindowMemory", "MEMORY_POLICIES", "memory_class",
-           "KIND_POLICIES", "default_memory", "create_memory", "model_dims", "trial_sizes", "MemoryBudgetError", "MemoryFullError",
-           "SnapshotError", "ON_FULL", "slot_bytes", "KV_DTYPES"]
+           "KIND_POLICIES", "default_memory", "create_memory", "model_dims", "trial_sizes", "MemoryBudgetError",
+           "MemoryFullError", "SnapshotError", "ON_FULL", "slot_bytes", "KV_DTYPES"]

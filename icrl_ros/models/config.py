@@ -128,11 +128,7 @@ class ModelArgs:
         return replace(self, sections={**self.sections, name: replace(getattr(self, name), **changes)})
 
     def validate(self) -> None:
-        from icrl_ros.families import family_of
-
-        if self.kind not in _model_kinds():
-            raise ValueError(f"model.kind: {self.kind!r} is not one of {sorted(_model_kinds())}")
-        cls = family_of(self.kind).config_class()
+        cls = _config_class(self.kind)
         if type(self) is not cls:
             raise ValueError(f"model.kind: a {self.kind} model's arguments are {cls.__name__}, not "
                              f"{type(self).__name__} (build them with ModelArgs.from_dict)")
@@ -186,13 +182,8 @@ class ModelArgs:
         """The arguments of ``d``'s family (``d["kind"]``, default relic), refusing unknown fields by name.
         Fields of a registered section may also come flat (checkpoints written before sections
         existed): they move into their section."""
-        from icrl_ros.families import family_of
-
         d = normalise_model_dict(d)
-        kind = d.get("kind", "relic")
-        if kind not in _model_kinds():
-            raise ValueError(f"model.kind: {kind!r} is not one of {sorted(_model_kinds())}")
-        target = family_of(kind).config_class()
+        target = _config_class(d.get("kind", "relic"))
         sections = {name: d.pop(name) for name in list(d) if name in _section_classes()}
         _drop_other_families_defaults(d, target)
         if "sections" in d:
@@ -210,7 +201,7 @@ def _drop_other_families_defaults(d: dict, target: type) -> None:
         if not fam.cached_step:
             continue
         for f in fields(fam.config_class()):
-            if f.name in d and f.name not in own and f.name != "sections":
+            if f.name in d and f.name not in own:
                 default = f.default if f.default is not MISSING else f.default_factory()
                 if d[f.name] == default or (isinstance(default, tuple) and list(default) == d[f.name]):
                     del d[f.name]
@@ -230,7 +221,8 @@ def normalise_model_dict(d: dict) -> dict:
         nested = dict(d.get(name) or {})
         both = flat & set(nested)
         if both:
-            raise ValueError(f"model: {sorted(both)} given both flat and in model.{name}; give them once, in model.{name}")
+            raise ValueError(f"model: {sorted(both)} given both flat and in model.{name}; give them once, in "
+                             f"model.{name}")
         nested.update({k: d.pop(k) for k in sorted(flat)})
         d[name] = nested
     return d
@@ -256,12 +248,13 @@ def _section_classes() -> dict[str, type]:
 
 
 def _default_section(name: str):
-    if name not in _DEFAULTS:
-        _DEFAULTS[name] = _section_classes()[name]()
-    return _DEFAULTS[name]
+    cls = _SECTIONS.get(name)
+    if cls not in _DEFAULTS:  # by class: a name registered again with another class gets its own defaults
+        _DEFAULTS[cls] = cls()
+    return _DEFAULTS[cls]
 
 
-_DEFAULTS: dict[str, Any] = {}
+_DEFAULTS: dict[type, Any] = {}
 
 
 def _build_sections(given: dict) -> dict:
@@ -280,8 +273,11 @@ def _build_sections(given: dict) -> dict:
     return out
 
 
-def _model_kinds() -> set[str]:
-    """The families whose arguments are ModelArgs (RA-DT keeps its own)."""
+def _config_class(kind: str) -> type:
+    """The arguments class of ``kind``, one of the families whose arguments are ModelArgs (RA-DT keeps its own)."""
     from icrl_ros.families import FAMILIES
 
-    return {k for k, f in FAMILIES.items() if f.cached_step}
+    kinds = {k for k, f in FAMILIES.items() if f.cached_step}
+    if kind not in kinds:
+        raise ValueError(f"model.kind: {kind!r} is not one of {sorted(kinds)}")
+    return FAMILIES[kind].config_class()

@@ -263,8 +263,8 @@ class StepEncoder(nn.Module):
                 self.image_proj = nn.Linear(a.feature_dim, a.d_model)
                 if self.readout:
                     if not a.n_goals:
-                        raise ValueError("model.house.goal_readout / object_readout / object_memory: the env has no goal "
-                                         "categories (n_goals 0)")
+                        raise ValueError("model.house.goal_readout / object_readout / object_memory: the env has no "
+                                         "goal categories (n_goals 0)")
                     self.heads = FeatureHeads(a.feature_dim, a.n_goals)
                     self.heads.requires_grad_(False)  # frozen with the encoder it was trained with
                 if a.house.goal_readout:

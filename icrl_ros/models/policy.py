@@ -93,18 +93,20 @@ class ICLPolicy(nn.Module):
         self.critic = nn.Linear(args.d_model, 1)
         self.sink_token = nn.Parameter(torch.randn(args.d_model) * 0.02) if args.sink == "token" else None
         # training only: P(goal seen earlier in the trial) logit and its (forward, left) offset
-        self.memory_aux = nn.Linear(args.d_model, 3) if args.house.memory_aux else None
+        house = args.house
+        self.memory_aux = nn.Linear(args.d_model, 3) if house.memory_aux else None
         # the route-following head (model.house.route_skill): route (+ scan) -> logits, added where a route exists
         self.route_skill = None
-        if args.house.route_skill:
-            self.route_skill = nn.Sequential(nn.Linear(ROUTE_DIM + SCAN_BINS * args.house.scan_input, args.house.route_skill),
-                                             nn.ReLU(), nn.Linear(args.house.route_skill, args.n_actions))
-        # the frontier-following head (model.house.frontier_skill): frontier (+ scan) -> logits, added where it has a way
+        if house.route_skill:
+            self.route_skill = nn.Sequential(nn.Linear(ROUTE_DIM + SCAN_BINS * house.scan_input, house.route_skill),
+                                             nn.ReLU(), nn.Linear(house.route_skill, args.n_actions))
+        # the frontier-following head (model.house.frontier_skill): frontier (+ scan) -> logits, added where it
+        # has a way
         self.frontier_skill = None
-        if args.house.frontier_skill:
+        if house.frontier_skill:
             self.frontier_skill = nn.Sequential(
-                nn.Linear(ROUTE_DIM + SCAN_BINS * args.house.scan_input, args.house.frontier_skill), nn.ReLU(),
-                nn.Linear(args.house.frontier_skill, args.n_actions))
+                nn.Linear(ROUTE_DIM + SCAN_BINS * house.scan_input, house.frontier_skill), nn.ReLU(),
+                nn.Linear(house.frontier_skill, args.n_actions))
         self.apply(self._init)
         nn.init.normal_(self.actor.weight, std=0.01)
         nn.init.zeros_(self.actor.bias)
@@ -228,6 +230,7 @@ class ICLPolicy(nn.Module):
         logits = self.with_skill(logits, inp)
         if aux:
             if self.memory_aux is None:
-                raise ValueError("forward_sequence(aux=True): the model has no memory_aux head (model.house.memory_aux)")
+                raise ValueError("forward_sequence(aux=True): the model has no memory_aux head "
+                                 "(model.house.memory_aux)")
             return logits, value, k, v, self.memory_aux(self.norm(h))
         return logits, value, k, v

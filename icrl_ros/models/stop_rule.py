@@ -42,10 +42,10 @@ class StopRule:
     @classmethod
     def from_args(cls, args) -> StopRule | None:
         """The rule a model's arguments ask for, or None when they ask for none."""
-        gate, sure = args.house.stop_gate, args.house.stop_sure
-        if not (gate > 0 or sure > 0):
+        house = args.house
+        if not house.stop_rule:
             return None
-        return cls(gate, sure, args.house.stop_sure_m, args.n_goals)
+        return cls(house.stop_gate, house.stop_sure, house.stop_sure_m, args.n_goals)
 
     def goal_view(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Tokens (..., D) -> P(goal in view) (...) and the heads' expected distance to it (...) in

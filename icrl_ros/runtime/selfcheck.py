@@ -123,8 +123,8 @@ def record_radt_images(bundle: Bundle, steps: int, seed: int = 0) -> dict[str, n
 def check_sample(bundle: Bundle, backend: str = "onnxruntime", device: str = "cpu") -> dict:
     """Run the bundle's recorded sample through ``backend``; compare with the recorded outputs."""
     sample = bundle.sample()
-    if not family_of(bundle).cached_step:  # RA-DT
-        runner_cls = family_of(bundle).runner_class()
+    runner_cls = family_of(bundle).runner_class()
+    if runner_cls is not None:  # a family with its own runner (RA-DT: window + retrieval)
         T = len(sample["episode_index"])
         mem = exact_memory(bundle, T, episodes=int(sample["episode_index"].max()) + 1)
         logits = replay_radt(runner_cls(bundle, make_engine(bundle, backend, device), mem), sample)

@@ -447,8 +447,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--verify-steps", type=int, default=2000, help="rollout length for --verify (default 2000)")
     p.add_argument("--tensorrt", action="store_true", help="also build TensorRT engines (needs tensorrt + a GPU)")
     p.add_argument("--kv-dtype",
-                   help="how the memory stores keys / values by default: fp32 (default) | fp16 | int8 (full / window / memo memories "
-                        "of ReLIC bundles; the byte budget counts the stored bytes)")
+                   help="how the memory stores keys / values by default: fp32 (default) | fp16 | int8 (the full / "
+                        "window / memo memories of ReLIC and Memo bundles; the byte budget counts the stored bytes)")
     p.add_argument("--kv-dtypes", default="",
                    help="comma-separated: more K / V storage dtypes to write a core graph for (a runner or node "
                         "may then choose them: kv_dtype)")

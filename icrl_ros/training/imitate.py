@@ -92,9 +92,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--noise-actions", default="",
                    help="comma-separated action indices --noise draws from (default: all; the house: 1,2,3 = no stop)")
     p.add_argument("--skill-epochs", type=int, default=200,
-                   help="with --set ppo.train_only=[route_skill] (a model with model.house.route_skill): the head trains on "
-                        "the held network's logits, cached once per iteration, this many passes over the stored route "
-                        "steps per iteration (each pass in ppo.num_minibatches minibatches)")
+                   help="with --set ppo.train_only=[route_skill] (a model with model.house.route_skill): the head "
+                        "trains on the held network's logits, cached once per iteration, this many passes over the "
+                        "stored route steps per iteration (each pass in ppo.num_minibatches minibatches)")
     p.add_argument("--route-steps-only", action="store_true",
                    help="with --teacher route: the imitation loss counts only the steps labelled from the policy's "
                         "route input (the rest are acted on but not learned from); pair with --set "

@@ -112,10 +112,10 @@ def load_pipeline(path: str, run_dir: str | None = None) -> Pipeline:
                     str(d.get("description", "")), p)
 
 
-def run_stage(pipe: Pipeline, s: Stage, log: Path) -> tuple[int, float]:
-    """Run one stage from the repository root, its output to the terminal and ``log``; (exit status, wall s).
-    SIGINT / SIGTERM go to the stage (which saves what it can) and end the pipeline after it."""
-    argv, resumed = pipe.command(s)
+def run_stage(argv: list[str], resumed: bool, log: Path) -> tuple[int, float]:
+    """Run a stage's command (:meth:`Pipeline.command`) from the repository root, its output to the terminal and
+    ``log``; (exit status, wall s). SIGINT / SIGTERM go to the stage (which saves what it can) and end the pipeline
+    after it."""
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with log.open("a") as f:
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
             continue
         argv_, resumed = pipe.command(s)
         print(f"[{k + 1}/{n}] {s.name}{' (resumes)' if resumed else ''}: {shlex.join(argv_[1:])}", flush=True)
-        rc, wall = run_stage(pipe, s, REPO_ROOT / pipe.run_dir / "logs" / f"{s.name}.log")
+        rc, wall = run_stage(argv_, resumed, REPO_ROOT / pipe.run_dir / "logs" / f"{s.name}.log")
         record["stages"][s.name] = {"command": pipe.expand(s.run), "exit": rc, "wall_s": round(wall, 1),
                                     "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
         record_path.parent.mkdir(parents=True, exist_ok=True)

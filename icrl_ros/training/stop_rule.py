@@ -53,7 +53,8 @@ def main(argv=None) -> int:
         blob["config"]["model"] = model
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(blob, out)
-    print(f"wrote {out}: " + ", ".join(f"{k} {getattr(new.house, k)}" for k in ("stop_gate", "stop_sure", "stop_sure_m")))
+    rule = ", ".join(f"{k} {getattr(new.house, k)}" for k in ("stop_gate", "stop_sure", "stop_sure_m"))
+    print(f"wrote {out}: {rule}")
     return 0
 
 

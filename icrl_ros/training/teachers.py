@@ -291,7 +291,8 @@ class FrontierFollower(RouteFollower):
 
     def act(self, inputs: dict) -> np.ndarray:
         if "frontier" not in inputs:
-            raise ValueError("teacher 'frontier' reads the policy's frontier input: set model.house.frontier_memory: true")
+            raise ValueError("teacher 'frontier' reads the policy's frontier input: set "
+                             "model.house.frontier_memory: true")
         f = inputs["frontier"].detach().cpu().numpy()
         n = len(f)
         r = inputs["route"].detach().cpu().numpy() if "route" in inputs else np.zeros_like(f)

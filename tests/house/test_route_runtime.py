@@ -2,7 +2,6 @@
 ``route`` input the same way in training-side stepping, the exported bundle and the deployed runner,
 and the runner keeps the map through snapshots and forgets it with a new trial."""
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

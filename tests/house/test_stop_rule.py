@@ -2,7 +2,6 @@
 the logits, and that training-side stepping, the deployed runner and the CLI all carry it."""
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -168,14 +167,15 @@ def test_cli_writes_a_copy_and_refuses_a_model_without_object_memory(tmp_path, c
 
 
 def _small_gated_policy():
+    from icrl_ros.house.config import HouseArgs
     from icrl_ros.models.config import ModelArgs
     from icrl_ros.models.stepping import build_policy
 
     torch.manual_seed(0)
-    args = ModelArgs.from_dict(dict(kind="relic", n_obs=1, n_actions=4, max_episode_steps=20, n_goals=3, use_reward=False,
-                     obs_type="image", visual_encoder="features", feature_dim=32, goal_readout=True,
-                     object_memory=True, d_model=32, n_layers=2, n_heads=4, d_mlp=64, sink="kv0",
-                     stop_gate=0.5, stop_sure=0.9))
+    house = HouseArgs(goal_readout=True, object_memory=True, stop_gate=0.5, stop_sure=0.9)
+    args = ModelArgs(kind="relic", n_obs=1, n_actions=4, max_episode_steps=20, n_goals=3, use_reward=False,
+                     obs_type="image", visual_encoder="features", feature_dim=32, d_model=32, n_layers=2, n_heads=4,
+                     d_mlp=64, sink="kv0", sections={"house": house})
     return build_policy(args).eval()
 
 

@@ -171,7 +171,6 @@ def test_a_bundle_that_reads_a_scan_gets_the_bridges_laser_as_the_env_scan_it_tr
     """The bridge publishes the house env's 360-degree laser (``sensor_msgs/LaserScan``); an agent whose bundle reads a
     ``scan`` subscribes to it, and the free headings it hands the policy are exactly the env's ``scan`` observation
     (what training fed) at every step."""
-    from dataclasses import replace
     from pathlib import Path
 
     import torch

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_policy(**kw):
-    args = ModelArgs.from_dict({**dict(n_obs=30, n_actions=5, max_episode_steps=40, d_model=64, n_layers=2, n_heads=4,
-                               d_mlp=64, depth_dropout=0.0, sink="kv0"), **kw})
+    args = ModelArgs.from_dict({**dict(n_obs=30, n_actions=5, max_episode_steps=40, d_model=64, n_layers=2,
+                                       n_heads=4, d_mlp=64, depth_dropout=0.0, sink="kv0"), **kw})
     policy = build_policy(args).eval()
     with torch.no_grad():  # decisive actions, as after training (random weights give near ties)
         policy.actor.weight.normal_(0, 0.5)

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def tiny_policy():
     torch.manual_seed(0)
-    args = ModelArgs.from_dict(dict(n_obs=10, n_actions=3, max_episode_steps=10, d_model=16, n_layers=1, n_heads=2, d_mlp=32,
-                     depth_dropout=0.0))
+    args = ModelArgs(n_obs=10, n_actions=3, max_episode_steps=10, d_model=16, n_layers=1, n_heads=2, d_mlp=32,
+                     depth_dropout=0.0)
     return build_policy(args).eval()
 
 

@@ -97,9 +97,9 @@ def test_a_policy_on_a_pooled_encoder_loads_it_and_exports_with_its_outputs(tmp_
     torch.manual_seed(0)
     enc = FeatureEncoder(16, 24, pooled=4)
     torch.save(enc.state_dict(), tmp_path / "enc.pt")
-    args = ModelArgs.from_dict(dict(n_obs=1, n_actions=4, max_episode_steps=8, d_model=32, n_layers=1, n_heads=4, d_mlp=64,
+    args = ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, d_model=32, n_layers=1, n_heads=4, d_mlp=64,
                      obs_type="image", image_size=24, n_goals=3, sink="kv0", visual_encoder="features", feature_dim=16,
-                     feature_pooled=4, pretrained_encoder=str(tmp_path / "enc.pt"), use_reward=False))
+                     feature_pooled=4, pretrained_encoder=str(tmp_path / "enc.pt"), use_reward=False)
     policy = build_policy(args, load_pretrained=True).eval()
     rgb = torch.randint(0, 256, (2, 24, 24, 3), dtype=torch.uint8)
     with torch.no_grad():
@@ -108,7 +108,7 @@ def test_a_policy_on_a_pooled_encoder_loads_it_and_exports_with_its_outputs(tmp_
                                                          "action_names": ["stop", "forward", "left", "right"]})
     assert check_sample(load_bundle(bundle))["ok"]
     with pytest.raises(ValueError, match="feature_pooled"):
-        ModelArgs.from_dict(dict(n_obs=1, n_actions=4, max_episode_steps=8, feature_dim=16, feature_pooled=16))
+        ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, feature_dim=16, feature_pooled=16)
 
 
 @pytest.mark.slow  # renders and trains two tiny encoders (~15 s on an idle machine)

@@ -373,7 +373,7 @@ def test_the_route_teacher_follows_the_waypoint_on_a_route_and_the_env_teacher_e
             make_teacher(v, "route")
     with HouseVecEnv(2, "test", seed=3, num_workers=1, teacher="memory") as v:
         v.reset_trial()
-        no_route = SimpleNamespace(args=SimpleNamespace(house=SimpleNamespace(route_memory=False)))  # as imitate.py passes
+        no_route = SimpleNamespace(args=SimpleNamespace(house=SimpleNamespace(route_memory=False)))  # a policy
         with pytest.raises(ValueError, match="model.house.route_memory: true"):
             make_teacher(v, "route", no_route)
         t = make_teacher(v, "route")

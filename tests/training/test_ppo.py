@@ -11,8 +11,8 @@ from icrl_ros.training.ppo import _EXTRA, PPOTrainer
 
 def _trainer(env_id="icrl_ros/Darkroom-v0", num_envs=4, depth_dropout=0.1, **ppo):
     env = make_vec(env_id, num_envs, seed=0)
-    args = ModelArgs.from_dict(dict(n_obs=env.n_obs, n_actions=env.n_actions, max_episode_steps=env.max_episode_steps,
-                     d_model=32, n_layers=1, n_heads=4, d_mlp=64, depth_dropout=depth_dropout))
+    args = ModelArgs(n_obs=env.n_obs, n_actions=env.n_actions, max_episode_steps=env.max_episode_steps,
+                     d_model=32, n_layers=1, n_heads=4, d_mlp=64, depth_dropout=depth_dropout)
     cfg = PPOConfig(**{"rollout_length": 64, "num_updates": 4, **ppo})
     return PPOTrainer(ICLPolicy(args), env, cfg, total_rollouts=2)
 
@@ -147,7 +147,8 @@ def test_a_route_model_needs_the_episode_shuffle_off():
     route = ["model.house.route_memory=true"]
     with pytest.raises(ValueError, match="ppo.shuffle_episodes"):
         TrainConfig.load("config/train/house_relic_ppo.yaml", route)
-    assert TrainConfig.load("config/train/house_relic_ppo.yaml", route + ["ppo.shuffle_episodes=false"]).model["house"]["route_memory"]
+    cfg = TrainConfig.load("config/train/house_relic_ppo.yaml", route + ["ppo.shuffle_episodes=false"])
+    assert cfg.model["house"]["route_memory"]
 
 
 def test_exponents_without_a_dot_are_numbers():

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from icrl_ros.families.hcam.config import HCAMArgs
 from icrl_ros.families.hcam.model import ChunkMemoryAttention, HCAMPolicy
-from icrl_ros.models import ModelArgs, save_checkpoint
+from icrl_ros.models import save_checkpoint
 from icrl_ros.sim import make_vec
 from icrl_ros.experiments import sensitivity
 
@@ -13,8 +14,8 @@ from icrl_ros.experiments import sensitivity
 def hcam_ckpt(tmp_path_factory):
     torch.manual_seed(0)
     env = make_vec("icrl_ros/DarkKeyToDoor-v0", 1, seed=0)
-    args = ModelArgs.from_dict(dict(kind="hcam", n_obs=env.n_obs, n_actions=env.n_actions, max_episode_steps=env.max_episode_steps,
-                     d_model=32, n_layers=1, n_heads=4, d_mlp=64, hcam_chunk=8, hcam_top_k=2, depth_dropout=0.0))
+    args = HCAMArgs(n_obs=env.n_obs, n_actions=env.n_actions, max_episode_steps=env.max_episode_steps,
+                    d_model=32, n_layers=1, n_heads=4, d_mlp=64, hcam_chunk=8, hcam_top_k=2, depth_dropout=0.0)
     path = tmp_path_factory.mktemp("sens") / "hcam.pt"
     save_checkpoint(path, HCAMPolicy(args), config={"env": {"id": "icrl_ros/DarkKeyToDoor-v0"}})
     return path
