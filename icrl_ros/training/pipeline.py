@@ -112,17 +112,18 @@ def load_pipeline(path: str, run_dir: str | None = None) -> Pipeline:
                     str(d.get("description", "")), p)
 
 
-def run_stage(argv: list[str], resumed: bool, log: Path) -> tuple[int, float]:
+def run_stage(argv: list[str], resumed: bool, log: Path, threads: int = 0) -> tuple[int, float]:
     """Run a stage's command (:meth:`Pipeline.command`) from the repository root, its output to the terminal and
     ``log``; (exit status, wall s). SIGINT / SIGTERM go to the stage (which saves what it can) and end the pipeline
-    after it."""
+    after it. ``threads`` > 0 caps the stage's torch / OpenMP threads (``OMP_NUM_THREADS``), which a config's
+    ``threads: 0`` follows."""
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with log.open("a") as f:
         f.write(f"$ {shlex.join(argv[1:])}{'  (resumed)' if resumed else ''}\n")
         f.flush()
         proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                bufsize=1, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                bufsize=1, env=stage_env(threads))
         stop = []
 
         def forward(signum, frame):
@@ -143,6 +144,14 @@ def run_stage(argv: list[str], resumed: bool, log: Path) -> tuple[int, float]:
     return rc, time.perf_counter() - t0
 
 
+def stage_env(threads: int) -> dict[str, str]:
+    """The environment of a stage: this one, unbuffered, with ``threads`` > 0 as the OpenMP / MKL thread count."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if threads > 0:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    return env
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pipeline", help="a pipeline file (config/pipelines/*.yaml)")
@@ -151,7 +160,13 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print the commands that would run, run nothing")
     ap.add_argument("--from", dest="start", metavar="STAGE", help="redo this stage and every one after it")
     ap.add_argument("--only", metavar="STAGE", help="run this stage alone (done or not)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads of every stage (OMP_NUM_THREADS; default: the stage's own). Give 1 when "
+                         "other jobs share the cores: torch's threads spinning against another process made "
+                         "small matrix products over 100x slower on a 2-core machine")
     args = ap.parse_args(argv)
+    if args.threads < 0:
+        fail(f"--threads {args.threads}: give a count >= 1, or 0 for each stage's own")
     try:
         pipe = load_pipeline(args.pipeline, args.run_dir)
     except ValueError as e:
@@ -189,9 +204,14 @@ def main(argv=None) -> int:
             continue
         argv_, resumed = pipe.command(s)
         print(f"[{k + 1}/{n}] {s.name}{' (resumes)' if resumed else ''}: {shlex.join(argv_[1:])}", flush=True)
-        rc, wall = run_stage(argv_, resumed, REPO_ROOT / pipe.run_dir / "logs" / f"{s.name}.log")
-        record["stages"][s.name] = {"command": pipe.expand(s.run), "exit": rc, "wall_s": round(wall, 1),
-                                    "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+        rc, wall = run_stage(argv_, resumed, REPO_ROOT / pipe.run_dir / "logs" / f"{s.name}.log", args.threads)
+        finished = time.strftime("%Y-%m-%d %H:%M:%S")
+        # every run of the stage since its fresh start: what ran (its resume command when resumed), where, how long
+        runs = record["stages"].get(s.name, {}).get("runs", []) if resumed else []
+        runs.append({"ran": shlex.join(argv_[1:]), "resumed": resumed, "threads": args.threads or None, "exit": rc,
+                     "wall_s": round(wall, 1), "finished": finished})
+        record["stages"][s.name] = {"command": pipe.expand(s.run), "exit": rc, "wall_s": round(sum(r["wall_s"] for r in runs), 1),
+                                    "finished": finished, "runs": runs}
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(record, indent=1))
         if rc != 0:

@@ -92,3 +92,24 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     proc.stdout.close()  # the reader is gone
     err = proc.stderr.read()
     assert proc.wait(timeout=60) in (0, 141) and "Traceback" not in err, err
+
+
+def test_a_resumed_stage_records_the_command_that_ran_and_the_thread_cap(tmp_path):
+    """pipeline.json keeps, per stage, every run since its fresh start: the resume command when it resumed, and the
+    --threads cap, which reaches the stage as OMP_NUM_THREADS (a config's ``threads: 0`` follows it)."""
+    from icrl_ros.training.pipeline import stage_env
+
+    f = tmp_path / "resume.yaml"
+    f.write_text(PIPE.replace('    creates: ["{run}/b.pt"]\n', '    creates: ["{run}/b.pt"]\n'
+                              '    resume_if: "{run}/a.pt"\n'
+                              '    resume: training/ship_checkpoint.py checkpoints/darkroom_relic.pt {run}/b.pt\n'))
+    rd = tmp_path / "run"
+    r = run(f, "--run-dir", rd, "--threads", "1")
+    assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+    stages = json.loads((rd / "pipeline.json").read_text())["stages"]
+    assert [x["resumed"] for x in stages["ship"]["runs"]] == [False]
+    (copy,) = stages["copy"]["runs"]
+    assert copy["resumed"] and "checkpoints/darkroom_relic.pt" in copy["ran"] and copy["threads"] == 1
+    assert "darkroom" not in stages["copy"]["command"]  # the stage's own command stays the record's
+    assert stage_env(1)["OMP_NUM_THREADS"] == "1" and stage_env(0).get("OMP_NUM_THREADS") == __import__("os").environ.get("OMP_NUM_THREADS")
+    assert run(f, "--threads", "-1").returncode == 2
