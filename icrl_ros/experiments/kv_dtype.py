@@ -271,7 +271,8 @@ def _shadow_runners(bundle_path: str, batch: int, memory_for) -> dict:
 
 
 def parity_darkroom(bundle_path: str, trials: int, seed: int, steps: int | None = None) -> dict:
-    from icrl_ros.runtime import PolicyRunner, build_memory, load_bundle, make_engine
+    from icrl_ros.runtime import PolicyRunner, load_bundle, make_engine
+    from icrl_ros.runtime.selfcheck import exact_memory
     from icrl_ros.sim import make_vec
     from icrl_ros.training.evaluate import held_out_tasks, run_trials
 
@@ -281,7 +282,7 @@ def parity_darkroom(bundle_path: str, trials: int, seed: int, steps: int | None 
         env = make_vec((b.manifest.created or {}).get("env_id"), trials, split="test", seed=seed)
         held_out_tasks(env, trials, seed)
         steps = steps or env.trial_steps
-        mem = lambda bb: build_memory(bb, "full", batch=trials, capacity=steps, on_full="error")  # noqa: E731
+        mem = lambda bb: exact_memory(bb, steps, batch=trials)  # noqa: E731  (every step kept: no eviction)
         ref = PolicyRunner(b, make_engine(b, "onnxruntime", "cpu", threads=1), mem(b))
         shadows = _shadow_runners(path, trials, mem)
         diffs = Diffs()

@@ -39,8 +39,9 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class QuantizedKV:
-    """One layer's 8-bit cached keys or values (:mod:`icrl_ros.memory.quant`): ``codes`` (B, H, P, hd)
-    uint8 with zero point 128 and ``scale`` (B, H, P) float32, value = (code - 128) * scale."""
+    """8-bit rows as a memory stores them (:mod:`icrl_ros.memory.quant`): ``codes`` (..., n) uint8 with zero
+    point 128 and ``scale`` (...) float32, value = (code - 128) * scale. One layer's cached keys or values
+    ((B, H, P, hd) codes), or HCAM's chunk store ((B, N, C, D) codes)."""
 
     def __init__(self, codes: Tensor, scale: Tensor) -> None:
         self.codes, self.scale = codes, scale

@@ -24,7 +24,7 @@ softmax and the heads' outputs stay float32 (graph inputs / outputs other than t
 are float32). Pure-fp16 graphs lose ~1e-2 in the logits over long Memo rollouts (the
 error compounds through summaries of summaries); this keeps fp16 within tolerance.
 
-K/V storage (``kv_dtype``, :mod:`icrl_ros.memory.quant`; the shared core of ReLIC and Memo): ``fp32`` the cache in the
+K/V storage (``kv_dtype``, :mod:`icrl_ros.memory.quant`; the shared core of ReLIC and Memo, HCAM's chunk store): ``fp32`` the cache in the
 precision's dtype (today's graphs, unchanged); ``fp16`` float16 cache inputs cast where read; ``int8``
 uint8 codes plus per-layer ``past_k_scale_i`` / ``past_v_scale_i`` (batch, H, cache) float32 inputs,
 read through integer matmuls (:func:`icrl_ros.models.attention.int8_scores`). The core's new K/V stay
@@ -183,15 +183,17 @@ class Autocast(nn.Module):
         return out
 
 
-def graph_modules(policy: nn.Module) -> dict[str, nn.Module]:
+def graph_modules(policy: nn.Module, kv_dtype: str = "fp32") -> dict[str, nn.Module]:
     """The graph modules of ``policy``'s family over the policy's own submodules: no copy, the
-    policy's mode untouched."""
-    return family_of(policy).graph_module().graph_modules(policy)
+    policy's mode untouched; the core reading a memory stored as ``kv_dtype`` (a family that lists it in
+    ``Family.kv_dtypes`` takes it in its ``graph_modules``)."""
+    module = family_of(policy).graph_module()
+    return module.graph_modules(policy) if kv_dtype == "fp32" else module.graph_modules(policy, kv_dtype=kv_dtype)
 
 
-def shared_graph_modules(policy: ICLPolicy, core: nn.Module | None = None) -> dict[str, nn.Module]:
-    """encoder, core (``core`` if given, else :class:`CoreGraph`) and heads."""
-    return {"encoder": EncoderGraph(policy), "core": core or CoreGraph(policy), "heads": HeadsGraph(policy)}
+def shared_graph_modules(policy: ICLPolicy, core: nn.Module | None = None, kv_dtype: str = "fp32") -> dict[str, nn.Module]:
+    """encoder, core (``core`` if given, else :class:`CoreGraph` reading a ``kv_dtype`` cache) and heads."""
+    return {"encoder": EncoderGraph(policy), "core": core or CoreGraph(policy, kv_dtype), "heads": HeadsGraph(policy)}
 
 
 def build_graphs(policy: nn.Module, precision: str = "fp32", kv_dtype: str = "fp32") -> dict[str, nn.Module]:
@@ -202,7 +204,7 @@ def build_graphs(policy: nn.Module, precision: str = "fp32", kv_dtype: str = "fp
         raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
     policy = policy.eval()
     if check_kv_support(policy, precision, kv_dtype) != "fp32":  # the family's graphs, the core reading that cache
-        return {k: g.eval() for k, g in {**graph_modules(policy), "core": CoreGraph(policy, kv_dtype)}.items()}
+        return {k: g.eval() for k, g in graph_modules(policy, kv_dtype).items()}
     own = getattr(family_of(policy).graph_module(), "build_graphs", None)
     if own is not None:
         return own(policy, precision)

@@ -18,7 +18,7 @@ Bundle directory::
                          SHA-256 of every file
     encoder.onnx core.onnx heads.onnx [summarize.onnx]   the graphs (icrl_ros.runtime.graphs;
                          HCAM's core takes the chunk store, top-k + gather inside)
-    core.<kv>.onnx       ReLIC, Memo: cores reading a memory stored in another K / V dtype (--kv-dtypes;
+    core.<kv>.onnx       ReLIC, Memo, HCAM: cores reading a memory stored in another K / V dtype (--kv-dtypes;
                          core.onnx reads the manifest's memory.kv_dtype, --kv-dtype)
     policy.onnx          RA-DT instead: window (C slots + validity) + k x 2C retrieved slots
                          (+ validity; the null slot inside) -> logits

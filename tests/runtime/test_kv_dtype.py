@@ -50,6 +50,20 @@ def replay_kv(path, kv_dtype, inp, backend="onnxruntime"):
     return replay(runner, inp), runner
 
 
+def quantised_replays(path, inp, ref_l):
+    """(kv_dtype, memory) of the fp16 and int8 runners of bundle ``path`` replayed on ``inp``, after checking their
+    logits against fp32's ``ref_l``: changed (the memory really is stored in fewer bits) but close, the same
+    greedy action on >= 98% of steps."""
+    for kv_dtype, tol in (("fp16", 2e-3), ("int8", 5e-2)):
+        (logits, _), runner = replay_kv(path, kv_dtype, inp)
+        scale = np.maximum(1.0, np.abs(ref_l).max(-1, keepdims=True))
+        diff = np.abs(logits - ref_l)
+        assert 1e-6 < float(diff.max()) and float((diff / scale).max()) <= tol, (kv_dtype, float(diff.max()))
+        assert float((logits.argmax(-1) == ref_l.argmax(-1)).mean()) >= 0.98
+        assert runner.memory.kv_dtype == kv_dtype
+        yield kv_dtype, runner.memory
+
+
 def test_bundle_lists_its_cores_and_they_are_plain_onnx(bundle):
     b = load_bundle(bundle)
     assert b.kv_dtypes() == ["fp32", "fp16", "int8"] and b.kv_dtype == "fp32"
@@ -181,15 +195,8 @@ def test_memo_stores_its_summaries_and_segment_in_fewer_bits(tmp_path):
     path = export_bundle(policy, tmp_path / "memo", kv_dtypes=("fp16", "int8"))
     assert load_bundle(path).kv_dtypes() == ["fp32", "fp16", "int8"]
     inp = record_rollout(policy, 400, EPISODE, seed=5)  # 25 segment ends
-    ref_l, ref_v = reference_outputs(policy, inp)
-    for kv_dtype, tol in (("fp16", 2e-3), ("int8", 5e-2)):
-        (logits, _), runner = replay_kv(path, kv_dtype, inp)
-        scale = np.maximum(1.0, np.abs(ref_l).max(-1, keepdims=True))
-        diff = np.abs(logits - ref_l)
-        assert 1e-6 < float(diff.max()) and float((diff / scale).max()) <= tol, (kv_dtype, float(diff.max()))
-        assert float((logits.argmax(-1) == ref_l.argmax(-1)).mean()) >= 0.98
-        mem = runner.memory
-        assert mem.kv_dtype == kv_dtype and mem.n_generated == 400 // 16
+    for kv_dtype, mem in quantised_replays(path, inp, reference_outputs(policy, inp)[0]):
+        assert mem.n_generated == 400 // 16
         assert mem.k.dtype == {"fp16": torch.float16, "int8": torch.uint8}[kv_dtype]
     r = PolicyRunner.from_bundle(path, kv_dtype="int8", selection="greedy")
     for k in range(40):  # two segment ends and a half-full segment
@@ -202,4 +209,37 @@ def test_memo_stores_its_summaries_and_segment_in_fewer_bits(tmp_path):
     for name in ("k", "v", "k_scale", "v_scale", "valid"):
         assert torch.equal(getattr(m1, name), getattr(m2, name)), name
     for k in range(12):  # across the next segment end
+        assert r.act({"obs": np.int64(k)})[0] == r2.act({"obs": np.int64(k)})[0]
+
+
+def test_hcam_stores_its_chunks_in_fewer_bits(tmp_path):
+    """An HCAM bundle's int8 / fp16 cores against fp32 over many chunks: the chunk store's contents are written
+    quantised (8-bit codes with a scale per step) and the core decodes only the top-k chunks it gathers; the same
+    budget holds more chunks; a snapshot keeps the codes and restores the same next step."""
+    from icrl_ros.families.hcam.memory import chunk_bytes
+
+    torch.manual_seed(4)
+    policy = small_policy(kind="hcam", hcam_chunk=8, hcam_top_k=2, hcam_layers=[1])
+    path = export_bundle(policy, tmp_path / "hcam", kv_dtypes=("fp16", "int8"))
+    assert load_bundle(path).kv_dtypes() == ["fp32", "fp16", "int8"]
+    inp = record_rollout(policy, 400, EPISODE, seed=5)  # 50 chunks
+    for kv_dtype, mem in quantised_replays(path, inp, reference_outputs(policy, inp)[0]):
+        assert mem.chunks == 50 and mem.k.dtype == torch.float32  # the window stays float
+        assert mem.chunk_x.dtype == {"fp16": torch.float16, "int8": torch.uint8}[kv_dtype]
+    D, C = policy.args.d_model, 8
+    assert chunk_bytes(1, C, D, torch.float32) / chunk_bytes(1, C, D, torch.float32, kv_dtype="int8") > 2.5
+    budget = 400_000
+    sizes = {kv: PolicyRunner.from_bundle(path, kv_dtype=kv, memory_budget_bytes=budget).memory for kv in ("fp32", "int8")}
+    assert all(m.nbytes <= budget for m in sizes.values()) and sizes["int8"].max_chunks > 2.5 * sizes["fp32"].max_chunks
+    r = PolicyRunner.from_bundle(path, kv_dtype="int8", selection="greedy")
+    for k in range(44):  # five chunks and a half-full one
+        r.act({"obs": np.int64(k % 30)})
+    r.snapshot(tmp_path / "s.npz")
+    r2 = PolicyRunner.from_bundle(path, kv_dtype="int8", selection="greedy")
+    r2.restore(tmp_path / "s.npz")
+    m1, m2 = r.memory, r2.memory
+    assert m2.chunk_x.dtype == torch.uint8 and m1.chunks == m2.chunks == 5
+    for name in ("chunk_x", "chunk_x_scale", "chunk_key", "chunk_valid", "cur_x", "k", "v"):
+        assert torch.equal(getattr(m1, name), getattr(m2, name)), name
+    for k in range(12):  # across the next chunk end
         assert r.act({"obs": np.int64(k)})[0] == r2.act({"obs": np.int64(k)})[0]

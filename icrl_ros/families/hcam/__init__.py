@@ -19,5 +19,6 @@ FAMILY = Family(
     memories={"hcam": "icrl_ros.families.hcam.memory:HCAMMemory"},
     graphs="icrl_ros.families.hcam.graphs",
     positions=positions,
+    kv_dtypes=("fp32", "fp16", "int8"),  # the chunk store's contents (HCAMMemory)
     chunk_store=True,
 )

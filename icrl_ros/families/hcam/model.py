@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icrl_ros.models.attention import MASK_NEG, RMSNorm, apply_rope, rope_angles
+from icrl_ros.memory.quant import dequantize
+from icrl_ros.models.attention import MASK_NEG, QuantizedKV, RMSNorm, apply_rope, rope_angles
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.core import Block, TransformerCore
 from icrl_ros.models.policy import ICLPolicy
@@ -182,13 +183,18 @@ class ChunkMemoryAttention(nn.Module):
         y = p.view(B, H, T, N * C) @ vals  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, D))
 
-    def forward_step(self, u: Tensor, chunk_x: Tensor, chunk_key: Tensor, chunk_mask: Tensor,
+    def forward_step(self, u: Tensor, chunk_x: Tensor | QuantizedKV, chunk_key: Tensor, chunk_mask: Tensor,
                      q_ep: Tensor | None = None, chunk_ep: Tensor | None = None) -> Tensor:
-        """Cached step: gather the k selected raw chunks, project only those (O(N + kC))."""
+        """Cached step: gather the k selected raw chunks, project only those (O(N + kC)). ``chunk_x``: the
+        store's contents (B, N, C, D) in any float dtype, or 8-bit codes with per-step scales (B, N, C)."""
         h = self.norm_q(u)
         q_ep, chunk_ep = self.episodes(q_ep, chunk_ep)
         idx, w = self.select(h, chunk_key, chunk_mask, q_ep, chunk_ep)
-        k, v = self.project(gather_chunks(chunk_x, idx))  # (B, T, k, C, H, hd)
+        if isinstance(chunk_x, QuantizedKV):  # an 8-bit store: decode only the k chunks read
+            x = dequantize(gather_chunks(chunk_x.codes, idx), gather_chunks(chunk_x.scale, idx))
+        else:
+            x = gather_chunks(chunk_x, idx)
+        k, v = self.project(x.to(u.dtype))  # (B, T, k, C, H, hd)
         if chunk_ep is not None:
             B, T, kk, C, H, hd = k.shape
             ep = gather_chunks(chunk_ep, idx).reshape(B, T * kk * C)  # (B, T, k, C) -> the keys' episodes

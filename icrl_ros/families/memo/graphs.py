@@ -34,5 +34,5 @@ def graph_specs(policy: MemoPolicy, precision: str = "fp32", kv_dtype: str = "fp
     }}
 
 
-def graph_modules(policy: MemoPolicy) -> dict[str, nn.Module]:
-    return {**shared_graph_modules(policy), "summarize": SummarizeGraph(policy)}
+def graph_modules(policy: MemoPolicy, kv_dtype: str = "fp32") -> dict[str, nn.Module]:
+    return {**shared_graph_modules(policy, kv_dtype=kv_dtype), "summarize": SummarizeGraph(policy)}
