@@ -150,8 +150,8 @@ class AgentParams(ParamsBase):
     memory: str = _conf("", "Memory policy; empty = the bundle's default.", choices=MEMORY_POLICIES)
     memory_budget_bytes: int = _conf(0, "Memory byte budget; 0 = the bundle's default.", min=0)
     kv_dtype: str = _conf(
-        "", "How the full / window / memo memory stores keys and values: fp32 | fp16 | int8 (per head and token "
-        "scales; the byte budget then holds ~2x / ~3.5x the steps); empty = the bundle's default (manifest "
+        "", "How the full / window / memo memory stores keys and values (hcam: its chunk store): fp32 | fp16 | int8 "
+        "(per head and token scales; the byte budget then holds ~2x / ~3.5x the steps); empty = the bundle's default (manifest "
         "memory.kv_dtype). The bundle needs a core for it (training/export.py --kv-dtypes / --add-kv-dtypes).",
         choices=KV_DTYPES)
     memory_path: str = _live(
