@@ -10,6 +10,11 @@ lets each simulator draw its own (MiniWorld's env, Habitat's exported episode se
 Then success and SPL per in-context episode, averaged over the trials, side by side:
 
     .venv/bin/python experiments/habitat_icl.py --seeds 0 1 2 3 4 --episodes 12 --out runs/habitat_icl
+    .venv/bin/python experiments/habitat_icl.py --seeds 0 1 2 3 4 --episodes 12 --out runs/habitat_icl --look unseen
+
+``--look unseen`` draws the Habitat houses with room textures and a light no training house has
+(``icrl_ros.sim.habitat_mesh.LOOKS``); the MiniWorld trials of the same ``--out`` are reused, so both looks pair
+with the same MiniWorld episodes.
 
 The bundle defaults to the agent node's shipped one. Per simulator it prints the per-episode means
 and, with 95% CIs over the trials (n = trials that finished), episode 1, the later half of the
@@ -43,7 +48,7 @@ def mean_ci(x: np.ndarray) -> tuple[float, float]:
 
 
 def run_trial(sim: str, seed: int, a: argparse.Namespace, out: Path) -> dict | None:
-    run_dir = out / f"{sim}_seed{seed}"
+    run_dir = out / (f"{sim}_seed{seed}" if sim == "miniworld" or a.look == "miniworld" else f"{sim}_{a.look}_seed{seed}")
     replay = None
     if sim == "habitat" and not a.own_draws:
         replay = out / f"miniworld_seed{seed}" / "episodes.json"
@@ -58,7 +63,7 @@ def run_trial(sim: str, seed: int, a: argparse.Namespace, out: Path) -> dict | N
            "--max-steps", str(a.max_steps), "--seed", str(seed), "--sample-seed", str(seed), "--out", str(run_dir),
            "--timeout", str(a.timeout)]
     if sim == "habitat":
-        cmd.append("--habitat")
+        cmd += ["--habitat", "--habitat-look", a.look]
     if replay is not None:
         cmd += ["--replay-episodes", str(replay)]
     t0 = time.monotonic()
@@ -81,6 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-steps", type=int, default=200)
     p.add_argument("--timeout", type=float, default=300.0, help="per trial (a 12-episode trial takes 15-40 s here)")
     p.add_argument("--out", default=str(REPO_ROOT / "runs" / "habitat_icl"))
+    p.add_argument("--look", default="miniworld", choices=("miniworld", "unseen"),
+                   help="how the Habitat houses are drawn: MiniWorld's textures and light, or textures and a light "
+                        "no training house has (a proxy for a camera the encoder never saw); MiniWorld's runs are "
+                        "shared between looks in one --out")
     p.add_argument("--own-draws", action="store_true",
                    help="each simulator draws its own starts and goals (default: Habitat replays MiniWorld's)")
     a = p.parse_args(argv)
@@ -114,11 +123,14 @@ def main(argv: list[str] | None = None) -> None:
         for name in ("success", "spl"):
             d = matrices["habitat"][name][hb].mean(1) - matrices["miniworld"][name][mw].mean(1)
             curves[f"paired_{name}_diff"] = mean_ci(d)
-    (out / "curves.json").write_text(json.dumps({"bundle": a.bundle, "seeds": a.seeds, "episodes": a.episodes,
+    (out / f"curves{'' if a.look == 'miniworld' else '_' + a.look}.json").write_text(json.dumps({
+        "bundle": a.bundle, "seeds": a.seeds, "episodes": a.episodes, "look": a.look,
                                                  "max_steps": a.max_steps, "paired": not a.own_draws,
                                                  "curves": curves}, indent=1))
-    plot({name: summarise(matrices[sim]) for sim, name in (("miniworld", "MiniWorld"), ("habitat", "Habitat"))},
-         out / "icl_curve.png", f"{Path(a.bundle).name} through the ROS nodes in the same {len(a.seeds)} test houses; "
+    tag = "" if a.look == "miniworld" else "_" + a.look
+    hab = "Habitat" if a.look == "miniworld" else f"Habitat, {a.look} look"
+    plot({name: summarise(matrices[sim]) for sim, name in (("miniworld", "MiniWorld"), ("habitat", hab))},
+         out / f"icl_curve{tag}.png", f"{Path(a.bundle).name} through the ROS nodes in the same {len(a.seeds)} test houses; "
                                 + ("each simulator draws its own starts and goals" if a.own_draws else
                                    "Habitat replays MiniWorld's starts and goals"))
     print(f"\n{'episode':>7} | {'MiniWorld success':>17} {'SPL':>5} {'steps':>5} | {'Habitat success':>15} {'SPL':>5} "
@@ -140,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"paired over {len(both)} houses (same starts and goals), Habitat - MiniWorld {name} over all "
                   f"episodes: {curves[f'paired_{name}_diff'][0]:+.3f} +- {curves[f'paired_{name}_diff'][1]:.3f}")
     print(f"houses {m['houses']} (test split); trials: MiniWorld {len(m['houses'])}, Habitat {len(h['houses'])}; "
-          f"failed seeds: {failed}; {out / 'curves.json'}")
+          f"failed seeds: {failed}; {out / f'curves{tag}.json'}")
 
 
 if __name__ == "__main__":

@@ -418,6 +418,9 @@ def parser() -> argparse.ArgumentParser:
                         "training/replay.py replays it)")
     p.add_argument("--habitat", action="store_true",
                    help="the same house in habitat-sim, served from the chroot of ../shared/habitat (root)")
+    p.add_argument("--habitat-look", default="miniworld", choices=("miniworld", "unseen"),
+                   help="--habitat: how the house is drawn: MiniWorld's textures and light, or textures and a light "
+                        "no training house has (icrl_ros/sim/habitat_mesh.py LOOKS)")
     p.add_argument("--replay-episodes", metavar="EPISODES_JSON",
                    help="start the episodes where another run's did, with its goals (its episodes.json, e.g. a "
                         "MiniWorld run of the same --seed replayed in Habitat: paired episodes); the env's reset must "
@@ -429,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.episodes < 1 or args.max_steps < 1:
         fail("--episodes and --max-steps must be >= 1")
+    if args.habitat_look != "miniworld" and not args.habitat:
+        fail("--habitat-look draws the Habitat house: give --habitat too")
     bundle = Path(args.bundle)
     replay = None
     if args.replay_episodes:
@@ -463,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         from icrl_ros.training.habitat_bridge import export_house, start_server, stop_server
 
         house_seed = draw_house_seed(np.random.default_rng(args.seed), "test")  # the MiniWorld run's house
-        export = export_house(house_seed, 40, out / "logs" / "habitat_server.log")
+        export = export_house(house_seed, 40, out / "logs" / "habitat_server.log", args.habitat_look)
         server, remote = start_server(export, {"pose_frame": "house", "max_episode_steps": args.max_steps},
                                       out / "logs" / "habitat_server.log")
         print(f"   Habitat env server up after {time.monotonic() - t0:.1f} s at {remote['address']} (house {house_seed})")
@@ -581,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     n_gif = write_gif(frames, out / "camera.gif")
     n_mem = memory_pictures(watch, bundle, table, ends, starts, house_seed, out, args.habitat)
     summary = {"bundle": str(bundle), "backend": args.backend, "simulator": "habitat" if args.habitat else "miniworld",
+               **({"habitat_look": args.habitat_look} if args.habitat else {}),
                "house_seed": house_seed, "split": "test",
                "seed": args.seed, "sample_seed": args.sample_seed, "max_steps": args.max_steps,
                "replay_episodes": args.replay_episodes,

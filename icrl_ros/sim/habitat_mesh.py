@@ -10,16 +10,24 @@ colours (glTF COLOR_0, which habitat-sim 0.2.2 multiplies with the material's co
 interpolates across each face, as MiniWorld's Gouraud shading). Coordinates are MiniWorld's (x east,
 y up, z south), which are also habitat's world axes. habitat-sim reads a plain .glb stage Z-up, so the
 Y-up mesh is turned +90 deg about x before it is written. ``habitat_scene`` adds the navmesh and the episodes.
+
+A :class:`Look` says how the house is drawn: ``miniworld`` (the default) as above, ``unseen`` a proxy for a
+camera the encoder never trained on: room textures from MiniWorld files no training house uses (each room
+swaps its own for one of them), another light (dimmer ambient, stronger diffuse, lower, warm-tinted) and
+object textures desaturated under that light. Geometry, object colours' names and episodes do not change.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from icrl_ros.sim.house_layout import DOOR_HEIGHT, WALL_HEIGHT, HouseLayout, miniworld_dir
+from icrl_ros.sim.house_layout import (CEIL_TEXTURES, DOOR_HEIGHT, FLOOR_TEXTURES, WALL_HEIGHT, WALL_TEXTURES,
+                                       HouseLayout, miniworld_dir)
 from icrl_ros.sim.house_render import PICTURE_HEIGHT  # a constant: house_render loads GL only when drawing
 
 PICTURE_DEPTH = 0.05  # MiniWorld's ImageFrame default depth (house_render does not set it)
@@ -34,6 +42,51 @@ BAKE_PX_PER_M = 64
 # MiniWorld's entity.COLORS (balls and boxes are drawn in these exact colours).
 MINIWORLD_RGB = {"red": (1.0, 0.0, 0.0), "green": (0.0, 1.0, 0.0), "blue": (0.0, 0.0, 1.0),
                  "purple": (0.44, 0.15, 0.76), "yellow": (1.0, 1.0, 0.0), "grey": (0.39, 0.39, 0.39)}
+
+
+@dataclass(frozen=True)
+class Look:
+    """How a house is drawn: room textures (None: the layout's own; else each room's texture is replaced by one
+    of these MiniWorld texture stems, chosen by the room and the original), the light (ambient, diffuse, height
+    over the house's centre, RGB tint) and how much object textures are desaturated (0: as they are)."""
+
+    name: str
+    walls: tuple[str, ...] | None = None
+    floors: tuple[str, ...] | None = None
+    ceilings: tuple[str, ...] | None = None
+    ambient: float = LIGHT_AMBIENT
+    diffuse: float = LIGHT_DIFFUSE
+    height: float = LIGHT_HEIGHT
+    tint: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    desaturate: float = 0.0
+
+    def texture(self, kind: str, original: str, room: int) -> str:
+        options = {"wall": self.walls, "floor": self.floors, "ceiling": self.ceilings}[kind]
+        if not options:
+            return original
+        return options[zlib.crc32(f"{kind}/{original}/{room}".encode()) % len(options)]
+
+    def light(self, f: np.ndarray) -> np.ndarray:
+        """Brightness factors (N,) -> RGB factors (N, 3) under the tint."""
+        return np.asarray(f, np.float64)[..., None] * np.asarray(self.tint)
+
+
+LOOKS = {
+    "miniworld": Look("miniworld"),
+    # No training house uses these files (house_layout's WALL_ / FLOOR_ / CEIL_TEXTURES); the light is dimmer in
+    # the shade and brighter towards it, hangs lower and is warm, as an indoor lamp against MiniWorld's white one.
+    "unseen": Look("unseen", walls=("concrete_2", "concrete_4", "cardboard_1", "rock_1", "asphalt_1"),
+                   floors=("concrete_2", "cardboard_2", "asphalt_1", "rock_1", "concrete_4"),
+                   ceilings=("concrete_4", "cardboard_1", "concrete_2"),
+                   ambient=0.5, diffuse=0.85, height=3.0, tint=(1.0, 0.9, 0.75), desaturate=0.4),
+}
+TRAINING_TEXTURES = frozenset(WALL_TEXTURES + FLOOR_TEXTURES + CEIL_TEXTURES)
+
+
+def look_named(name: str) -> Look:
+    if name not in LOOKS:
+        raise ValueError(f"look: {name!r} is not one of {sorted(LOOKS)}")
+    return LOOKS[name]
 
 
 
@@ -81,11 +134,12 @@ def _quad(trimesh, corners: np.ndarray, uv: np.ndarray, image, double_sided: boo
     return mesh
 
 
-def _lighting(points: np.ndarray, normal: np.ndarray, light: np.ndarray) -> np.ndarray:
-    """MiniWorld's per-vertex brightness at ``points`` (N, 3) of a surface facing ``normal``."""
+def _lighting(points: np.ndarray, normal: np.ndarray, light: np.ndarray, look: Look = LOOKS["miniworld"]) -> np.ndarray:
+    """MiniWorld's per-vertex brightness at ``points`` (N, 3) of a surface facing ``normal`` (N, 3 RGB:
+    ``look``'s light, MiniWorld's by default)."""
     d = light - points
     d = d / np.linalg.norm(d, axis=1, keepdims=True)
-    return np.clip(LIGHT_AMBIENT + LIGHT_DIFFUSE * np.maximum(d @ normal, 0.0), 0.0, 1.0)
+    return np.clip(look.light(look.ambient + look.diffuse * np.maximum(d @ normal, 0.0)), 0.0, 1.0)
 
 
 def _baked(image, width_m: float, height_m: float, offset_m: tuple[float, float], corner_light: np.ndarray):
@@ -102,10 +156,7 @@ def _baked(image, width_m: float, height_m: float, offset_m: tuple[float, float]
     sh, sw = tex.shape[:2]
     ox, oy = int(round(offset_m[0] * BAKE_PX_PER_M)) % sw, int(round(offset_m[1] * BAKE_PX_PER_M)) % sh
     tiled = np.tile(tex, ((H + oy) // sh + 1, (W + ox) // sw + 1, 1))[oy:oy + H, ox:ox + W]
-    s_, t_ = (np.arange(W) + 0.5) / W, (np.arange(H) + 0.5) / H
-    bl, br, tr, tl = corner_light
-    light = (1 - t_)[:, None] * ((1 - s_) * bl + s_ * br)[None, :] + t_[:, None] * ((1 - s_) * tl + s_ * tr)[None, :]
-    return Image.fromarray(np.flipud(tiled * light[..., None]).clip(0, 255).astype(np.uint8))
+    return Image.fromarray(np.flipud(tiled * _bilinear(corner_light, W, H)).clip(0, 255).astype(np.uint8))
 
 
 def _lit_picture(image, width_m: float, height_m: float, corner_light: np.ndarray):
@@ -114,30 +165,37 @@ def _lit_picture(image, width_m: float, height_m: float, corner_light: np.ndarra
 
     W, H = max(int(round(width_m * BAKE_PX_PER_M)), 4), max(int(round(height_m * BAKE_PX_PER_M)), 4)
     arr = np.flipud(np.asarray(image.resize((W, H), Image.Resampling.BOX), np.float64))  # row 0 = bottom
+    return Image.fromarray(np.flipud(arr * _bilinear(corner_light, W, H)).clip(0, 255).astype(np.uint8))
+
+
+def _bilinear(corner_light: np.ndarray, W: int, H: int) -> np.ndarray:
+    """The RGB lighting (4, 3) at a surface's corners (bottom-left, bottom-right, top-right, top-left)
+    interpolated over a W x H image, row 0 at the bottom: (H, W, 3)."""
     s_, t_ = (np.arange(W) + 0.5) / W, (np.arange(H) + 0.5) / H
-    bl, br, tr, tl = corner_light
-    light = (1 - t_)[:, None] * ((1 - s_) * bl + s_ * br)[None, :] + t_[:, None] * ((1 - s_) * tl + s_ * tr)[None, :]
-    return Image.fromarray(np.flipud(arr * light[..., None]).clip(0, 255).astype(np.uint8))
+    bl, br, tr, tl = np.asarray(corner_light, np.float64)
+    return ((1 - t_)[:, None, None] * ((1 - s_)[:, None] * bl + s_[:, None] * br)[None]
+            + t_[:, None, None] * ((1 - s_)[:, None] * tl + s_[:, None] * tr)[None])
 
 
 UNIT_UV = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
 
 
 def _wall(trimesh, image, a: tuple[float, float], b: tuple[float, float], y0: float, y1: float,
-          normal: tuple[float, float], light: np.ndarray):
+          normal: tuple[float, float], light: np.ndarray, look: Look = LOOKS["miniworld"]):
     """A vertical wall quad from floor point a to b (x, z), heights y0..y1, facing ``normal`` (x, z),
     textured and lit as MiniWorld draws it."""
     (ax, az), (bx, bz) = a, b
     length = math.hypot(bx - ax, bz - az)
     corners = np.array([[ax, y0, az], [bx, y0, bz], [bx, y1, bz], [ax, y1, az]], np.float64)
-    lit = _lighting(corners, np.array([normal[0], 0.0, normal[1]]), light)
+    lit = _lighting(corners, np.array([normal[0], 0.0, normal[1]]), light, look)
     return _quad(trimesh, corners, UNIT_UV, _baked(image, length, y1 - y0, (0.0, y0), lit))
 
 
-def _flat(trimesh, image, x0: float, x1: float, z0: float, z1: float, y: float, up: bool, light: np.ndarray):
+def _flat(trimesh, image, x0: float, x1: float, z0: float, z1: float, y: float, up: bool, light: np.ndarray,
+          look: Look = LOOKS["miniworld"]):
     """A floor (facing up) or ceiling (facing down) rectangle, textured by world x, z and lit."""
     corners = np.array([[x0, y, z0], [x1, y, z0], [x1, y, z1], [x0, y, z1]], np.float64)
-    lit = _lighting(corners, np.array([0.0, 1.0 if up else -1.0, 0.0]), light)
+    lit = _lighting(corners, np.array([0.0, 1.0 if up else -1.0, 0.0]), light, look)
     mesh = _quad(trimesh, corners, UNIT_UV, _baked(image, x1 - x0, z1 - z0, (x0, z0), lit), double_sided=False)
     if up:  # (x0, z0) -> (x1, z0) -> (x1, z1) winds clockwise seen from above: turn the floor's faces up
         mesh.faces = mesh.faces[:, ::-1]
@@ -218,15 +276,16 @@ def _miniworld_obj(name: str, height: float) -> tuple[float, list[dict]]:
     return scale, chunks
 
 
-def miniworld_lit(colour: np.ndarray, points: np.ndarray, normals: np.ndarray, light: np.ndarray) -> np.ndarray:
+def miniworld_lit(colour: np.ndarray, points: np.ndarray, normals: np.ndarray, light: np.ndarray,
+                  look: Look = LOOKS["miniworld"]) -> np.ndarray:
     """MiniWorld's fixed-function colour (house_render: GL_COLOR_MATERIAL, ambient and diffuse from the
     current colour) at ``points`` (N, 3) with ``normals`` (N, 3) as GL gets them: not normalized
     (MiniWorld draws a mesh under glScalef without GL_NORMALIZE, so its normals are 1 / scale long):
     clip(colour * (0.7 + 0.6 * max(0, n . l)), 0, 1), l the unit direction to the light."""
     d = light - points
     d = d / np.linalg.norm(d, axis=1, keepdims=True)
-    f = LIGHT_AMBIENT + LIGHT_DIFFUSE * np.maximum((d * normals).sum(1), 0.0)
-    return np.clip(np.asarray(colour, np.float64)[None, :] * f[:, None], 0.0, 1.0)
+    f = look.light(look.ambient + look.diffuse * np.maximum((d * normals).sum(1), 0.0))
+    return np.clip(np.asarray(colour, np.float64)[None, :] * f, 0.0, 1.0)
 
 
 def _vertex_lit(trimesh, vertices: np.ndarray, rgb: np.ndarray, uv=None, image=None):
@@ -242,7 +301,7 @@ def _vertex_lit(trimesh, vertices: np.ndarray, rgb: np.ndarray, uv=None, image=N
     return mesh
 
 
-def _object_parts(trimesh, o, light: np.ndarray, cache: dict) -> list:
+def _object_parts(trimesh, o, light: np.ndarray, cache: dict, look: Look = LOOKS["miniworld"]) -> list:
     """Object ``o`` placed at its pose (yaw about +y, then its floor position) as MiniWorld draws it,
     lit by MiniWorld's per-vertex lighting baked into vertex colours: a ball (smooth normals), a box
     (one normal a side, as MiniWorld's drawBox) or a MiniWorld mesh (the file's normals, 1 / scale long)."""
@@ -259,7 +318,7 @@ def _object_parts(trimesh, o, light: np.ndarray, cache: dict) -> list:
             v = m.vertices[m.faces].reshape(-1, 3)
             n = np.repeat(m.face_normals, 3, axis=0)  # flat sides, lit per corner
         v = (v + [0.0, cat.height / 2, 0.0]) @ rot.T + place
-        rgb = miniworld_lit(MINIWORLD_RGB[cat.color], v, n @ rot.T, light)
+        rgb = miniworld_lit(MINIWORLD_RGB[cat.color], v, n @ rot.T, light, look)
         return [_vertex_lit(trimesh, v, rgb)]
     name = f"key_{cat.color}" if cat.shape == "key" else cat.shape
     if name not in cache:
@@ -267,56 +326,70 @@ def _object_parts(trimesh, o, light: np.ndarray, cache: dict) -> list:
 
         scale, chunks = _miniworld_obj(name, cat.height)
         for c in chunks:
-            c["image"] = Image.open(c["texture"]).convert("RGB") if c["texture"] is not None else None
+            c["image"] = _desaturated(Image.open(c["texture"]).convert("RGB"), look.desaturate) \
+                if c["texture"] is not None else None
         cache[name] = (scale, chunks)
     scale, chunks = cache[name]
     parts = []
     for c in chunks:
         v = c["v"].reshape(-1, 3) @ rot.T + place
         n = c["n"].reshape(-1, 3) @ rot.T / scale
-        rgb = miniworld_lit(c["kd"], v, n, light)
+        rgb = miniworld_lit(c["kd"], v, n, light, look)
         parts.append(_vertex_lit(trimesh, v, rgb, c["uv"].reshape(-1, 2), c["image"]))
     return parts
 
 
-def house_scene(layout: HouseLayout, objects: str = "meshes"):
+def _desaturated(image, amount: float):
+    """``image`` blended ``amount`` of the way to its grey (0: the image itself)."""
+    if not amount:
+        return image
+    from PIL import Image
+
+    arr = np.asarray(image, np.float64)
+    grey = arr @ np.array([0.299, 0.587, 0.114])
+    return Image.fromarray(((1 - amount) * arr + amount * grey[..., None]).clip(0, 255).astype(np.uint8))
+
+
+def house_scene(layout: HouseLayout, objects: str = "meshes", look: Look | str = "miniworld"):
     """The house as a trimesh Scene, Y-up, in MiniWorld's coordinates (metres). ``objects``: ``meshes``
     (what the camera sees) or ``discs`` (the house's collision model: each object an upright cylinder of
-    its footprint radius and height, which is what the navmesh is built from)."""
+    its footprint radius and height, which is what the navmesh is built from); ``look``: a :class:`Look` or a
+    name in :data:`LOOKS`."""
+    look = look_named(look) if isinstance(look, str) else look
     if objects not in ("meshes", "discs"):
         raise ValueError(f"objects must be 'meshes' or 'discs', got {objects!r}")
     trimesh = _trimesh()
     tex = _Textures()
     scene = trimesh.Scene()
     min_x, max_x, min_z, max_z = layout.bounds
-    light = np.array([(min_x + max_x) / 2, LIGHT_HEIGHT, (min_z + max_z) / 2])  # house_render's light_pos
+    light = np.array([(min_x + max_x) / 2, look.height, (min_z + max_z) / 2])  # house_render's light_pos
     inward = ((-1.0, 0.0), (1.0, 0.0), (0.0, 1.0), (0.0, -1.0))  # _room_edges' order: east, west, north, south
     for i, r in enumerate(layout.rooms):
-        wall, floor, ceil = tex.get(r.wall_tex), tex.get(r.floor_tex), tex.get(r.ceil_tex)
-        scene.add_geometry(_flat(trimesh, floor, r.min_x, r.max_x, r.min_z, r.max_z, 0.0, True, light), f"floor_{i}")
-        scene.add_geometry(_flat(trimesh, ceil, r.min_x, r.max_x, r.min_z, r.max_z, WALL_HEIGHT, False, light),
+        wall, floor, ceil = room_textures(tex, look, layout, i)
+        scene.add_geometry(_flat(trimesh, floor, r.min_x, r.max_x, r.min_z, r.max_z, 0.0, True, light, look),
+                           f"floor_{i}")
+        scene.add_geometry(_flat(trimesh, ceil, r.min_x, r.max_x, r.min_z, r.max_z, WALL_HEIGHT, False, light, look),
                            f"ceiling_{i}")
         for k, (pt, lo, hi, cuts) in enumerate(_room_edges(layout, i)):
             start = lo
             for c0, c1 in [*cuts, (hi, hi)]:
                 if c0 > start + 1e-6:  # a full-height piece between openings
-                    scene.add_geometry(_wall(trimesh, wall, pt(start), pt(c0), 0.0, WALL_HEIGHT, inward[k], light),
-                                       f"wall_{i}_{k}_{start:.2f}")
+                    scene.add_geometry(_wall(trimesh, wall, pt(start), pt(c0), 0.0, WALL_HEIGHT, inward[k], light,
+                                             look), f"wall_{i}_{k}_{start:.2f}")
                 if c1 > c0:  # the lintel above a door opening
-                    scene.add_geometry(_wall(trimesh, wall, pt(c0), pt(c1), DOOR_HEIGHT, WALL_HEIGHT, inward[k], light),
-                                       f"lintel_{i}_{k}_{c0:.2f}")
+                    scene.add_geometry(_wall(trimesh, wall, pt(c0), pt(c1), DOOR_HEIGHT, WALL_HEIGHT, inward[k],
+                                             light, look), f"lintel_{i}_{k}_{c0:.2f}")
                 start = max(start, c1)
     for k, d in enumerate(layout.doors):  # the passage through the wall: floor, jambs, ceiling
-        ra = layout.rooms[d.a]
-        wall, floor, ceil = tex.get(ra.wall_tex), tex.get(ra.floor_tex), tex.get(ra.ceil_tex)
+        wall, floor, ceil = room_textures(tex, look, layout, d.a)
         x0, x1, z0, z1 = d.rect(layout.rooms)
-        scene.add_geometry(_flat(trimesh, floor, x0, x1, z0, z1, 0.0, True, light), f"door_floor_{k}")
-        scene.add_geometry(_flat(trimesh, ceil, x0, x1, z0, z1, DOOR_HEIGHT, False, light), f"door_ceiling_{k}")
+        scene.add_geometry(_flat(trimesh, floor, x0, x1, z0, z1, 0.0, True, light, look), f"door_floor_{k}")
+        scene.add_geometry(_flat(trimesh, ceil, x0, x1, z0, z1, DOOR_HEIGHT, False, light, look), f"door_ceiling_{k}")
         # the two jambs (a, b, normal into the passage)
         jambs = ((((x0, z0), (x1, z0), (0.0, 1.0)), ((x0, z1), (x1, z1), (0.0, -1.0))) if d.axis == "x" else
                  (((x0, z0), (x0, z1), (1.0, 0.0)), ((x1, z0), (x1, z1), (-1.0, 0.0))))
         for j, (a, b, n) in enumerate(jambs):
-            scene.add_geometry(_wall(trimesh, wall, a, b, 0.0, DOOR_HEIGHT, n, light), f"door_jamb_{k}_{j}")
+            scene.add_geometry(_wall(trimesh, wall, a, b, 0.0, DOOR_HEIGHT, n, light, look), f"door_jamb_{k}_{j}")
     for k, p in enumerate(layout.pictures):
         image = tex.get(p.tex)
         w, h = image.size
@@ -331,7 +404,7 @@ def house_scene(layout: HouseLayout, objects: str = "meshes"):
         y0, y1 = PICTURE_HEIGHT - height / 2, PICTURE_HEIGHT + height / 2
         corners = np.array([[cx - half * sx, y0, cz - half * sz], [cx + half * sx, y0, cz + half * sz],
                             [cx + half * sx, y1, cz + half * sz], [cx - half * sx, y1, cz - half * sz]])
-        lit = _lighting(corners, np.array([nx, 0.0, nz]), light)
+        lit = _lighting(corners, np.array([nx, 0.0, nz]), light, look)
         scene.add_geometry(_quad(trimesh, corners, UNIT_UV, _lit_picture(image, p.width, height, lit)),
                            f"picture_{k}")
         for j, (e0, e1) in enumerate(((0, 3), (1, 2), (3, 2), (0, 1))):  # left, right, top, bottom edges
@@ -349,16 +422,23 @@ def house_scene(layout: HouseLayout, objects: str = "meshes"):
             disc.apply_translation([o.x, o.cat.height / 2, o.z])
             scene.add_geometry(disc, f"object_{k}_{o.cat.name}_disc")
             continue
-        for j, part in enumerate(_object_parts(trimesh, o, light, meshes)):
+        for j, part in enumerate(_object_parts(trimesh, o, light, meshes, look)):
             scene.add_geometry(part, f"object_{k}_{o.cat.name}_{j}")
     return scene
 
 
-def write_glb(layout: HouseLayout, path: str | Path, objects: str = "meshes") -> Path:
+def room_textures(tex: _Textures, look: Look, layout: HouseLayout, i: int) -> tuple:
+    """Wall, floor and ceiling images of room i under ``look``."""
+    r = layout.rooms[i]
+    return (tex.get(look.texture("wall", r.wall_tex, i)), tex.get(look.texture("floor", r.floor_tex, i)),
+            tex.get(look.texture("ceiling", r.ceil_tex, i)))
+
+
+def write_glb(layout: HouseLayout, path: str | Path, objects: str = "meshes", look: Look | str = "miniworld") -> Path:
     """Write the house stage as a .glb habitat-sim 0.2.2 loads (Z-up: turned +90 deg about x);
-    ``objects`` as in ``house_scene``."""
+    ``objects`` and ``look`` as in ``house_scene``."""
     trimesh = _trimesh()
-    scene = house_scene(layout, objects)
+    scene = house_scene(layout, objects, look)
     scene.apply_transform(trimesh.transformations.rotation_matrix(math.pi / 2, [1.0, 0.0, 0.0]))  # (x,y,z)->(x,-z,y)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from icrl_ros.sim.habitat_mesh import write_glb
+from icrl_ros.sim.habitat_mesh import LOOKS, write_glb
 from icrl_ros.sim.house import HouseEnv  # numpy and gymnasium only at import (no GL)
 from icrl_ros.sim.house_layout import CATEGORIES, GOAL_NAMES, HouseLayout, generate_layout, house_split
 from icrl_ros.sim.house_nav import NavGrid
@@ -189,11 +189,12 @@ def _rotation_xyzw(yaw: float) -> list[float]:
 
 
 def house_episode_set(house_seed: int, scenes_dir: Path, episodes_per_house: int, rng: np.random.Generator,
-                      **task) -> tuple[list[dict], dict[str, list[dict]], dict]:
-    """Write one house's stage and navmesh under ``scenes_dir``; its ObjectNav episodes and goals."""
+                      look: str = "miniworld", **task) -> tuple[list[dict], dict[str, list[dict]], dict]:
+    """Write one house's stage (drawn in ``look``, :data:`~icrl_ros.sim.habitat_mesh.LOOKS`) and navmesh under
+    ``scenes_dir``; its ObjectNav episodes and goals (the same for every look)."""
     layout = generate_layout(house_seed)
     name = scene_name(house_seed)
-    glb = write_glb(layout, scenes_dir / SCENE_DATASET / f"{name}.glb")
+    glb = write_glb(layout, scenes_dir / SCENE_DATASET / f"{name}.glb", look=look)
     # The navmesh comes from the house's collision model (walls and each object's footprint disc), not
     # from the drawn meshes: Recast's 5 cm voxels miss thin ones (a key, a medkit), which the agent then
     # walked through where HouseEnv blocks it. Built in a scratch folder, so the dataset holds one stage.
@@ -242,14 +243,14 @@ def house_episode_set(house_seed: int, scenes_dir: Path, episodes_per_house: int
 
 
 def export_houses(seeds: list[int], out: str | Path, split: str = "val", episodes_per_house: int = 20,
-                  seed: int = 0, **task) -> dict:
+                  seed: int = 0, look: str = "miniworld", **task) -> dict:
     """Export houses as Habitat scenes plus one ObjectNav-v1 episode file; returns paths and stats."""
     out = Path(out)
     scenes_dir = out / "scene_datasets"
     rng = np.random.default_rng(seed)
     episodes, goals, stats = [], {}, []
     for s in seeds:
-        e, g, st = house_episode_set(int(s), scenes_dir, episodes_per_house, rng, **task)
+        e, g, st = house_episode_set(int(s), scenes_dir, episodes_per_house, rng, look, **task)
         episodes += e
         goals.update(g)
         stats.append(st)
@@ -262,7 +263,7 @@ def export_houses(seeds: list[int], out: str | Path, split: str = "val", episode
         json.dump({"episodes": episodes, "goals_by_category": goals, "category_to_task_category_id": ids,
                    "category_to_scene_annotation_category_id": ids}, f)
     return {"data_path": str(out / "datasets" / "objectnav" / SCENE_DATASET / "{split}" / "{split}.json.gz"),
-            "scenes_dir": str(scenes_dir), "split": split, "episodes": len(episodes), "houses": stats}
+            "scenes_dir": str(scenes_dir), "split": split, "episodes": len(episodes), "look": look, "houses": stats}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -272,8 +273,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--split", default="val", help="name of the episode split file (default val)")
     p.add_argument("--episodes", type=int, default=20, help="episodes per house")
     p.add_argument("--seed", type=int, default=0, help="seed of the episode draws")
+    p.add_argument("--look", default="miniworld", choices=sorted(LOOKS),
+                   help="how the houses are drawn: miniworld (MiniWorld's textures and light) or unseen (textures "
+                        "and a light no training house has)")
     a = p.parse_args(argv)
-    info = export_houses(a.seeds, a.out, a.split, a.episodes, a.seed)
+    info = export_houses(a.seeds, a.out, a.split, a.episodes, a.seed, look=a.look)
     info["house_splits"] = {s: house_split(s) for s in a.seeds}
     print(json.dumps(info, indent=1))
 

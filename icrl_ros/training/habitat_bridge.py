@@ -34,15 +34,16 @@ def inside(path: Path) -> str:
     return "/project/" + Path(path).resolve().relative_to(REPO_ROOT.resolve()).as_posix()
 
 
-def export_house(house_seed: int, episodes: int, log: Path) -> Path:
-    """Export one house (stage, navmesh, ``episodes`` ObjectNav episodes) unless already there."""
+def export_house(house_seed: int, episodes: int, log: Path, look: str = "miniworld") -> Path:
+    """Export one house (stage drawn in ``look``, navmesh, ``episodes`` ObjectNav episodes) unless already there."""
     from icrl_ros.sim.habitat_scene import SCENE_VERSION
 
-    out = WORK / f"export_{house_seed}_{episodes}_v{SCENE_VERSION}"
+    out = WORK / f"export_{house_seed}_{episodes}_v{SCENE_VERSION}{'' if look == 'miniworld' else '_' + look}"
     if not (out / "datasets" / "objectnav" / "icrl_houses" / "val" / "val.json.gz").exists():
         with open(log, "ab") as f:
             subprocess.run([str(SETUP), "run", CHROOT_PY, "-m", "icrl_ros.sim.habitat_scene",
-                            "--seeds", str(house_seed), "--out", inside(out), "--episodes", str(episodes)],
+                            "--seeds", str(house_seed), "--out", inside(out), "--episodes", str(episodes),
+                            "--look", look],
                            cwd=REPO_ROOT, stdout=f, stderr=subprocess.STDOUT, check=True, timeout=300)
     return out
 

@@ -391,3 +391,31 @@ def test_the_navmesh_laser_gives_the_scan_the_house_gives(export) -> None:
     assert same_laser >= 0.92 * n, f"laser -> scan agrees on {same_laser} of {n} headings"
     assert unsafe <= 0.01 * n, f"the laser reads {unsafe} of {n} blocked headings free"
     assert same_house >= 0.9 * n, f"the house's collision test agrees on {same_house} of {n} headings"
+
+
+def test_the_unseen_look_keeps_the_house_and_changes_only_how_it_is_drawn(tmp_path) -> None:
+    """``--look unseen``: the same geometry (every node's vertices) and episodes, no room surface in a texture a
+    training house uses, a warm light (objects' vertex colours differ from MiniWorld's); the default look keeps
+    every room's own textures."""
+    from icrl_ros.sim.habitat_mesh import LOOKS, TRAINING_TEXTURES, house_scene
+    from icrl_ros.sim.habitat_scene import export_houses
+
+    layout = generate_layout(SEEDS[0])
+    plain, unseen = house_scene(layout), house_scene(layout, look="unseen")
+    assert set(plain.graph.nodes_geometry) == set(unseen.graph.nodes_geometry)
+    recoloured = 0
+    for node in plain.graph.nodes_geometry:
+        a, b = (s.geometry[s.graph[node][1]] for s in (plain, unseen))
+        assert np.array_equal(a.vertices, b.vertices), node
+        if node.startswith("object_") and "color" in a.visual.vertex_attributes:
+            recoloured += not np.array_equal(a.visual.vertex_attributes["color"], b.visual.vertex_attributes["color"])
+    assert recoloured >= len(layout.objects) // 2
+    look = LOOKS["unseen"]
+    for i, r in enumerate(layout.rooms):
+        for kind, original in (("wall", r.wall_tex), ("floor", r.floor_tex), ("ceiling", r.ceil_tex)):
+            assert look.texture(kind, original, i) not in TRAINING_TEXTURES
+            assert LOOKS["miniworld"].texture(kind, original, i) == original
+    a = export_houses([SEEDS[0]], tmp_path / "m", episodes_per_house=EPISODES, seed=0)
+    b = export_houses([SEEDS[0]], tmp_path / "u", episodes_per_house=EPISODES, seed=0, look="unseen")
+    assert b["look"] == "unseen" and _dataset(tmp_path / "m")["episodes"] == _dataset(tmp_path / "u")["episodes"]
+    assert a["houses"] == b["houses"]
