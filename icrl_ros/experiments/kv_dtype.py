@@ -64,20 +64,24 @@ def read_floor_ms(tensors: list[torch.Tensor], repeats: int = 7) -> float:
 
 
 # -- speed ---------------------------------------------------------------------------------------
-def speed(lengths: list[int], steps: int, warmup: int, out: Path | None) -> list[dict]:
+def speed(lengths: list[int], steps: int, warmup: int, out: Path | None, bundle: str | None = None) -> list[dict]:
     """Per length: the three memories filled side by side, then ``steps`` rounds, each timing one step
     of every dtype and one read of every dtype's K / V bytes in turn (interleaved, so a burst of load
-    from other processes hits every row alike); min and median per row."""
+    from other processes hits every row alike); min and median per row. The model: ``bundle`` (it gets the
+    cores it lacks, as ``export.py --add-kv-dtypes`` adds them), else ExtObjNav's size with random weights."""
     from icrl_ros.experiments.benchmark import EPISODE_LEN, extobjnav_args, random_inputs
     from icrl_ros.models import build_policy
     from icrl_ros.runtime import PolicyRunner, build_memory, load_bundle, make_engine
     from icrl_ros.training.export import export_bundle
 
     torch.manual_seed(0)
-    policy = build_policy(extobjnav_args("relic", "grid")).eval()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = export_bundle(policy, Path(tmp) / "b", kv_dtypes=("fp16", "int8"))
+        if bundle:
+            path = bundle_with_cores(bundle, tmp)
+        else:
+            path = export_bundle(build_policy(extobjnav_args("relic", "grid")).eval(), Path(tmp) / "b",
+                                 kv_dtypes=("fp16", "int8"))
         base = load_bundle(path)
         engines = {kv: make_engine(base.with_kv_dtype(kv), "onnxruntime", "cpu", threads=1) for kv in KV_DTYPES}
         for n in lengths:
@@ -350,6 +354,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     s.add_argument("--steps", type=int, default=30, help="timed steps per row (default 30)")
     s.add_argument("--warmup", type=int, default=5)
     s.add_argument("--out", help="write the rows as JSON here")
+    s.add_argument("--bundle", help="time this bundle's model (default: ExtObjNav's size, random weights)")
     f = sub.add_parser("formulations", help="one layer's cache read as standalone ONNX graphs")
     f.add_argument("--length", type=int, default=32768)
     for name in ("parity-darkroom", "parity-house"):
@@ -376,7 +381,9 @@ def main(argv=None) -> int:
             fail(f"--lengths: {args.lengths!r} is not a comma-separated list of integers")
         if not lengths or min(lengths) <= args.warmup or args.steps < 1:
             fail("--lengths: each length must exceed --warmup, and --steps must be >= 1")
-        speed(lengths, args.steps, args.warmup, Path(args.out) if args.out else None)
+        if args.bundle and not Path(args.bundle).is_dir():
+            fail(f"--bundle {args.bundle}: not a bundle directory")
+        speed(lengths, args.steps, args.warmup, Path(args.out) if args.out else None, args.bundle)
     elif args.what == "formulations":
         if args.length < 1:
             fail(f"--length: must be >= 1, got {args.length}")
