@@ -9,7 +9,8 @@ arguments and never name it. An extension may add:
   observation but leaves to the extension's state (e.g. a route computed from a map);
 * **state kept beside the KV cache** (``state``): built per batch, fed before the encoder
   (``before_encode``) and with each committed token (``after_encode``), cleared with the memory,
-  counted in the step's bytes and written into (and loaded from) the runner's snapshots;
+  counted in the step's bytes and written into (and loaded from) the runner's snapshots; a state may
+  also edit the memory after each commit (``edit_memory``: e.g. forget entries its fixed heads read);
 * **an action-logit rule** (``logit_rule``): applied to the logits wherever actions are chosen
   (acting, the logits PPO scores, the reference an export is checked against);
 * **fixed attention heads** in a transformer block (``block_heads``): heads whose query, key and
@@ -47,6 +48,9 @@ class StepState(Protocol):
 
     def after_encode(self, token: Tensor) -> None:
         """Take in a committed step's token (B, D)."""
+
+    def edit_memory(self, memory) -> None:
+        """Optional: change the memory after a step was committed (called only where the state defines it)."""
 
     def reset(self) -> None:
         """Forget everything (a new trial, or the memory cleared)."""

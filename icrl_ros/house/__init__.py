@@ -3,7 +3,9 @@
 * ``route``: the route memory (:mod:`icrl_ros.memory.route`), a map of the floor the robot stood
   on kept beside the KV cache, for models with ``model.house.route_memory``. Before the encoder the pose
   marks the map and the way back to the goal is written into the ``route`` input; each committed
-  token's sightings enter the map; it is cleared with the memory and snapshotted with it.
+  token's sightings enter the map; it is cleared with the memory and snapshotted with it. With
+  ``model.house.forget_contradicted`` it forgets the goal's sightings that a fresh view contradicts, in the
+  map and in the KV cache's object memory keys.
 * ``frontier``: the frontier memory (:mod:`icrl_ros.house.frontier`), a map of the floor the camera looked
   at, for models with ``model.house.frontier_memory``: before the encoder the way to its nearest edge is written
   into the ``frontier`` input; each committed token's band distances enter the map.
@@ -22,7 +24,8 @@ def _route_state(args, batch: int):
     from icrl_ros.house.route_state import RouteState
     from icrl_ros.models.encoders import OBJECT_SCALE_M
 
-    return RouteState(batch, args.n_goals, OBJECT_SCALE_M, per_episode=not args.iea)
+    return RouteState(batch, args.n_goals, OBJECT_SCALE_M, per_episode=not args.iea,
+                      forget_after=args.house.forget_contradicted)
 
 
 def _frontier_state(args, batch: int):

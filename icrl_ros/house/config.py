@@ -61,6 +61,13 @@ class HouseArgs:
     """With ``route_skill``: the head also reads the ``scan`` input, which of the 12 headings around the robot a
     forward step can take (:data:`~icrl_ros.geometry.SCAN_BINS`; the env's ``scan`` option, a laser scan on a
     robot): following a route round walls needs what is free nearby."""
+    forget_contradicted: int = 0
+    """With ``route_memory``, when acting: after this many steps in a row with the goal's remembered position in
+    front of the camera (within :data:`~icrl_ros.house.route_state.CHECK_M` and
+    :data:`~icrl_ros.house.route_state.CHECK_DEG`) and the goal not recognised, forget the goal category's
+    sightings: the route memory's, and the object memory head's keys in a KV cache of raw steps (full / window
+    memory). A sighting a fresh view contradicts (a false alarm, a place odometry drift has moved) stops steering
+    the robot; later sightings rebuild it. 0: off (the trained behaviour)."""
     stop_gate: float = 0.0
     """With ``object_memory``: when acting, the stop may not be chosen while the frozen
     heads give P(goal in view) below this (0: no gate; :mod:`icrl_ros.models.stop_rule`)."""
@@ -93,6 +100,9 @@ class HouseArgs:
         if self.scan_input and not (self.route_skill or self.frontier_skill):
             raise ValueError("model.house.scan_input: the scan is read by the route- or frontier-following head; set "
                              "model.house.route_skill or model.house.frontier_skill > 0")
+        if self.forget_contradicted < 0 or (self.forget_contradicted and not self.route_memory):
+            raise ValueError(f"model.house.forget_contradicted: steps >= 0 (0 = off), used with model.house.route_memory, "
+                             f"got {self.forget_contradicted} (route_memory {self.route_memory})")
         if self.place_memory and m.n_heads < 4:
             raise ValueError(f"model.house.place_memory: heads 0-2 of layer 0 become fixed; model.n_heads must be at "
                              f"least 4 (one learnt head left), got {m.n_heads}")

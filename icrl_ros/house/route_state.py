@@ -5,9 +5,20 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 from torch import Tensor
 
+from icrl_ros.geometry import relative_pose
 from icrl_ros.memory.route import RouteMemory
+from icrl_ros.models.object_memory import STRUCT_DIM
+
+CHECK_M = (0.5, 1.5)
+"""``forget_contradicted``: the goal's remembered position counts as in front of the camera between these
+distances (metres) ..."""
+CHECK_DEG = 25.0
+"""... and within this bearing of the heading (the camera sees 79 degrees across)."""
+RECOGNISED_P = 0.5
+"""The frozen heads recognise the goal in a frame when it is their most likely category at this confidence."""
 
 
 class RouteState(RouteMemory):
@@ -19,6 +30,14 @@ class RouteState(RouteMemory):
 
     last_route: Tensor | None = None
     _last: tuple[Tensor, Tensor] | None = None  # the step's odom and goal inputs, read only when shown
+
+    def __init__(self, batch: int, n_cat: int, scale_m: float, per_episode: bool = False,
+                 forget_after: int = 0) -> None:
+        super().__init__(batch, n_cat, scale_m, per_episode)
+        self.forget_after = int(forget_after)
+        self.contradicted = np.zeros(batch, dtype=np.int64)  # steps in a row the goal's place was in view, unseen
+        self.forgotten = np.zeros(batch, dtype=np.int64)  # times a goal's sightings were forgotten
+        self._forget: list[tuple[int, int]] = []  # (env, category) the next memory edit forgets
 
     def before_encode(self, inputs: dict[str, Tensor], episode: Tensor) -> None:
         self.last_route = self.fill(inputs, episode)
@@ -36,9 +55,54 @@ class RouteState(RouteMemory):
 
     def after_encode(self, token: Tensor) -> None:
         self.observe(token)
+        if self.forget_after:
+            self._contradictions(token)
+
+    def _contradictions(self, token: Tensor) -> None:
+        """Count, per env, the steps in a row its goal's remembered place was in front of the camera and the
+        heads did not recognise the goal; at ``forget_after`` forget the category's sightings here and queue the
+        memory edit."""
+        s = token[..., -STRUCT_DIM:].detach().cpu().double().numpy()
+        goal = np.rint(s[:, 0] * self.n_cat).astype(np.int64)
+        seen = np.rint(s[:, 1] * self.n_cat).astype(np.int64)
+        for b in range(self.batch):
+            g = int(goal[b])
+            at, mass = self.remembered(b, g) if 0 <= g < self.n_cat else (None, 0.0)
+            if mass <= 0.5 or (seen[b] == g and s[b, 2] >= RECOGNISED_P):
+                self.contradicted[b] = 0
+                continue
+            pose = (*(s[b, 5:7] * self.scale_m), math.atan2(s[b, 8], s[b, 7]))
+            fwd, left = (float(v) for v in relative_pose(pose, (*at, 0.0))[:2])
+            if CHECK_M[0] <= math.hypot(fwd, left) <= CHECK_M[1] and abs(math.degrees(math.atan2(left, fwd))) <= CHECK_DEG:
+                self.contradicted[b] += 1
+                if self.contradicted[b] >= self.forget_after:
+                    self.sums[b, g] = 0.0
+                    self.seen_from[b, g] = False
+                    self._version[b] += 1
+                    self._fields[b] = None
+                    self._forget.append((b, g))
+                    self.forgotten[b] += 1
+                    self.contradicted[b] = 0
+
+    def edit_memory(self, memory) -> None:
+        """Forget the queued categories' sightings in the object memory head's keys (head 0 of layer 0, the
+        category's entry: its confidence) of a KV cache of raw steps; other memories (Memo's summaries, HCAM's
+        store) keep theirs, where no entry is one sighting."""
+        if not self._forget:
+            return
+        if getattr(memory, "policy", None) in ("full", "window"):
+            from icrl_ros.memory.quant import ZERO_POINT
+
+            zero = ZERO_POINT if memory.k.dtype == torch.uint8 else 0
+            for b, g in self._forget:
+                memory.k[0, b, 0, :, g] = zero
+        self._forget.clear()
 
     def reset(self, envs=None) -> None:
         super().reset(envs)
+        gone = set(range(self.batch)) if envs is None else {int(b) for b in np.arange(self.batch)[envs]}
+        self.contradicted[list(gone)] = 0
+        self._forget = [(b, g) for b, g in self._forget if b not in gone]  # those envs' cache is cleared too
         if envs is None:
             self.last_route, self._last = None, None
 

@@ -46,6 +46,7 @@ class ControlStep:
                  rules: list[LogitRule] | None = None) -> None:
         self.engine, self.memory = engine, memory
         self.states, self.rules = dict(states or {}), list(rules or [])
+        self.edits = [s.edit_memory for s in self.states.values() if callable(getattr(s, "edit_memory", None))]
         self.owned_inputs = owned_by(self.states)
         """Encoder inputs the extensions' states write (callers leave them alone)."""
         self.own_mask = not iea and memory.episode_masked
@@ -117,6 +118,8 @@ class ControlStep:
         h, k, v, *more = eng.core(x, self.position, mask, past_k, past_v, *mem.core_inputs())
         if commit:
             mem.commit_step(eng, k, v, episode, *more)  # HCAM: + the token's memory-layer inputs; Memo summarises
+            for edit in self.edits:
+                edit(mem)
         logits, value = eng.heads(h, *(inputs[n] for n in eng.head_inputs))  # + the heads graph's extra inputs
         return apply_rules(self.rules, logits, x), value
 

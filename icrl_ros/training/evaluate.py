@@ -362,6 +362,10 @@ def main(argv=None) -> int:
                         "weights with inter-episode attention off); Memo / HCAM: memory cleared at every episode "
                         "start (needs --batch 1; run the memory-kept policy with --batch 1 too: the houses "
                         "depend on the batch layout)")
+    p.add_argument("--forget-contradicted", type=int, default=0, metavar="STEPS",
+                   help="house models with the route memory: forget the goal's sightings after STEPS steps in a row "
+                        "with its remembered place in front of the camera and the goal not recognised "
+                        "(model.house.forget_contradicted; default 0: the model's own setting)")
     p.add_argument("--memory", choices=["window", "full"],
                    help="ReLIC memory: window = sink + sliding window of the training context (checkpoints' "
                         "default); full = whole trial. Memo always keeps its summaries (see --max-sets), HCAM its "
@@ -423,6 +427,8 @@ def main(argv=None) -> int:
     house = [is_house(c) for c in args.checkpoints]
     if args.wipe_memory and not all(house):
         fail("--wipe-memory is the house no-memory ablation; grid-world checkpoints have no_iea configs instead")
+    if args.forget_contradicted and (args.forget_contradicted < 0 or not all(house)):
+        fail("--forget-contradicted: a number of steps >= 1, for house policies with the route memory")
     pose_errors = parse_pose_errors(args)
     if pose_errors is not None and not all(house):
         fail("--loc-noise / --odom-drift are for house policies (their odometry input)")
@@ -522,7 +528,9 @@ def evaluate_house(args, labels: list[str], pose_errors=None) -> int:
     for path, lab in zip(args.checkpoints, labels):
         try:
             memory = args.memory if Path(path).is_dir() else None
-            stepper, options, desc = stepper_for(path, args.backend, memory, wipe=args.wipe_memory)
+            stepper, options, desc = stepper_for(path, args.backend, memory, wipe=args.wipe_memory,
+                                                 house={"forget_contradicted": args.forget_contradicted}
+                                                 if args.forget_contradicted else None)
             if memory is not None:  # refused here, not in the middle of the trials, when it does not apply
                 from icrl_ros.runtime.runner import build_memory
 

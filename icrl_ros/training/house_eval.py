@@ -233,11 +233,12 @@ def check_wipe_batch(stepper, batch: int) -> None:
 
 
 def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = None, wipe: bool = False,
-                stop_rule: bool = True):
+                stop_rule: bool = True, house: dict | None = None):
     """(stepper, env options, description) for a checkpoint file or a bundle directory.
 
     ``stop_rule`` False: the policy's learnt logits without its stop rule (``model.house.stop_gate`` /
-    ``stop_sure``), for scoring how well it predicts a teacher rather than for acting.
+    ``stop_sure``), for scoring how well it predicts a teacher rather than for acting. ``house``: fields of the
+    model's ``house`` section to change for acting (``{"forget_contradicted": 3}``).
 
     ``wipe``: the no-memory ablation, the same weights without what they saw in earlier episodes of
     the trial. ReLIC attends only to the current episode (inter-episode attention off: as if memory
@@ -265,6 +266,11 @@ def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = No
         else:
             raise ValueError(f"the memory-wiped ablation: not for {args.kind} (its memory is a retrieval index)")
         desc["memory_wiped_each_episode"] = True
+    if house:  # runtime options of the house section (read when the stepper builds its control step)
+        changed = replace(args.house, **house)
+        changed.validate(args)
+        args.sections["house"] = changed
+        desc["house_options"] = dict(house)
     if not stop_rule and args.house.stop_rule:
         # read when the stepper builds its control step
         args.sections["house"] = replace(args.house, stop_gate=0.0, stop_sure=0.0)

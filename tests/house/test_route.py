@@ -132,3 +132,49 @@ def test_the_waypoint_does_not_cut_a_corner_off_the_floor_stood_on():
     assert waypoint[0] > here[0] and waypoint[1] == pytest.approx(0.5 * cell, abs=1e-4), waypoint  # ahead, on the leg
     assert mem._clear_on(mem.stood[0], here, waypoint)
     assert not mem._clear_on(mem.stood[0], here, np.array([(8 + 0.5) * cell, (1 + 0.5) * cell]))  # round the corner
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp32", "int8"])
+def test_a_sighting_a_fresh_view_contradicts_is_forgotten_in_the_map_and_the_cache(kv_dtype):
+    """model.house.forget_contradicted: with the goal's remembered place 1 m ahead of the camera and the goal not
+    recognised for N steps in a row, the route memory forgets the category and the edit zeroes the object memory
+    head's key entry of that category in every slot of a raw-step KV cache (head 0 of layer 0), and nothing else;
+    a recognition in between restarts the count; a place off to the side or behind counts nothing."""
+    from icrl_ros.house.route_state import RouteState
+    from icrl_ros.memory.kv_cache import FullContextMemory
+
+    def seen(cat, conf, at, robot, yaw=0.0):
+        x = token(cat, conf, at, robot)
+        x[0, -STRUCT_DIM] = 1 / N_CAT  # the goal: category 1
+        x[0, -2:] = torch.tensor([math.cos(yaw), math.sin(yaw)])
+        return x
+
+    mem = RouteState(1, N_CAT, SCALE, forget_after=3)
+    cache = FullContextMemory(2, 1, 2, 8, capacity=16, kv_dtype=kv_dtype)
+    k = torch.rand(2, 1, 2, 4, 8)
+    cache.load_sequence(k, torch.rand(2, 1, 2, 4, 8), torch.zeros(1, 4, dtype=torch.long))
+    before = cache.float_kv()[0].clone()
+    mem.after_encode(seen(1, 0.95, (2.0, 0.0), (0.0, 0.0)))  # the goal seen 2 m ahead: remembered
+    assert mem.remembered(0, 1)[1] > 0.5
+    for robot, yaw in (((1.0, 1.5), 0.0), ((1.0, 0.0), math.pi)):  # beside it, and with it behind: no count
+        for _ in range(4):
+            mem.after_encode(seen(0, 0.9, (0.0, 0.0), robot, yaw))
+    assert mem.contradicted[0] == 0 and mem.forgotten[0] == 0
+    for _ in range(2):  # in front, not recognised, twice; then recognised: the count restarts
+        mem.after_encode(seen(0, 0.9, (0.0, 0.0), (1.0, 0.0)))
+    mem.after_encode(seen(1, 0.9, (2.0, 0.0), (1.0, 0.0)))
+    assert mem.contradicted[0] == 0
+    for _ in range(3):
+        mem.after_encode(seen(0, 0.2, (0.0, 0.0), (1.0, 0.0)))
+        mem.edit_memory(cache)
+    assert mem.forgotten[0] == 1 and mem.remembered(0, 1)[1] == 0.0 and not mem.seen_from[0, 1].any()
+    after = cache.float_kv()[0]
+    assert float(after[0, 0, 0, :, 1].abs().max()) == 0.0  # layer 0, head 0, the category's entry: gone
+    untouched = torch.ones_like(after, dtype=torch.bool)
+    untouched[0, 0, 0, :, 1] = False
+    assert torch.equal(after[untouched], before[untouched])
+    off = RouteState(1, N_CAT, SCALE)  # the default: never forgets
+    off.after_encode(seen(1, 0.95, (2.0, 0.0), (0.0, 0.0)))
+    for _ in range(5):
+        off.after_encode(seen(0, 0.2, (0.0, 0.0), (1.0, 0.0)))
+    assert off.remembered(0, 1)[1] > 0.5 and off.forgotten[0] == 0
