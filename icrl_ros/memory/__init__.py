@@ -69,7 +69,8 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
     out (None) is derived from ``budget_bytes`` (the largest memory that fits); a given
     size must fit the budget. Each class builds itself (``Memory.create``).
     ``kv_dtype`` (:mod:`icrl_ros.memory.quant`): how K / V are stored, for the memories that hold raw
-    steps or summaries (full, window, memo); the budget counts the stored bytes, so int8 holds ~3.5x the steps.
+    steps or summaries (full, window, memo) and HCAM's chunk store; the budget counts the stored bytes, so int8
+    holds ~3.5x the steps.
     """
     memory_class(name)  # an unknown name fails before a family mismatch
     cls = family_of(kind).memory_class(name)
@@ -77,7 +78,7 @@ def create_memory(name: str, *, kind: str, n_layers: int, n_heads: int, head_dim
     if kv_dtype != "fp32":
         if not _quantizable(cls):
             takes = [n for n in memory_policies() if _quantizable(memory_class(n))]
-            raise ValueError(f"kv_dtype: {kv_dtype!r} is for the memories that keep raw steps or summaries "
+            raise ValueError(f"kv_dtype: {kv_dtype!r} is for the memories that keep raw steps, summaries or chunks "
                              f"({', '.join(takes)}); memory {name!r} stores fp32 only")
         cfg["kv_dtype"] = kv_dtype
     dims = dict(n_layers=n_layers, batch=batch, n_heads=n_heads, head_dim=head_dim)

@@ -119,10 +119,12 @@ def test_restore_refuses_another_kv_dtype_and_keeps_memory(tmp_path, saved, into
     assert all(torch.equal(t, keep[k]) for k, t in b.tensors().items())
 
 
-def test_kv_dtype_is_refused_for_chunk_memories_and_unknown_names():
+def test_kv_dtype_is_refused_for_the_retrieval_index_and_unknown_names():
     with pytest.raises(ValueError, match="kv_dtype: 'int4' is not one of"):
         make("full", "int4")
     memo = create_memory("memo", kind="memo", kv_dtype="int8", l_seg=4, l_sum=2, max_sets=3, **DIMS)
     assert memo.k.dtype == torch.uint8 and memo.k_scale is not None  # Memo stores summaries and segment in 8 bits
-    with pytest.raises(ValueError, match="memory 'hcam' stores fp32 only"):
-        create_memory("hcam", kind="hcam", kv_dtype="fp16", n_mem_layers=L, chunk=3, top_k=2, max_chunks=4, **DIMS)
+    hcam = create_memory("hcam", kind="hcam", kv_dtype="int8", n_mem_layers=L, chunk=3, top_k=2, max_chunks=4, **DIMS)
+    assert hcam.chunk_x.dtype == torch.uint8 and hcam.k.dtype == torch.float32  # the chunk store; the window float
+    with pytest.raises(ValueError, match="memory 'retrieval' stores fp32 only"):
+        create_memory("retrieval", kind="radt", kv_dtype="fp16", **DIMS)

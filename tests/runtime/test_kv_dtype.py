@@ -212,6 +212,7 @@ def test_memo_stores_its_summaries_and_segment_in_fewer_bits(tmp_path):
         assert r.act({"obs": np.int64(k)})[0] == r2.act({"obs": np.int64(k)})[0]
 
 
+@pytest.mark.slow  # ~12 s of exports and replays: make test-all (make test keeps the HCAM memory's own check)
 def test_hcam_stores_its_chunks_in_fewer_bits(tmp_path):
     """An HCAM bundle's int8 / fp16 cores against fp32 over many chunks: the chunk store's contents are written
     quantised (8-bit codes with a scale per step) and the core decodes only the top-k chunks it gathers; the same
