@@ -4,7 +4,7 @@ The chroot (``../shared/habitat/setup.sh``, real habitat-sim 0.2.2 + habitat-lab
 needs root and the shared folder; where either is missing, or the chroot has not been prepared for
 icrl_ros (``scripts/habitat_prepare.sh``; ``make test-habitat`` runs it), the chroot tests skip and
 say why. ``ICRL_REQUIRE_HABITAT=1`` (set by ``make test-habitat``) turns those skips into failures.
-The two bridge + agent trials and the one-house simulator comparison are marked slow: ``make test-habitat`` runs them, ``make test`` does not.
+The contract suite, the two bridge + agent trials and the one-house simulator comparison are marked slow: ``make test-habitat`` runs them, ``make test`` does not.
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ def test_bad_arguments_fail_before_habitat_loads(kwargs, match) -> None:
         HabitatExtObjNavEnv(**kwargs)
 
 
+@pytest.mark.slow  # ~26 s; make test-habitat runs it (make test took 479-512 s with it on a VM with the chroot built)
 def test_contract_suite_inside_the_chroot() -> None:
     require_chroot()
     r = in_chroot("/opt/hvenv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/habitat/chroot",
