@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from icrl_ros.geometry import relative_pose
+from icrl_ros.memory.quant import zero_code
 from icrl_ros.memory.route import RouteMemory
 from icrl_ros.models.object_memory import STRUCT_DIM
 
@@ -78,8 +78,7 @@ class RouteState(RouteMemory):
                 if self.contradicted[b] >= self.forget_after:
                     self.sums[b, g] = 0.0
                     self.seen_from[b, g] = False
-                    self._version[b] += 1
-                    self._fields[b] = None
+                    self._version[b] += 1  # the cached distance field goes with it
                     self._forget.append((b, g))
                     self.forgotten[b] += 1
                     self.contradicted[b] = 0
@@ -91,11 +90,8 @@ class RouteState(RouteMemory):
         if not self._forget:
             return
         if getattr(memory, "policy", None) in ("full", "window"):
-            from icrl_ros.memory.quant import ZERO_POINT
-
-            zero = ZERO_POINT if memory.k.dtype == torch.uint8 else 0
             for b, g in self._forget:
-                memory.k[0, b, 0, :, g] = zero
+                memory.k[0, b, 0, :, g] = zero_code(memory.kv_dtype)
         self._forget.clear()
 
     def reset(self, envs=None) -> None:

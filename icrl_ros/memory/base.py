@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from icrl_ros.memory.quant import check_kv_dtype, dequantize, kv_bytes, quantize, storage_dtype
+from icrl_ros.memory.quant import check_kv_dtype, dequantize, kv_bytes, quantize, storage_dtype, zero_code
 
 ON_FULL = ("error", "evict_oldest", "reset")
 DEFAULT_STEPS = 8192
@@ -106,9 +106,8 @@ class Memory:
         self.budget_bytes = budget_bytes
         shape = (n_layers, batch, n_heads, slots, head_dim)
         store = storage_dtype(kv_dtype, dtype)
-        fill = 128 if kv_dtype == "int8" else 0  # the int8 codes of zero
-        self.k = torch.full(shape, fill, dtype=store, device=device)
-        self.v = torch.full(shape, fill, dtype=store, device=device)
+        self.k = torch.full(shape, zero_code(kv_dtype), dtype=store, device=device)
+        self.v = torch.full(shape, zero_code(kv_dtype), dtype=store, device=device)
         if kv_dtype == "int8":
             self.k_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=device)
             self.v_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=device)

@@ -55,10 +55,15 @@ def quantize(x: Tensor) -> tuple[Tensor, Tensor]:
     return q.to(torch.uint8), scale
 
 
+def zero_code(kv_dtype: str) -> int:
+    """What a buffer stored as ``kv_dtype`` holds for 0.0 (int8: the zero point)."""
+    return ZERO_POINT if check_kv_dtype(kv_dtype) == "int8" else 0
+
+
 def dequantize(q: Tensor, scale: Tensor) -> Tensor:
     """The float32 values ``(q - 128) * scale`` of :func:`quantize`'s codes."""
     return (q.float() - ZERO_POINT) * scale[..., None]
 
 
 __all__ = ["KV_DTYPES", "ZERO_POINT", "QMAX", "check_kv_dtype", "storage_dtype", "kv_bytes", "quantize",
-           "dequantize"]
+           "zero_code", "dequantize"]

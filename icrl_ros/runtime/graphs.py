@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from icrl_ros.families import family_of
-from icrl_ros.memory.quant import check_kv_dtype
+from icrl_ros.memory.quant import check_kv_dtype, storage_dtype
 from icrl_ros.models.attention import QuantizedKV
 from icrl_ros.models.policy import ICLPolicy, head_inputs
 
@@ -90,7 +90,7 @@ def shared_graph_specs(policy: ICLPolicy, precision: str = "fp32", window: int |
     a = policy.args
     L, H, hd, D = a.n_layers, a.n_heads, a.head_dim, a.d_model
     f = dtype_name(cache_dtype(precision))  # the new keys / values (and an fp32 cache)
-    store = {"fp32": f, "fp16": "float16", "int8": "uint8"}[kv_dtype]
+    store = dtype_name(storage_dtype(kv_dtype, cache_dtype(precision)))
     scales = [io_spec(f"past_{x}_scale_{i}", "float32", ["batch", H, window]) for x in "kv" for i in range(L)] \
         if kv_dtype == "int8" else []
     enc_in = [io_spec(n, dtype_name(dt), ["batch", *shape]) for n, (shape, dt) in policy.input_spec().items()]

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from icrl_ros.families.hcam.model import HCAMPolicy
+from icrl_ros.memory.quant import storage_dtype
 from icrl_ros.models.attention import QuantizedKV
 from icrl_ros.runtime.graphs import CoreGraph, cache_dtype, dtype_name, io_spec, shared_graph_modules, shared_graph_specs
 
@@ -48,7 +49,7 @@ def graph_specs(policy: HCAMPolicy, precision: str = "fp32", kv_dtype: str = "fp
     a = policy.args
     Lm, C, D = len(a.memory_layers), a.hcam_chunk, a.d_model
     f = dtype_name(cache_dtype(precision))
-    store = {"fp32": f, "fp16": "float16", "int8": "uint8"}[kv_dtype]
+    store = dtype_name(storage_dtype(kv_dtype, cache_dtype(precision)))
     scales = [io_spec(f"chunk_x_scale_{j}", "float32", ["batch", "cache", C]) for j in range(Lm)] \
         if kv_dtype == "int8" else []
     specs = shared_graph_specs(policy, precision, window=C)

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from icrl_ros.memory.base import DEFAULT_STEPS, MemoryBudgetError, slot_bytes
 from icrl_ros.memory.kv_cache import KVCache
-from icrl_ros.memory.quant import check_kv_dtype, kv_bytes, quantize, storage_dtype
+from icrl_ros.memory.quant import check_kv_dtype, kv_bytes, quantize, storage_dtype, zero_code
 
 
 EPISODE_ITEM = torch.empty((), dtype=torch.long).element_size()  # one stored step's episode index (int64)
@@ -105,7 +105,7 @@ class HCAMMemory(KVCache):
         self.chunk, self.top_k, self.max_chunks, self.n_mem_layers, self.d_model = (
             chunk, top_k, max_chunks, n_mem_layers, d_model)
         self.kv_dtype = kv_dtype  # the store's; the window above stays in the float dtype
-        self.chunk_x = torch.full((n_mem_layers, batch, max_chunks, chunk, d_model), 128 if kv_dtype == "int8" else 0,
+        self.chunk_x = torch.full((n_mem_layers, batch, max_chunks, chunk, d_model), zero_code(kv_dtype),
                                   dtype=storage_dtype(kv_dtype, dtype), device=device)
         self.chunk_x_scale = torch.zeros(n_mem_layers, batch, max_chunks, chunk, dtype=torch.float32, device=device) \
             if kv_dtype == "int8" else None
