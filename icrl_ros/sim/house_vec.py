@@ -31,6 +31,19 @@ def _stack(obs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.stack([o[k] for o in obs]) for k in (*OBS_KEYS, "scan") if k in obs[0]}
 
 
+HOLD = -1
+"""The action of an env that :meth:`HouseVecEnv.step` holds (``active`` False): not stepped."""
+
+
+def _held_info(info: dict, episode_start: bool) -> dict:
+    """What a held env reports: its episode step and its teacher's label of the state it waits in."""
+    out = {"episode_step": 0 if episode_start else int(info["episode_step"])}
+    for k in ("teacher_action", "teacher_goal_known"):
+        if k in info:
+            out[k] = info[k]
+    return out
+
+
 def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) -> None:
     if single_thread_gl:  # one llvmpipe render thread per worker: workers are the parallelism
         os.environ.setdefault("LP_NUM_THREADS", "1")
@@ -38,6 +51,7 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
         from icrl_ros.sim.house import HouseEnv
 
         envs = [HouseEnv(**env_kwargs) for _ in seeds]
+        last: list = [None] * len(envs)  # per env: (observation, info) a held step repeats
         started = False
         conn.send(("ok", None))
         while True:
@@ -51,6 +65,7 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
                         opts["house_seed"] = int(house_seeds[k])
                     # The first trial seeds each env's own generator (reproducible streams).
                     o, info = envs[k].reset(seed=None if started else seeds[k], options=opts)
+                    last[k] = (o, _held_info(info, True))
                     obs.append(o)
                     teach.append((info.get("teacher_action", -1), info.get("teacher_goal_known", False)))
                 started = True
@@ -60,7 +75,13 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
                 conn.send(("ok", None))
             elif cmd == "step":
                 obs, rew, done, infos = [], [], [], []
-                for env, a in zip(envs, arg):
+                for k, (env, a) in enumerate(zip(envs, arg)):
+                    if a == HOLD:  # a paused env: not stepped, its last observation again
+                        obs.append(last[k][0])
+                        rew.append(0.0)
+                        done.append(False)
+                        infos.append(dict(last[k][1], held=True))
+                        continue
                     o, r, term, trunc, info = env.step(int(a))
                     info["terminated"], info["truncated"] = term, trunc
                     if term or trunc:
@@ -72,6 +93,7 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
                     rew.append(r)
                     done.append(term or trunc)
                     infos.append(info)
+                    last[k] = (o, _held_info(info, term or trunc))
                 conn.send(("ok", (_stack(obs), np.array(rew, np.float32), np.array(done), infos)))
             elif cmd == "waypoints":  # one (forward, left) or None per env of this worker
                 conn.send(("ok", [-1 if p is None else env.waypoint_action(*p) for env, p in zip(envs, arg)]))
@@ -210,14 +232,23 @@ class HouseVecEnv:
             self._conns[w].send(("reseed", seeds[a:b]))
         self._gather()
 
-    def step(self, actions) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, list[dict]]:
+    def step(self, actions, active=None) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, list[dict]]:
         """Step every env; finished envs start their next episode in the same house. The
-        info of a finished env describes the episode that ended (success, spl, ...)."""
+        info of a finished env describes the episode that ended (success, spl, ...).
+
+        ``active`` (bool per env, optional): envs with False are held, not stepped (an evaluation's
+        trials that have run all their episodes): their last observation comes back again, reward 0,
+        not done, info ``held`` True; their actions are ignored."""
         a = np.asarray(actions, dtype=np.int64).reshape(-1)
         if a.shape[0] != self.num_envs:
             raise ValueError(f"expected {self.num_envs} actions, got {a.shape[0]}")
         if (a < 0).any() or (a >= self.n_actions).any():
             raise ValueError(f"actions must lie in [0, {self.n_actions}) {self.action_names}, got {a}")
+        if active is not None:
+            active = np.asarray(active, dtype=bool).reshape(-1)
+            if active.shape[0] != self.num_envs:
+                raise ValueError(f"expected {self.num_envs} active flags, got {active.shape[0]}")
+            a = np.where(active, a, HOLD)
         for w, (lo, hi) in enumerate(self._slices):
             self._conns[w].send(("step", a[lo:hi]))
         parts = self._gather()

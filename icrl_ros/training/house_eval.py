@@ -188,7 +188,7 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                     action = torch.where(taught, torch.as_tensor(env.teacher_action, dtype=torch.long), action)
                 action = torch.where(torch.as_tensor(done_eps >= episodes), STOP, action)
                 before = (env.teacher_action.copy(), env.teacher_goal_known.copy())
-                obs, reward, done, info = env.step(action.numpy())
+                obs, reward, done, info = env.step(action.numpy(), active=done_eps < episodes)  # finished trials wait
                 if poses is not None:
                     obs["odom"] = poses.step(obs["odom"])
                 if forget and done[0]:  # the no-memory ablation of a non-ReLIC policy: batch 1

@@ -279,6 +279,16 @@ def test_vec_env_shapes_and_auto_reset():
         again = v.reset_trial()
         assert [i["house_seed"] for i in v.call("_info")] == houses
         assert np.array_equal(again["rgb"], obs0["rgb"]) and np.array_equal(again["goal"], obs0["goal"])
+        # held envs (an evaluation's finished trials) are not stepped: the same observation, not done
+        obs, _, _, _ = v.step(np.full(3, TURN_LEFT))
+        for _ in range(5):  # steps 2-6 of a 6-step episode
+            held, rew, done, infos = v.step(np.full(3, TURN_LEFT), active=[True, False, True])
+            assert rew[1] == 0 and not done[1] and infos[1]["held"] and "success" not in infos[1]
+            assert np.array_equal(held["rgb"][1], obs["rgb"][1]) and v.episode_step[1] == 1
+        assert done[0] and done[2] and not done[1]  # the others ran out their episodes meanwhile
+        assert [i["episode_index"] for i in v.call("_info")] == [1, 0, 1]
+        with pytest.raises(ValueError, match="active flags"):
+            v.step(np.full(3, TURN_LEFT), active=[True, False])
 
 
 def test_waypoint_follower_steers_for_free_headings():
