@@ -26,6 +26,27 @@ def test_every_kind_has_a_family_and_its_memories_exist():
             assert memory_class(name) is fam.memory_class(name) and hasattr(memory_class(name), "create")
         graphs = fam.graph_module()
         assert callable(graphs.graph_specs) and callable(graphs.graph_modules)
+        # a family outside the cached step brings its runner and its bundle's extras (RA-DT)
+        assert bool(fam.runner) == bool(fam.deploy) == (not fam.cached_step)
+        if fam.deploy:
+            dep = fam.deploy_module()
+            for hook in ("bundle_layout", "build_memory", "exact_sizes", "check_sample", "manifest_sections",
+                         "sample_length", "write_files", "verify"):
+                assert callable(getattr(dep, hook)), hook
+
+
+def test_the_shared_runtime_and_exporter_name_no_family():
+    """Bundle checks, memories, self-checks and export ask the family's modules (``Family.deploy``)."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "icrl_ros"
+    files = [*sorted((root / "runtime").glob("*.py")), root / "training" / "export.py"]
+    pattern = re.compile(r"import .*\b(RADT\w*|SubTrajectoryMemory)\b|families\.(radt|memo|hcam|relic)\b.* import"
+                         r"|key_projection\(|kind=\"radt\"")
+    hits = [f"{f.relative_to(root)}:{i}" for f in files for i, line in enumerate(f.read_text().splitlines(), 1)
+            if pattern.search(line)]
+    assert not hits, hits
 
 
 def test_family_of_a_name_arguments_or_policy():

@@ -4,7 +4,7 @@ Each subpackage of :mod:`icrl_ros.families` is a family and owns what differs ab
 ``__init__`` declares ``FAMILY`` (a :class:`Family`), next to it live its model arguments
 (``config.py``, a subclass of :class:`~icrl_ros.models.config.ModelArgs` with its own fields and
 rules), its policy (``model.py``), its memories (``memory.py``), its deploy graphs (``graphs.py``)
-and, for RA-DT, its runner.
+and, for RA-DT, its runner and its bundle's extras (``deploy.py``, :attr:`Family.deploy`).
 Adding a family means adding a folder here; code elsewhere asks :func:`family_of` (a kind name,
 a model's arguments, or a policy) for the fact it needs instead of testing classes:
 
@@ -66,6 +66,11 @@ class Family:
     kv_dtypes: tuple[str, ...] = ("fp32",)
     """K / V storage dtypes its core graph reads (:mod:`icrl_ros.memory.quant`); its ``graph_specs`` takes a
     ``kv_dtype`` when there is more than fp32."""
+    deploy: str = ""
+    """For a family without the cached step: the module that knows its bundle (extra files and manifest
+    sections, its sample, its memory from a bundle, replay and ``--verify``); RA-DT's
+    :mod:`icrl_ros.families.radt.deploy` is the interface's reference. The runtime and the exporter call it
+    instead of naming the family."""
     cached_step: bool = True
     segments: bool = False
     chunk_store: bool = False
@@ -87,6 +92,10 @@ class Family:
 
     def graph_module(self):
         return importlib.import_module(self.graphs)
+
+    def deploy_module(self):
+        """The family's :attr:`deploy` module, or None (the shared cached-step bundle)."""
+        return importlib.import_module(self.deploy) if self.deploy else None
 
 
 def _discover() -> dict[str, Family]:

@@ -16,9 +16,8 @@ more than one K / V storage dtype (``core`` for the manifest's ``memory.kv_dtype
 ... for the others): each is checked the same way, and :meth:`Bundle.with_kv_dtype` picks one. Weights for the torch
 backend are loaded strictly and checked against ``model.hash`` when first used.
 
-RA-DT bundles (``model.kind: radt``) carry :class:`~icrl_ros.families.radt.model.RADTArgs`, one
-``policy`` graph, the retrieval keys' projection (``key_projection.npz``, checked for
-shape) and a ``retrieval`` manifest section (top-l, re-ranking weights, target return).
+A family without the cached control step (``Family.deploy``, e.g. RA-DT) says which graphs, sample
+arrays and extra ``.npz`` files its bundle holds (``deploy.bundle_layout``); they are checked the same way.
 """
 
 from __future__ import annotations
@@ -40,11 +39,6 @@ from icrl_ros.runtime.manifest import FORMAT, MANIFEST, VERSION, Manifest, Manif
 WEIGHTS = "weights.pt"
 SINK_CACHE = "sink_cache.npz"
 SAMPLE = "sample.npz"
-KEY_PROJECTION = "key_projection.npz"
-"""RA-DT: the fixed random projection of one-hot states that makes the retrieval keys."""
-RADT_SAMPLE_KEYS = ("obs", "prev_reward", "episode_index", "action", "logits")
-"""RA-DT sample: a recorded rollout (T,) with its actions and the torch logits (T, A)
-(image models: ``rgb``, ``odom``, ``goal`` (T, ...) in place of ``obs``)."""
 
 _ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 9: "bool", 2: "uint8", 6: "int32"}
 
@@ -166,11 +160,6 @@ class Bundle:
         with np.load(self.file(SINK_CACHE), allow_pickle=False) as z:
             return torch.from_numpy(z["k"].copy()), torch.from_numpy(z["v"].copy())
 
-    def key_projection(self) -> np.ndarray:
-        """RA-DT: the retrieval keys' projection (key inputs, key_dim) float32."""
-        with np.load(self.file(KEY_PROJECTION), allow_pickle=False) as z:
-            return z["key_proj"].copy()
-
     def sample(self) -> dict[str, np.ndarray]:
         with np.load(self.file(self.manifest.sample.file), allow_pickle=False) as z:
             return {k: z[k].copy() for k in z.files}
@@ -195,7 +184,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         raise BundleError(f"{MANIFEST}: field 'model.args' is invalid ({e})") from e
     if m.model.kind != args.kind:
         raise BundleError(f"{MANIFEST}: field 'model.kind' is {m.model.kind!r}, model.args says {args.kind!r}")
-    radt = not family_of(args).cached_step
+    deploy = family_of(args).deploy_module()  # a family with its own bundle layout (RA-DT)
     dims = {"n_layers": args.n_layers, "n_heads": args.n_heads, "head_dim": args.head_dim, "d_model": args.d_model,
             "n_actions": args.n_actions}
     for key, want in dims.items():
@@ -222,17 +211,18 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
             raise BundleError(f"{name}: SHA-256 does not match {MANIFEST} field 'files.{name}.sha256' "
                               "(file changed or corrupt)")
     sink_token = getattr(args, "sink", None) == "token"
-    extra = [SINK_CACHE] if sink_token else [KEY_PROJECTION] if radt else []
-    for needed in [WEIGHTS, m.sample.file] + extra:
+    npz: dict[str, dict] = {}
+    if deploy is not None:  # its graphs, the sample's arrays and its extra files: the args say what a step reads
+        specs, sample_keys, npz = deploy.bundle_layout(args, precision)
+    if sink_token:
+        npz[SINK_CACHE] = {"k": (args.n_layers, 1, args.n_heads, 1, args.head_dim),
+                           "v": (args.n_layers, 1, args.n_heads, 1, args.head_dim)}
+    for needed in [WEIGHTS, m.sample.file, *npz]:
         if needed not in files:
             raise BundleError(f"{MANIFEST}: field 'files' does not list {needed}")
 
     # graphs against the model
-    if radt:  # the window + retrieval graph: the args say what a step reads
-        specs, sample_keys = graph_specs(args, precision), RADT_SAMPLE_KEYS
-        if args.obs_type == "image":
-            sample_keys = (*args.input_spec(), *sample_keys[1:])
-    else:
+    if deploy is None:
         policy = _shape_only_policy(args)
         try:
             specs = graph_specs(policy, precision, m.memory.kv_dtype or "fp32")
@@ -258,8 +248,8 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
             continue
         kv = gname.split(".", 1)[1]
         try:
-            if radt:
-                raise ValueError("is not a graph of an RA-DT bundle (its memory is a retrieval index)")
+            if deploy is not None:
+                raise ValueError(f"is not a graph of a {args.kind} bundle (its memory reads no K / V cache)")
             if kv == kv_default:
                 raise ValueError("is not a graph of this model")
             spec = graph_specs(policy, precision, kv)["core"]
@@ -272,11 +262,8 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
             raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}.file' ({rec.file!r}) is not listed in 'files'")
         _check_onnx(path / rec.file, rec.file, spec, opset)
 
-    if radt:
-        _check_npz(path / KEY_PROJECTION, KEY_PROJECTION, {"key_proj": (args.key_inputs, args.key_dim)})
-    if sink_token:
-        _check_npz(path / SINK_CACHE, SINK_CACHE, {"k": (args.n_layers, 1, args.n_heads, 1, args.head_dim),
-                                                   "v": (args.n_layers, 1, args.n_heads, 1, args.head_dim)})
+    for name, arrays in npz.items():
+        _check_npz(path / name, name, arrays)
     _check_npz(path / m.sample.file, m.sample.file, dict.fromkeys(sample_keys))
     return Bundle(path, manifest, args, specs, kv_dtype=m.memory.kv_dtype or "fp32")
 

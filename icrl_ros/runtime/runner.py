@@ -46,12 +46,9 @@ def build_memory(bundle: Bundle, name: str | None = None, budget_bytes: int | No
             cfg.pop(key, None)
     cfg.update(overrides)
     a = bundle.args
-    if not family_of(bundle).cached_step:  # RA-DT: the retrieval memory: keys from the bundle's projection, numpy on the CPU
-        r = bundle.manifest.retrieval
-        return create_memory(name, kind="radt", n_layers=a.n_layers, n_heads=a.n_heads, head_dim=a.head_dim,
-                             budget_bytes=budget, key_proj=bundle.key_projection(), context=a.context,
-                             horizon=a.max_episode_steps, n_actions=a.n_actions, obs_features=a.obs_features,
-                             relevance_weight=r.relevance_weight, utility_weight=r.utility_weight, **cfg)
+    deploy = family_of(bundle).deploy_module()
+    if deploy is not None:  # a family with its own memory from a bundle (RA-DT: a retrieval index)
+        return deploy.build_memory(bundle, name, budget, cfg)
     dtype = torch.float16 if bundle.precision == "fp16" else torch.float32
     try:
         mem = create_memory(name, **model_dims(a), batch=batch, n_prefix=bundle.n_prefix, dtype=dtype, device=device,

@@ -31,12 +31,13 @@ MIN_AGREEMENT = 0.99
 
 
 def exact_memory(bundle: Bundle, steps: int, batch: int = 1, device="cpu", episodes: int | None = None):
-    """A memory that keeps everything ``steps`` steps need (so stepping is exact);
-    RA-DT: every one of ``episodes`` episodes (default: as many as steps)."""
+    """A memory that keeps everything ``steps`` steps need (so stepping is exact); a family with its
+    own memory (``Family.deploy``, RA-DT) keeps every one of ``episodes`` episodes (default: as many as steps)."""
     name = default_memory(bundle.kind)
     sizes = trial_sizes(name, bundle.args, steps)
-    if name == "retrieval":
-        return build_memory(bundle, name, **sizes | {"max_episodes": episodes or steps})
+    deploy = family_of(bundle).deploy_module()
+    if deploy is not None:
+        return build_memory(bundle, name, **sizes | deploy.exact_sizes(episodes or steps))
     return build_memory(bundle, name, batch=batch, device=device, **sizes)
 
 
@@ -72,63 +73,12 @@ def compare(ref_logits: np.ndarray, ref_values: np.ndarray | None, logits: np.nd
     return {"max_logit_diff": dl, "max_value_diff": dv, "greedy_agreement": agree, "tolerance": tol, "ok": ok}
 
 
-def _radt_obs(runner, sample: dict[str, np.ndarray], t: int):
-    """Step t's observation for ``RADTRunner.step``: the cell, or the encoder's inputs."""
-    return {n: sample[n][t] for n in runner.spec} if runner.spec else int(sample["obs"][t])
-
-
-def replay_radt(runner, sample: dict[str, np.ndarray]) -> np.ndarray:
-    """Step an RA-DT runner through a recorded rollout from a fresh trial (episode starts
-    from ``episode_index``, the recorded rewards and actions); returns logits (T, A) float64."""
-    runner.reset_trial()
-    ep, out = sample["episode_index"], []
-    for t in range(len(ep)):
-        if t == 0 or ep[t] != ep[t - 1]:
-            runner.begin_episode()
-        lg = runner.step(_radt_obs(runner, sample, t), float(sample["prev_reward"][t]), int(sample["action"][t]))
-        out.append(lg.double().cpu().numpy())
-    return np.stack(out)
-
-
-def record_radt_images(bundle: Bundle, steps: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """An image RA-DT rollout recorded through the torch engine's runner: random rgb / odom /
-    goal per step, 0/1 rewards, episodes of C/2 .. C steps (so several end and fill the
-    index), greedy actions. The torch reference other backends replay (no evaluation loop
-    exists for images); keys as :data:`~icrl_ros.runtime.bundle.RADT_SAMPLE_KEYS`."""
-    runner_cls = family_of(bundle).runner_class()
-    a = bundle.args
-    rng = np.random.default_rng(seed)
-    longest = max(2, min(a.context, a.max_episode_steps))
-    lengths: list[int] = []
-    while sum(lengths) < steps:
-        lengths.append(int(rng.integers(longest // 2, longest + 1)))
-    sample = {"rgb": rng.integers(0, 256, (steps, a.image_size, a.image_size, 3), dtype=np.uint8),
-              "odom": rng.normal(0.0, 2.0, (steps, 3)).astype(np.float32),
-              "goal": np.repeat(rng.integers(0, max(1, a.n_goals), len(lengths)), lengths)[:steps],
-              "prev_reward": (rng.random(steps) < 0.2).astype(np.float32),
-              "episode_index": np.repeat(np.arange(len(lengths)), lengths)[:steps]}
-    sample["prev_reward"][0] = 0.0
-    runner = runner_cls(bundle, make_engine(bundle, "torch", "cpu"), exact_memory(bundle, steps, episodes=len(lengths)))
-    ep, logits, actions = sample["episode_index"], [], []
-    for t in range(steps):
-        if t == 0 or ep[t] != ep[t - 1]:
-            runner.begin_episode()
-        lg = runner.step(_radt_obs(runner, sample, t), float(sample["prev_reward"][t]))
-        actions.append(int(lg.argmax()))
-        runner.memory.record_action(actions[-1])
-        logits.append(lg.double().numpy())
-    return {**sample, "action": np.array(actions), "logits": np.stack(logits)}
-
-
 def check_sample(bundle: Bundle, backend: str = "onnxruntime", device: str = "cpu") -> dict:
     """Run the bundle's recorded sample through ``backend``; compare with the recorded outputs."""
+    deploy = family_of(bundle).deploy_module()
+    if deploy is not None:  # a family with its own runner and sample (RA-DT: window + retrieval)
+        return deploy.check_sample(bundle, backend, device)
     sample = bundle.sample()
-    runner_cls = family_of(bundle).runner_class()
-    if runner_cls is not None:  # a family with its own runner (RA-DT: window + retrieval)
-        T = len(sample["episode_index"])
-        mem = exact_memory(bundle, T, episodes=int(sample["episode_index"].max()) + 1)
-        logits = replay_radt(runner_cls(bundle, make_engine(bundle, backend, device), mem), sample)
-        return compare(sample["logits"], None, logits, None, bundle.precision)
     T = sample["episode_index"].shape[-1]
     mem = exact_memory(bundle, T, device=device)
     opts = {"profile": (1, mem.slots)} if backend == "tensorrt" else {}

@@ -58,7 +58,6 @@ from icrl_ros.memory import ON_FULL
 from icrl_ros.memory.base import DEFAULT_STEPS
 from icrl_ros.families import family_of, memory_policies
 from icrl_ros.models import ICLPolicy, ModelArgs, load_checkpoint, make_memory
-from icrl_ros.families.radt.model import RADTPolicy
 from icrl_ros.runtime import bundle as B
 from icrl_ros.runtime import manifest as M
 from icrl_ros.extensions import apply_rules, logit_rules, owned_inputs
@@ -134,14 +133,10 @@ def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, mem
     action = M.Action(names=env.get("action_names", [f"action_{i}" for i in range(a.n_actions)]),
                       forward_m=env.get("forward_m"), turn_deg=env.get("turn_deg"), selection=selection,
                       temperature=float(temperature))
-    retrieval = None
     fam = family_of(a)
     positions = fam.positions(a)  # each family's numbering of steps (icrl_ros/families/<kind>/__init__.py)
-    if not fam.cached_step:  # RA-DT: the retrieval section
-        retrieval = M.Retrieval(key_projection=B.KEY_PROJECTION, key_dim=a.key_dim, key_seed=a.key_seed,
-                                l=int(config.get("retrieve_l", 50)), relevance_weight=1.0,
-                                utility_weight=float(config.get("utility_weight", 1.0)),
-                                target_return=float(config.get("target_return", 90.0)), utility="episode_return")
+    deploy = fam.deploy_module()
+    sections = deploy.manifest_sections(a, config) if deploy is not None else {}  # RA-DT: retrieval
     import onnx
 
     return M.Manifest(
@@ -151,7 +146,7 @@ def build_manifest(policy: ICLPolicy, precision: str, opset: int, env: dict, mem
         model=M.ModelInfo(kind=a.kind, args=a.to_dict(), hash=B.model_hash(policy), n_prefix=getattr(policy, "n_prefix", 0),
                           trained_context=(config.get("ppo") or {}).get("rollout_length")),
         dims=M.Dims(n_layers=a.n_layers, n_heads=a.n_heads, head_dim=a.head_dim, d_model=a.d_model, n_actions=a.n_actions),
-        observation=obs, action=action, memory=memory_section(memory), positions=positions, retrieval=retrieval,
+        observation=obs, action=action, memory=memory_section(memory), positions=positions, **sections,
         precision=precision, onnx=M.Onnx(opset=opset, graphs={}),
         sample=M.Sample(file=B.SAMPLE, steps=sample_steps, tolerance=1e-4 if precision == "fp32" else 2e-2),
         files={})
@@ -220,10 +215,8 @@ def sample_length(policy: ICLPolicy) -> tuple[int, int]:
     a = policy.args
     ep = max(2, min(a.max_episode_steps, 10))
     fam = family_of(policy)
-    if not fam.cached_step:  # RA-DT: episodes of H/2 .. H steps: several episode ends, so retrieval has entries
-        if a.obs_type == "image":  # images: episodes of C/2 .. C steps (record_radt_images), a small sample
-            return 4 * min(a.context, a.max_episode_steps), a.context
-        return 5 * a.max_episode_steps, a.max_episode_steps
+    if fam.deploy:  # a family with its own sample (RA-DT: several episode ends, so retrieval has entries)
+        return fam.deploy_module().sample_length(a)
     if fam.segments:
         return a.l_seg + max(8, a.l_seg // 4), max(2, min(a.max_episode_steps, a.l_seg // 2 + 1))
     if fam.chunk_store:  # more complete chunks than top_k, so top-k chooses
@@ -278,7 +271,7 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
         torch.save(policy.state_dict(), tmp / B.WEIGHTS)
         specs = graph_specs(policy, precision, kv_dtype)
         trace_cache = max(4, policy.args.hcam_top_k) if family_of(policy).chunk_store else 4  # TopK needs >= k
-        radt = not family_of(policy).cached_step
+        deploy = family_of(policy).deploy_module()
         for name, module in build_graphs(policy, precision, kv_dtype).items():
             export_onnx(module, specs[name], tmp / f"{name}.onnx", opset, cache=trace_cache)
             manifest.onnx.graphs[name] = M.Graph(file=f"{name}.onnx", **specs[name])
@@ -288,15 +281,8 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
                 k, v = policy.initial_cache(1)
             dt = torch.float16 if precision == "fp16" else torch.float32
             np.savez(tmp / B.SINK_CACHE, k=k.to(dt).numpy(), v=v.to(dt).numpy())
-        if radt:
-            np.savez(tmp / B.KEY_PROJECTION, key_proj=policy.key_proj.numpy())
-            if policy.args.obs_type == "image":  # the torch runner of the bundle being written records it
-                from icrl_ros.runtime.selfcheck import record_radt_images
-
-                rec = record_radt_images(B.Bundle(tmp, manifest, policy.args, specs, _policy=policy), steps)
-            else:
-                rec = radt_rollout(policy, steps, manifest.retrieval, seed=0)
-            np.savez(tmp / B.SAMPLE, **rec)
+        if deploy is not None:  # its extra files and its own sample (RA-DT: the key projection, a rollout)
+            deploy.write_files(policy, tmp, manifest, specs, steps)
         else:
             inp = record_rollout(policy, steps, ep_len, seed=0)
             logits, values = reference_outputs(policy, inp)
@@ -376,8 +362,9 @@ def verify_bundle(path: str | Path, steps: int = 2000, backends: tuple[str, ...]
     bundle = load_bundle(path)
     policy = bundle.load_policy()
     a = policy.args
-    if not family_of(bundle).cached_step:  # RA-DT
-        return verify_radt(bundle, policy, steps, backends, seed)
+    deploy = family_of(bundle).deploy_module()
+    if deploy is not None:  # a family with its own runner (RA-DT: retrieval from its own memory)
+        return deploy.verify(bundle, policy, steps, backends, seed)
     ep = episode_len or max(2, min(a.max_episode_steps, 100))
     inp = record_rollout(policy, steps, ep, seed)
     ref_l, ref_v = reference_outputs(policy, inp)
@@ -386,35 +373,6 @@ def verify_bundle(path: str | Path, steps: int = 2000, backends: tuple[str, ...]
         runner = PolicyRunner(bundle, make_engine(bundle, backend, "cpu"), exact_memory(bundle, steps))
         logits, values = replay(runner, inp)
         out[backend] = compare(ref_l, ref_v, logits, values, tolerance_key(bundle))
-    return out
-
-
-def radt_rollout(policy: RADTPolicy, steps: int, retrieval: M.Retrieval, seed: int) -> dict[str, np.ndarray]:
-    """RA-DT's recorded rollout + reference logits: the evaluation loop on a replay
-    (``icrl_ros/training/radt_eval.py``), with the manifest's retrieval settings."""
-    from icrl_ros.training.radt_eval import record_rollout as record_radt
-
-    return record_radt(policy, steps, seed=seed, target_return=retrieval.target_return, retrieve_l=retrieval.l,
-                       utility_weight=retrieval.utility_weight)
-
-
-def verify_radt(bundle, policy: RADTPolicy, steps: int, backends: tuple[str, ...], seed: int) -> dict[str, dict]:
-    """RA-DT ``--verify``: runner replays (ORT, torch; retrieval from their own memory) of a
-    rollout recorded through the evaluation loop, against its logits."""
-    from icrl_ros.runtime import make_engine
-    from icrl_ros.families.radt.runner import RADTRunner
-    from icrl_ros.runtime.selfcheck import compare, exact_memory, record_radt_images, replay_radt
-
-    if bundle.args.obs_type == "image":  # no evaluation loop for images: the torch runner's recording
-        rec = record_radt_images(bundle, min(steps, 4 * bundle.args.context), seed)
-    else:
-        rec = radt_rollout(policy, steps, bundle.manifest.retrieval, seed)
-    episodes = int(rec["episode_index"].max()) + 1
-    out = {}
-    for backend in backends:
-        runner = RADTRunner(bundle, make_engine(bundle, backend, "cpu"), exact_memory(bundle, steps, episodes=episodes))
-        out[backend] = compare(rec["logits"], None, replay_radt(runner, rec), None, bundle.precision)
-        out[backend]["episodes"] = episodes
     return out
 
 
@@ -530,8 +488,9 @@ def main(argv=None) -> int:
     if not args.temperature > 0:
         fail(f"--temperature: must be > 0, got {args.temperature}")
     precision = "fp16" if args.fp16 else "fp32"
-    if not family_of(a).cached_step and args.fp16:
-        fail("--fp16: RA-DT bundles are fp32 only (a 0.2M-parameter model; its step is dominated by retrieval)")
+    deploy = family_of(a).deploy_module()
+    if args.fp16 and deploy is not None and deploy.FP16:
+        fail(f"--fp16: {deploy.FP16}")
     try:
         out = export_bundle(policy, args.out, config=config, env=env, precision=precision, opset=args.opset,
                             memory=memory, overwrite=args.force, tensorrt=args.tensorrt,

@@ -1,7 +1,8 @@
 """RA-DT: a decision transformer over the current episode's window plus sub-trajectories
 retrieved from past episodes (``model.py``: :class:`RADTPolicy`; ``memory.py``:
 :class:`SubTrajectoryMemory` over ``retrieval.py``'s faiss index; ``graphs.py``: its one
-``policy`` graph; ``runner.py``: its deploy runner, which retrieves outside the graph)."""
+``policy`` graph; ``runner.py``: its deploy runner, which retrieves outside the graph; ``deploy.py``:
+what its bundle holds, how it is checked, replayed and exported)."""
 
 from icrl_ros.families import Family
 
@@ -19,6 +20,7 @@ FAMILY = Family(
     runner="icrl_ros.families.radt.runner:RADTRunner",
     memories={"retrieval": "icrl_ros.families.radt.memory:SubTrajectoryMemory"},
     graphs="icrl_ros.families.radt.graphs",
+    deploy="icrl_ros.families.radt.deploy",
     positions=positions,
     cached_step=False,
 )

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.image_bundles import GOALS, IMAGE, export_image_bundle
+from icrl_ros.families.radt.deploy import key_projection
 
 pytest.importorskip("faiss")
 pytest.importorskip("onnxruntime")
@@ -36,7 +37,7 @@ def test_graphs_take_features_and_no_reward(bundle_path) -> None:
     assert not {"prev_reward", "rtg", "retrieved_reward", "retrieved_rtg"} & set(names)
     obs_io = b.specs["policy"]["inputs"][0]
     assert obs_io["dtype"] == "float32" and obs_io["shape"] == ["batch", a.context, a.d_model + a.key_inputs]
-    assert b.key_projection().shape == (3 * a.key_pool ** 2 + 4, a.key_dim)
+    assert key_projection(b).shape == (3 * a.key_pool ** 2 + 4, a.key_dim)
     assert b.manifest.observation.image_size == [IMAGE, IMAGE]
 
 

@@ -14,6 +14,7 @@ pytest.importorskip("faiss")
 from icrl_ros.memory import SnapshotError, create_memory  # noqa: E402
 from icrl_ros.families.radt.memory import SubTrajectoryMemory, returns_to_go  # noqa: E402
 from icrl_ros.families.radt.model import RADTArgs, RADTPolicy, episode_windows  # noqa: E402
+from icrl_ros.families.radt.deploy import key_projection  # noqa: E402
 
 torch.set_num_threads(1)
 ARGS = dict(n_obs=25, n_actions=5, max_episode_steps=12, grid_size=5, context=4, top_k=2, d_model=32, n_layers=2,
@@ -156,7 +157,7 @@ def test_export_writes_a_radt_bundle_with_retrieval_manifest(bundle_path):
     assert m.observation.from_observation == ["obs"] and m.action.names[0] == "up"
     ins = {io["name"]: io["shape"] for io in m.onnx.graphs["policy"].inputs}
     assert ins["valid"] == ["batch", 4] and ins["retrieved_valid"] == ["batch", 2, 8]
-    assert np.array_equal(b.key_projection(), b.load_policy().key_proj.numpy())
+    assert np.array_equal(key_projection(b), b.load_policy().key_proj.numpy())
     for backend in ("onnxruntime", "torch"):
         r = check_sample(b, backend)
         assert r["ok"] and r["max_logit_diff"] <= 1e-4, (backend, r)
@@ -197,7 +198,8 @@ def test_runners_match_the_evaluation_loop_step_for_step(bundle_path):
     fills with the episodes; retrieval every step) with their own memory + faiss: <= 1e-4."""
     from icrl_ros.runtime import load_bundle, make_engine
     from icrl_ros.families.radt.runner import RADTRunner
-    from icrl_ros.runtime.selfcheck import exact_memory, replay_radt
+    from icrl_ros.families.radt.deploy import replay as replay_radt
+    from icrl_ros.runtime.selfcheck import exact_memory
     from icrl_ros.training.radt_eval import record_rollout
 
     b = load_bundle(bundle_path)
