@@ -7,6 +7,10 @@ import random
 
 import pytest
 
+# Two test workers share the 2 cores: one intra-op thread each for torch and ONNX Runtime (whose default,
+# a spinning thread per core, took the other worker's core), here and in the processes tests start.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 def worker_ros_domain() -> int:
     """The ``ROS_DOMAIN_ID`` of this test process, private to its pytest-xdist worker: worker w draws once

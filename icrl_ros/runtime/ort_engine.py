@@ -11,6 +11,7 @@ stream (``user_compute_stream``), so torch's cache writes and ORT's reads stay o
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import numpy as np
 import torch
@@ -30,6 +31,14 @@ _NP = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "bool": 
        "int32": np.int32}
 
 
+def omp_threads() -> int | None:
+    """``OMP_NUM_THREADS`` when it is a positive integer, else None. ONNX Runtime does not read it by itself:
+    its default is a spinning thread per core, which on a machine shared with other jobs (two test workers, an
+    evaluation beside training) slows both."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 @register_backend("onnxruntime")
 class OrtEngine(Engine):
     @staticmethod
@@ -38,6 +47,8 @@ class OrtEngine(Engine):
 
     def __init__(self, bundle: Bundle, device: str = "cpu", threads: int | None = None,
                  optimized_dir: str | None = None) -> None:
+        """``threads``: ONNX Runtime's intra-op threads (default ``OMP_NUM_THREADS`` where set, as torch
+        reads it, else ORT's own default)."""
         super().__init__(bundle, device)
         import onnxruntime as ort
 
@@ -45,6 +56,7 @@ class OrtEngine(Engine):
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.inter_op_num_threads = 1
+        threads = threads or omp_threads()
         if threads:
             so.intra_op_num_threads = threads
         so.log_severity_level = 3

@@ -176,6 +176,22 @@ def test_available_backends_lists_what_imports():
 
 
 # -- PolicyRunner API --------------------------------------------------------------------------
+def test_onnxruntime_threads_follow_omp_num_threads_unless_given(bundles, monkeypatch):
+    """ORT does not read OMP_NUM_THREADS; the engine passes it on (its own default spins a thread per core)."""
+    bundle = load_bundle(bundles["relic"])
+
+    def intra(**kw) -> int:
+        engine = make_engine(bundle, "onnxruntime", "cpu", **kw)
+        return next(iter(engine.sessions.values())).get_session_options().intra_op_num_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert intra() == 1 and intra(threads=2) == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert intra() == 2
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert intra() == 0  # ORT's own choice
+
+
 def test_runner_api_episodes_keep_memory_and_trials_clear_it(bundles):
     r = PolicyRunner.from_bundle(bundles["relic"], memory="window", memory_budget_bytes=200_000)
     assert r.manifest.action.names == ["up", "down", "left", "right", "stay"]
