@@ -553,7 +553,7 @@ def evaluate_house(args, labels: list[str], pose_errors=None) -> int:
         raw[lab] = {k: res[k] for k in ("success", "spl", "steps", "house_seed")}
         curves[lab] = house_curves.summarise(raw[lab])
         runs[lab] = {**desc, **acts[lab], "env_options": options,
-                     **{k: res[k] for k in ("agent_steps", "wall_s", "steps_per_s", "policy_ms_by_episode")},
+                     **{k: res[k] for k in ("agent_steps", "wall_s", "steps_per_s")},
                      **({"pose_errors": pose_errors.describe()} if pose_errors is not None else {}),
                      **{k: v for k, v in res.items() if k.startswith("pose_error_m")},
                      **{k: v for k, v in res.items() if k.startswith("memory")}}

@@ -105,8 +105,7 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                      drive: str = "policy", teacher_episodes: int | None = None, progress=None,
                      pose_errors=None) -> dict:
     """``trials`` trials of ``episodes`` episodes each, ``batch`` trials at a time. Returns the
-    (trials, episodes) matrices ``success``, ``spl``, ``steps`` and run figures (per in-context episode:
-    ``policy_ms_by_episode``, the policy's wall time per batched step, and ``memory_tokens_by_episode``).
+    (trials, episodes) matrices ``success``, ``spl``, ``steps`` and run figures.
 
     ``teacher`` ("memory" | "wiped"): run the in-context teacher beside the policy (it only
     watches). ``observer(labels, first_trial, action, logits, done, info, done_eps)`` is called
@@ -150,9 +149,6 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     taught_episodes = episodes if teacher_episodes is None else teacher_episodes  # drive="teacher": its episodes
     out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps")}
     houses, total, t0 = [], 0, time.perf_counter()
-    # per in-context episode (the batch's median episode at the step): the policy's time per batched step and
-    # the memory it holds (the first trial of the batch): how both grow over a long life
-    step_s, step_n, mem_tokens = np.zeros(episodes), np.zeros(episodes), np.zeros(episodes)
     env = None
     try:
         for start in range(0, trials, batch):
@@ -185,12 +181,7 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
             cur = trial_start_inputs(env, obs, a.n_actions, "cpu")
             done_eps = np.zeros(B, np.int64)
             while (done_eps < episodes).any():
-                tick = time.perf_counter()
                 logits = stepper.logits(cur)
-                e = int(np.median(np.minimum(done_eps, episodes - 1)))
-                step_s[e] += time.perf_counter() - tick
-                step_n[e] += 1
-                mem_tokens[e] = max(mem_tokens[e], stepper.memory_stats()["memory_tokens"])
                 action = choose_actions(logits, greedy, temperature, g)
                 if drive == "teacher":
                     taught = torch.as_tensor(done_eps < taught_episodes)
@@ -229,10 +220,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     wall = time.perf_counter() - t0
     extra = {"pose_error_m_mean": float(np.mean(pose_err_m)), "pose_error_m_p95": float(np.percentile(pose_err_m, 95))
              } if pose_err_m else {}
-    by_episode = {"policy_ms_by_episode": np.round(1e3 * step_s / np.maximum(step_n, 1), 3).tolist(),
-                  "memory_tokens_by_episode": mem_tokens.astype(int).tolist()}
     return {**out, "house_seed": np.array(houses), "agent_steps": total, "wall_s": wall,
-            "steps_per_s": total / wall, **stats, **extra, **by_episode}
+            "steps_per_s": total / wall, **stats, **extra}
 
 
 def check_wipe_batch(stepper, batch: int) -> None:

@@ -315,9 +315,6 @@ def test_default_house_policy_finds_goals_faster_with_its_memory():
         got[wipe] = r
     for k in ("success", "spl", "steps"):  # the teacher's episodes: the same states, the same results
         assert np.array_equal(got[False][k][:, :3], got[True][k][:, :3]), k
-    tokens = got[False]["memory_tokens_by_episode"]  # the long-life figures: memory held and step time by episode
-    assert len(tokens) == 5 and tokens == sorted(tokens) and tokens[-1] > tokens[0] > 0, tokens
-    assert all(ms > 0 for ms in got[False]["policy_ms_by_episode"])
     steps = (got[False]["steps"][:, 3:].mean(1) - got[True]["steps"][:, 3:].mean(1)).mean()
     spl = (got[False]["spl"][:, 3:].mean(1) - got[True]["spl"][:, 3:].mean(1)).mean()
     assert steps <= -33 and spl >= 0.131, (steps, spl)
