@@ -308,10 +308,12 @@ def export_kv_cores(policy: ICLPolicy, manifest: M.Manifest, out: Path, kv_dtype
 
 
 def add_kv_dtypes(src: str | Path, out: str | Path, kv_dtypes: list[str], overwrite: bool = False,
-                  default: str | None = None) -> Path:
+                  default: str | None = None, budget_bytes: int | None = None) -> Path:
     """Copy bundle ``src`` to ``out`` with a core for each of ``kv_dtypes`` it lacks, traced from its
     ``weights.pt`` (the other files unchanged); ``default``: the K / V storage the copy's memory uses
-    unless told otherwise (its ``core`` graph then reads that; the manifest's default otherwise)."""
+    unless told otherwise (its ``core`` graph then reads that; the manifest's default otherwise).
+    ``budget_bytes``: the copy's default memory byte budget (its sizes then derive from it: the same
+    bytes hold 4x the steps in int8)."""
     src, out = Path(src), Path(out)
     bundle = B.load_bundle(src)
     if out.exists() and not overwrite:
@@ -336,7 +338,16 @@ def add_kv_dtypes(src: str | Path, out: str | Path, kv_dtypes: list[str], overwr
             graphs[f"core.{old}"], graphs["core"] = graphs["core"], graphs.pop(f"core.{default}")
             manifest.memory.kv_dtype = None if default == "fp32" else default
             manifest.sample.tolerance = TOLERANCE[default] if default != "fp32" else TOLERANCE[manifest.precision]
+        if budget_bytes is not None:
+            manifest.memory.budget_bytes = int(budget_bytes)
         manifest.validate(tmp / B.MANIFEST).save(tmp / B.MANIFEST)
+        if budget_bytes is not None:  # a budget that holds no step fails here, not on the robot
+            from icrl_ros.runtime.runner import build_memory
+
+            try:
+                build_memory(B.load_bundle(tmp))
+            except ValueError as e:
+                raise ValueError(f"--budget-bytes: {e}") from e
     B.load_bundle(out)
     return out
 
@@ -438,7 +449,7 @@ def main(argv=None) -> int:
         try:
             out = add_kv_dtypes(args.checkpoint, args.out, _kv_list("add-kv-dtypes", args.add_kv_dtypes),
                                 overwrite=args.force,
-                                default=kv_default if args.kv_dtype else None)
+                                default=kv_default if args.kv_dtype else None, budget_bytes=args.budget_bytes)
         except (FileExistsError, ValueError) as e:
             fail(str(e))
         print(f"wrote {out} (core graphs for K / V stored as {B.load_bundle(out).kv_dtypes()})")

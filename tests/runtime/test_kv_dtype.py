@@ -147,6 +147,14 @@ def test_add_kv_dtypes_to_an_existing_bundle_and_make_int8_the_default(tmp_path,
 
     res = check_sample(b)
     assert res["ok"], res
+    # the fp32 memory's bytes as the copy's budget: int8 holds ~3.5x the steps in them (its scales cost the rest)
+    fp32 = PolicyRunner.from_bundle(plain).memory
+    same = PolicyRunner.from_bundle(add_kv_dtypes(plain, tmp_path / "budget", ["int8"], default="int8",
+                                                  budget_bytes=fp32.nbytes)).memory
+    assert same.nbytes <= fp32.nbytes and same.slots >= 3 * fp32.slots, (same.slots, fp32.slots)
+    with pytest.raises(ValueError, match="--budget-bytes: .* do not hold one step"):
+        add_kv_dtypes(plain, tmp_path / "tiny", ["int8"], budget_bytes=10)
+    assert not (tmp_path / "tiny").exists()
 
 
 def test_export_cli_refuses_an_unknown_kv_dtype_in_one_line(tmp_path, bundle):
