@@ -5,7 +5,12 @@
 
 ``--share-encoder`` (house policies on a frozen encoder): leave the encoder's weights out and refer
 to ``model.pretrained_encoder`` (``checkpoints/house_encoder.pt``, kept beside the checkpoint, checked
-by SHA-256 at load): a 7 MB house checkpoint becomes about 2.6 MB.
+by SHA-256 at load): a 7 MB house checkpoint becomes about 2.6 MB. ``--encoder FILE``: refer to that
+file instead (the same weights, e.g. a candidate's encoder moved from ``checkpoints/resume/`` into
+``checkpoints/`` when it ships); the policy's arguments then name it.
+
+    python training/ship_checkpoint.py runs/x/house_relic_scan.pt checkpoints/house_relic_scan.pt --share-encoder \
+        --encoder checkpoints/house_encoder_pooled64.pt
 """
 
 from __future__ import annotations
@@ -23,11 +28,20 @@ def main(argv=None) -> int:
     p.add_argument("dst")
     p.add_argument("--share-encoder", action="store_true",
                    help="leave out the frozen image encoder; load it from model.pretrained_encoder (same SHA-256)")
+    p.add_argument("--encoder", metavar="FILE",
+                   help="with --share-encoder: the encoder file to refer to (its weights must be the policy's)")
     args = p.parse_args(argv)
+    if args.encoder and not args.share_encoder:
+        fail("--encoder: give it with --share-encoder (the file the shipped checkpoint refers to)")
     try:
         policy, blob = load_checkpoint(args.src)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
+    if args.encoder:  # the weights are compared with the file's when saving
+        policy.args.pretrained_encoder = args.encoder
+        model_cfg = (blob.get("config") or {}).get("model")
+        if isinstance(model_cfg, dict):
+            model_cfg["pretrained_encoder"] = args.encoder
     # the training record stays (steps, trainer, wall time, offline data); optimiser state and schedules go
     keep = {k: v for k, v in blob.items() if isinstance(v, (int, float, str)) and k != "format"}
     try:

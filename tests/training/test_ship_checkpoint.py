@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 import torch
 
 from icrl_ros.models import load_checkpoint
@@ -37,3 +38,26 @@ def test_ship_reports_env_steps_of_an_online_run(tmp_path, capsys) -> None:
     assert ship_checkpoint.main(["checkpoints/darkroom_relic.pt", str(dst)]) == 0
     steps = torch.load("checkpoints/darkroom_relic.pt", map_location="cpu", weights_only=False)["env_steps"]
     assert f"{steps:,} env steps" in capsys.readouterr().out
+
+
+def test_ship_refers_to_a_moved_encoder_file_with_the_same_weights(tmp_path, capsys) -> None:
+    """--encoder: the shipped copy names another file holding the same encoder (a candidate's encoder moved
+    into checkpoints/); a file with other weights is refused, and --encoder alone says what to add."""
+    moved = tmp_path / "encoders" / "moved.pt"
+    moved.parent.mkdir()
+    shutil.copy("checkpoints/house_encoder.pt", moved)
+    dst = tmp_path / "ship" / "shipped.pt"
+    assert ship_checkpoint.main(["checkpoints/house_relic.pt", str(dst), "--share-encoder", "--encoder", str(moved)]) == 0
+    shipped = torch.load(dst, map_location="cpu", weights_only=False)
+    assert shipped["shared_encoder"]["file"] == "../encoders/moved.pt"
+    a, _ = load_checkpoint("checkpoints/house_relic.pt")
+    b, _ = load_checkpoint(str(dst))
+    assert b.args.pretrained_encoder == str(moved)
+    assert all(torch.equal(a.state_dict()[k], v) for k, v in b.state_dict().items())
+    other = tmp_path / "other.pt"
+    torch.save({k: v + 1 for k, v in torch.load(moved, weights_only=True).items()}, other)
+    for argv in (["--share-encoder", "--encoder", str(other)], ["--encoder", str(moved)]):
+        with pytest.raises(SystemExit):
+            ship_checkpoint.main(["checkpoints/house_relic.pt", str(tmp_path / "x.pt"), *argv])
+    err = capsys.readouterr().err
+    assert "differs from" in err and "give it with --share-encoder" in err
