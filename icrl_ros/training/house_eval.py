@@ -45,6 +45,10 @@ class TorchStepper:
         self.args = policy.args
         self.mem = None
 
+    def use_args(self, args) -> None:
+        """Act with ``args`` (the same weights; runtime options changed: the wiped ablation, house options)."""
+        self.policy.args = self.args = args
+
     def reset(self, batch: int, steps: int) -> None:
         self.mem = make_memory(self.policy, batch, steps)
         self.control = ControlStep.live(self.policy, self.mem)
@@ -76,6 +80,11 @@ class BundleStepper:
         self.backend, self.memory = backend, memory
         self.args = self.bundle.args
         self.runner = None
+
+    def use_args(self, args) -> None:
+        """Act with ``args`` (the same weights; runtime options changed: the wiped ablation, house options)."""
+        self.bundle = replace(self.bundle, args=args)
+        self.args = args
 
     def reset(self, batch: int, steps: int) -> None:
         from icrl_ros.runtime.runner import PolicyRunner, build_memory
@@ -258,21 +267,22 @@ def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = No
         opts = dict((blob["config"].get("env") or {}).get("options") or {})
         opts.setdefault("pose_frame", "episode")  # checkpoints from before pose frames were episode-framed
         desc = {"checkpoint": str(p), "backend": "torch (training code)", "env_steps_trained": blob.get("env_steps")}
+    changed = args
     if wipe:
         if args.kind == "relic":
-            args.iea = False
+            changed = replace(changed, iea=False)
         elif family_of(args).cached_step:
             st.wipe_each_episode = True
         else:
             raise ValueError(f"the memory-wiped ablation: not for {args.kind} (its memory is a retrieval index)")
         desc["memory_wiped_each_episode"] = True
-    if house:  # runtime options of the house section (read when the stepper builds its control step)
-        changed = replace(args.house, **house)
-        changed.validate(args)
-        args.sections["house"] = changed
+    if house:  # runtime options of the house section
+        changed = changed.replace_section("house", **house)
+        changed.house.validate(changed)
         desc["house_options"] = dict(house)
     if not stop_rule and args.house.stop_rule:
-        # read when the stepper builds its control step
-        args.sections["house"] = replace(args.house, stop_gate=0.0, stop_sure=0.0)
+        changed = changed.replace_section("house", stop_gate=0.0, stop_sure=0.0)
         desc["stop_rule_off"] = True
+    if changed is not args:  # the stepper builds its control step from these at every trial
+        st.use_args(changed)
     return st, opts, desc
