@@ -34,14 +34,16 @@ SIZE_FIELDS = ("capacity", "window", "max_sets", "max_chunks", "max_episodes")
 def build_memory(bundle: Bundle, name: str | None = None, budget_bytes: int | None = None, batch: int = 1,
                  device: str | torch.device = "cpu", **overrides) -> Memory:
     """The memory a runner of ``bundle`` uses: policy ``name`` (default: the manifest's),
-    sized by ``budget_bytes`` when given (else the manifest's sizes), sink token pinned, its K / V
+    sized by ``budget_bytes`` when given (else the manifest's budget, else its sizes), sink token pinned, its K / V
     stored as ``bundle.kv_dtype`` (:meth:`~icrl_ros.runtime.bundle.Bundle.with_kv_dtype`; the budget
-    counts the stored bytes)."""
+    counts the stored bytes). A budget is per trial, what one robot's memory may take: a batch of ``batch``
+    trials (an evaluation) gets ``batch`` times it, so each trial holds what the robot would."""
     mcfg = bundle.manifest.memory
     name = name or mcfg.policy
     cfg = mcfg.config(name)
     budget = budget_bytes if budget_bytes is not None else mcfg.budget_bytes
     if budget is not None:
+        budget = int(budget) * batch
         for key in SIZE_FIELDS:
             cfg.pop(key, None)
     cfg.update(overrides)

@@ -152,6 +152,10 @@ def test_add_kv_dtypes_to_an_existing_bundle_and_make_int8_the_default(tmp_path,
     same = PolicyRunner.from_bundle(add_kv_dtypes(plain, tmp_path / "budget", ["int8"], default="int8",
                                                   budget_bytes=fp32.nbytes)).memory
     assert same.nbytes <= fp32.nbytes and same.slots >= 3 * fp32.slots, (same.slots, fp32.slots)
+    from icrl_ros.runtime.runner import build_memory
+
+    batched = build_memory(load_bundle(tmp_path / "budget"), batch=3)  # the budget is per trial (one robot's)
+    assert batched.slots == same.slots and batched.nbytes <= 3 * fp32.nbytes
     with pytest.raises(ValueError, match="--budget-bytes: .* do not hold one step"):
         add_kv_dtypes(plain, tmp_path / "tiny", ["int8"], budget_bytes=10)
     assert not (tmp_path / "tiny").exists()
