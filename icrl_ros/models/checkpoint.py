@@ -60,6 +60,9 @@ def fill_shared_encoder(path: Path, blob: dict) -> dict:
     """The full state dict of a checkpoint saved with ``share_encoder``."""
     rec = blob["shared_encoder"]
     enc_path = path.parent / rec["file"]
+    named = Path(str(blob.get("model_args", {}).get("pretrained_encoder") or ""))
+    if not enc_path.is_file() and named.name and named.is_file():
+        enc_path = named  # a copy of the checkpoint moved elsewhere: the file its arguments name (SHA-256 checked)
     if not enc_path.is_file():
         raise FileNotFoundError(f"checkpoint {path}: its frozen image encoder {enc_path} is missing "
                                 "(it ships beside the checkpoint; restore it from the repo)")

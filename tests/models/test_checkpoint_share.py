@@ -38,6 +38,17 @@ def test_shared_encoder_round_trip_is_exact_and_smaller(house):
     assert all(torch.equal(v, want[k]) for k, v in back.state_dict().items())
 
 
+def test_a_copy_elsewhere_finds_the_encoder_its_arguments_name(house):
+    """A checkpoint copied away from its encoder (into a run folder, to resume a pipeline) loads the file its
+    model arguments name, by the same SHA-256."""
+    policy, blob, d = house
+    save_checkpoint(d / "shared.pt", policy, blob["config"], share_encoder=True)
+    (d / "run").mkdir()
+    shutil.copy(d / "shared.pt", d / "run" / "copy.pt")
+    back, _ = load_checkpoint(d / "run" / "copy.pt")
+    assert all(torch.equal(v, policy.state_dict()[k]) for k, v in back.state_dict().items())
+
+
 def test_shared_encoder_refuses_a_changed_or_missing_file(house):
     policy, blob, d = house
     save_checkpoint(d / "shared.pt", policy, blob["config"], share_encoder=True)
