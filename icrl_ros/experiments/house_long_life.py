@@ -158,7 +158,7 @@ def _plot(blocks: list[dict], path: Path, title: str) -> None:
         m = b.twinx()
         m.plot(x, [r["memory_steps"] for r in blocks], "s--", color="C3", label="steps held in memory")
         m.set_ylabel("steps in memory at block end")
-        m.set_ylim(bottom=0)
+        m.set_ylim(0, 1.2 * max(r["memory_steps"] for r in blocks))  # headroom: a full memory's line stays clear of the legends
         m.legend(loc="lower right")
     b.legend(loc="upper left")
     b.grid(alpha=0.3)
