@@ -51,7 +51,7 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
         from icrl_ros.sim.house import HouseEnv
 
         envs = [HouseEnv(**env_kwargs) for _ in seeds]
-        last: list = [None] * len(envs)  # per env: (observation, info) a held step repeats
+        last: list = [None] * len(envs)  # per env: (observation, info, episode just started) a held step repeats
         started = False
         conn.send(("ok", None))
         while True:
@@ -65,7 +65,7 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
                         opts["house_seed"] = int(house_seeds[k])
                     # The first trial seeds each env's own generator (reproducible streams).
                     o, info = envs[k].reset(seed=None if started else seeds[k], options=opts)
-                    last[k] = (o, _held_info(info, True))
+                    last[k] = (o, info, True)
                     obs.append(o)
                     teach.append((info.get("teacher_action", -1), info.get("teacher_goal_known", False)))
                 started = True
@@ -77,10 +77,11 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
                 obs, rew, done, infos = [], [], [], []
                 for k, (env, a) in enumerate(zip(envs, arg)):
                     if a == HOLD:  # a paused env: not stepped, its last observation again
-                        obs.append(last[k][0])
+                        o, info, started_now = last[k]
+                        obs.append(o)
                         rew.append(0.0)
                         done.append(False)
-                        infos.append(dict(last[k][1], held=True))
+                        infos.append(dict(_held_info(info, started_now), held=True))
                         continue
                     o, r, term, trunc, info = env.step(int(a))
                     info["terminated"], info["truncated"] = term, trunc
@@ -93,7 +94,7 @@ def _worker(conn, env_kwargs: dict, seeds: list[int], single_thread_gl: bool) ->
                     rew.append(r)
                     done.append(term or trunc)
                     infos.append(info)
-                    last[k] = (o, _held_info(info, term or trunc))
+                    last[k] = (o, info, term or trunc)
                 conn.send(("ok", (_stack(obs), np.array(rew, np.float32), np.array(done), infos)))
             elif cmd == "waypoints":  # one (forward, left) or None per env of this worker
                 conn.send(("ok", [-1 if p is None else env.waypoint_action(*p) for env, p in zip(envs, arg)]))
