@@ -59,7 +59,7 @@ Pose = tuple[float, float, float]
 COUNTERS = (
     "actions", "images_received", "images_converted", "bad_image_encoding", "bad_image_size",
     "bad_image_step", "bad_image_data", "back_dated_images", "time_jumps", "bad_odometry", "unknown_goal",
-    "goal_before_image", "image_without_goal", "dropped_stale", "watchdog_trips", "runner_errors",
+    "goal_before_image", "image_without_goal", "image_after_episode_end", "dropped_stale", "watchdog_trips", "runner_errors",
     "bundle_errors", "config_errors", "memory_resets", "memory_saves", "memory_loads", "memory_errors",
     "executor_timeouts", "bad_events", "bad_scan", "bad_pose", "back_dated_poses", "stale_pose",
 )
@@ -224,6 +224,7 @@ class AgentLoop:
         self._origin: Pose | None = None  # odometry pose the policy's frame starts at
         self.pose_frame = "episode"  # the bundle's training frame
         self._stopped = False  # the policy chose stop; wait for a new goal
+        self._ended = False  # the bridge ended the running episode: frames wait for the next goal
         self._seen_image = False
         self._odom: tuple[Pose, float] | None = None  # (pose, stamp)
         self._scan: tuple[np.ndarray, float] | None = None  # (free headings, stamp): a bundle that reads a scan
@@ -347,10 +348,23 @@ class AgentLoop:
             self._bridge_trial = (run, trial)
             self.reset_memory(f"{clip(kind)} event from a new bridge run {clip(run)} (trial {clip(trial)})")
         elif kind == "episode_end":
-            self._tell_return(event)
+            current = self._about_current(event)
+            self._tell_return(event, current)
             self.close_episode()  # the bridge ended it: its figures are final now
+            with self.lock:
+                if current and self._pending_goal is None:
+                    # a frame before the next goal belongs to the next episode: acting on it under the
+                    # old goal would append it to the ended one (RA-DT: store it as an episode of its own)
+                    self._ended = True
 
-    def _tell_return(self, event: dict[str, Any]) -> None:
+    def _about_current(self, event: dict[str, Any]) -> bool:
+        """Whether an ``episode_end`` event ends the episode the runner is in: its step count is the
+        runner's (the usual order, event before the next goal), not the one before it. Ambiguous only when
+        the next episode has as many steps as the ended one had when the event comes."""
+        info = self.last_info
+        return "step" in info and int(info.get("step", -1)) + 1 == int(event.get("steps", -1))
+
+    def _tell_return(self, event: dict[str, Any], current: bool) -> None:
         """Hand the bridge's episode return to a runner that ranks memories by it (RA-DT: a robot
         gets no reward, so the stored episode's utility comes from here). The event names the
         bridge's episode, not the runner's: it is the episode of the last action when the step
@@ -359,9 +373,8 @@ class AgentLoop:
         info = self.last_info
         if end is None or "episode" not in info or not isinstance(event.get("return"), (int, float)):
             return
-        same = int(info.get("step", -1)) + 1 == int(event.get("steps", -1))
         try:
-            end(float(event["return"]), episode=int(info["episode"]) - (0 if same else 1))
+            end(float(event["return"]), episode=int(info["episode"]) - (0 if current else 1))
         except Exception as e:  # noqa: BLE001 - the agent must outlive a runner error
             self.count("runner_errors", f"runner.end_episode failed: {type(e).__name__}: {e}", "error")
 
@@ -379,7 +392,11 @@ class AgentLoop:
         if not self._seen_image:
             self.count("goal_before_image", f"goal {goal!r} arrived before any image; it starts with the first one",
                        "info")
-        self._pending_goal = goal  # takes effect at the next image: the episode-start pose is its odometry
+        with self.lock:
+            self._pending_goal = goal  # takes effect at the next image: the episode-start pose is its odometry
+            waiting = self._ended and self._pending is not None
+        if waiting:
+            self._request_act()  # the next episode's first frame came before its goal
 
     def odometry(self, pose: Pose, stamp: float) -> None:
         """An odometry pose (control group: cheap, never waits for the policy)."""
@@ -527,7 +544,10 @@ class AgentLoop:
         """Act on the held frame if everything it needs is there: begin a pending episode, convert,
         ``runner.act``, publish the action and (twist mode) start the step."""
         with self.lock:
-            taken = self._take_pending()
+            held = self._ended and self._pending_goal is None  # the frame stays until the next goal
+            taken = None if held else self._take_pending()
+        if held:
+            self.count("image_after_episode_end", "the episode ended: this frame waits for the next goal", "info")
         if taken is None:
             return
         frame, stamp, t_in, odom_pose, pose = taken  # pose: the policy's (odometry, or localised)
@@ -540,6 +560,7 @@ class AgentLoop:
                 self._pending_goal = None
                 return
             self.goal, self._pending_goal = self._pending_goal, None
+            self._ended = False
             if self.pose_frame != "house" or self._origin is None:
                 # episode frame: odometry from each episode's start pose; house frame: from the
                 # trial's first start pose, kept until the memory is reset (a new house)
@@ -682,6 +703,7 @@ class AgentLoop:
         self.goal = None
         self._origin = None
         self._stopped = False
+        self._ended = False
         with self.lock:
             self.gate.reset()  # a new trial: the frame in front of the robot is its first observation
             self.last_info = self.runner_info()

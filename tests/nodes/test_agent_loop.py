@@ -106,6 +106,28 @@ def test_goal_starts_an_episode_at_the_next_frame_with_its_odometry_as_origin() 
     assert loop.last_episode["last_episode_steps"] == 2 and loop.episodes_done == 1 and host.statuses == 1
 
 
+def test_a_frame_after_the_bridge_ended_the_episode_waits_for_the_next_goal() -> None:
+    loop, host, clock, runner = make_loop()
+    loop.goal_message("chair")
+    step(loop, clock, 1.0)
+    step(loop, clock, 2.0)
+    loop.event(json.dumps({"event": "episode_end", "episode": 0, "steps": 2, "return": 1.0}))
+    # the next episode's first frame comes before its goal: it must not join the ended episode
+    step(loop, clock, 3.0, image=frame(9))
+    assert len(host.actions) == 2 and loop.counters["image_after_episode_end"] == 1
+    loop.goal_message("sofa")  # the held frame acts at once, in the new episode
+    assert len(host.actions) == 3 and runner.calls[-2:] == [("begin_episode", "sofa"), ("act", 1, 0)]
+    assert runner.memory[-1][:4] == [1, 0, loop.goal_names.index("sofa"), 9.0]
+    step(loop, clock, 3.5)
+    # an episode_end that arrives after the next goal already began an episode does not hold it
+    loop.goal_message("chair")
+    step(loop, clock, 4.0)
+    loop.event(json.dumps({"event": "episode_end", "episode": 1, "steps": 2, "return": 0.0}))
+    step(loop, clock, 5.0)
+    assert len(host.actions) == 6 and runner.calls[-1] == ("act", 2, 1)
+    assert loop.counters["image_after_episode_end"] == 1
+
+
 def test_house_frame_keeps_the_trials_first_origin_until_the_memory_is_reset() -> None:
     loop, host, clock, runner = make_loop()
     loop.pose_frame = "house"
