@@ -232,6 +232,15 @@ def evaluate(ckpt: str, split: str, trials: int, steps: int | None, window: int 
         "env_steps_trained": blob.get("env_steps")})
 
 
+def default_label(path: str) -> str:
+    """A checkpoint's or bundle's name in tables and plots: the run folder of ``RUN/checkpoints/X.pt``, a
+    bundle folder's own name (its parent's when it is just ``bundle``), else the file's stem."""
+    p = Path(path)
+    if p.is_dir() or not p.suffix:
+        return p.parent.name if p.name == "bundle" and p.parent.name else p.name
+    return p.parent.parent.name if p.parent.name == "checkpoints" and p.parent.parent.name else p.stem
+
+
 def print_table(results: list[dict], labels: list[str], max_rows: int = 40) -> None:
     print(f"{'episode':>7} " + " ".join(f"{lab:>23}" for lab in labels))
     n = max(len(r["episodes"]) for r in results)
@@ -417,7 +426,7 @@ def main(argv=None) -> int:
         if len(set(labels)) != len(labels):
             fail(f"--merge: labels repeat across files {labels}; re-run evaluate.py with distinct --label values")
         return write_results(results, labels, Path(args.out))
-    labels = args.label or [Path(c).parent.parent.name or Path(c).stem for c in args.checkpoints]
+    labels = args.label or [default_label(c) for c in args.checkpoints]
     if len(labels) != len(args.checkpoints):
         fail(f"--label given {len(labels)} times for {len(args.checkpoints)} checkpoints; give one per checkpoint")
     if args.trials <= 0:

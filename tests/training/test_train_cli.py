@@ -230,3 +230,14 @@ def test_a_wrong_file_is_refused_in_one_line(tmp_path, capsys):
     assert "--verify-steps must be" in refused(export_main, ["checkpoints/darkroom_relic.pt", "--out",
                                                              str(tmp_path / "z"), "--verify", "--verify-steps", "-5"],
                                                capsys)
+
+
+def test_default_labels_name_the_run_or_bundle_not_a_folder_above_it(tmp_path):
+    from icrl_ros.training.evaluate import default_label
+
+    (tmp_path / "runs" / "pipelines" / "house_x" / "bundle").mkdir(parents=True)
+    (tmp_path / "bundles" / "house_y").mkdir(parents=True)
+    assert default_label(str(tmp_path / "runs" / "pipelines" / "house_x" / "bundle")) == "house_x"
+    assert default_label(str(tmp_path / "bundles" / "house_y")) == "house_y"
+    assert default_label("runs/darkroom/checkpoints/final.pt") == "darkroom"
+    assert default_label("checkpoints/house_relic_scan.pt") == "house_relic_scan"
