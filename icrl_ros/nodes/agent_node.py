@@ -252,7 +252,8 @@ class AgentNode(LifecycleNode):
             runner = self._runner_factory(
                 bundle, backend=p.backend, device=p.device, memory=p.memory or None,
                 memory_budget_bytes=p.memory_budget_bytes or None,
-                **({"kv_dtype": p.kv_dtype} if p.kv_dtype else {}))  # a fake runner may not take it
+                **({"kv_dtype": p.kv_dtype} if p.kv_dtype else {}),  # a fake runner may not take them
+                **({"threads": p.threads} if p.threads else {}))
             manifest = runner.manifest
             setup = RunnerSetup.of(runner)
             h, w = setup.image_size

@@ -147,6 +147,10 @@ class AgentParams(ParamsBase):
     )
     backend: str = _conf("onnxruntime", "Inference engine.", choices=BACKENDS)
     device: str = _conf("cpu", "Inference device (cuda needs a GPU build of the backend).", choices=DEVICES)
+    threads: int = _conf(
+        0, "CPU threads of the inference engine (ONNX Runtime's intra-op threads, torch's); 0 = OMP_NUM_THREADS "
+        "where set, else the engine's default (a spinning thread per core: on a computer that runs other nodes, "
+        "1-2). Not used on a GPU.", min=0)
     memory: str = _conf("", "Memory policy; empty = the bundle's default.", choices=MEMORY_POLICIES)
     memory_budget_bytes: int = _conf(0, "Memory byte budget; 0 = the bundle's default.", min=0)
     kv_dtype: str = _conf(

@@ -102,24 +102,26 @@ class PolicyRunner(RunnerBase):
     def from_bundle(cls, path: str | Path, backend: str = "onnxruntime", device: str = "cpu",
                     memory: str | None = None, memory_budget_bytes: int | None = None,
                     selection: str | None = None, temperature: float | None = None,
-                    kv_dtype: str | None = None) -> RunnerBase:
+                    kv_dtype: str | None = None, threads: int | None = None) -> RunnerBase:
         """Load and validate a bundle, build its memory (``memory`` policy: "full" | "window" |
         "memo" | "hcam" | "retrieval"; default the manifest's) within ``memory_budget_bytes``,
         and an engine. Actions: ``selection`` "sample" | "greedy" at ``temperature``, default the
         manifest's (:meth:`~icrl_ros.runtime.runner_base.RunnerBase.configure_actions`). ``kv_dtype``:
         how the memory stores keys / values ("fp32" | "fp16" | "int8"; default the manifest's
-        ``memory.kv_dtype``), if the bundle has a core for it. A family with its own runner
+        ``memory.kv_dtype``), if the bundle has a core for it. ``threads``: the engine's CPU threads (ONNX
+        Runtime's intra-op threads, torch's); None = ``OMP_NUM_THREADS`` where set, else the engine's default (a
+        thread per core; a robot computer that runs other nodes wants fewer). A family with its own runner
         (``Family.runner``: RA-DT's :class:`~icrl_ros.families.radt.runner.RADTRunner`, the same public
         API) gets that."""
         check_backend(backend, device)
         bundle = load_bundle(path).with_kv_dtype(kv_dtype)
         own = family_of(bundle).runner_class()
         if own is not None:
-            runner = own.for_bundle(bundle, backend, device, memory, memory_budget_bytes)
+            runner = own.for_bundle(bundle, backend, device, memory, memory_budget_bytes, threads=threads)
         else:
             mem = build_memory(bundle, memory, memory_budget_bytes, batch=1, device=device)
             opts = {"profile": (1, mem.slots)} if backend == "tensorrt" else {}
-            runner = cls(bundle, make_engine(bundle, backend, device, **opts), mem)
+            runner = cls(bundle, make_engine(bundle, backend, device, threads=threads, **opts), mem)
         runner.configure_actions(selection, temperature)
         return runner
 

@@ -130,7 +130,8 @@ class TensorRTEngine(Engine):
         return importlib.util.find_spec("tensorrt") is not None and torch.cuda.is_available()
 
     def __init__(self, bundle: Bundle, device: str = "cuda", profile: tuple[int, int] = (1, 8192),
-                 fp16: bool | None = None, cache_dir: str | None = None) -> None:
+                 fp16: bool | None = None, cache_dir: str | None = None, threads: int | None = None) -> None:
+        """``threads`` (the CPU engines' thread count) is accepted and unused: the graphs run on the GPU."""
         super().__init__(bundle, device)
         if self.device.type != "cuda" or not torch.cuda.is_available():
             raise ValueError("device: the tensorrt backend needs device='cuda' and a visible GPU")

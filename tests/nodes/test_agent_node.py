@@ -154,8 +154,11 @@ def test_lifecycle_transitions_and_missing_bundle(ros_context, tmp_path) -> None
         assert runner.engine is None and agent.runner is None  # runner.close() released the engine
         assert state_id(ex, get_client) == State.PRIMARY_STATE_UNCONFIGURED
 
-        assert change(ex, change_client, Transition.TRANSITION_CONFIGURE)
+        agent.set_parameters([Parameter("threads", value=2)])  # the engine's CPU threads (0: OMP_NUM_THREADS)
+        assert change(ex, change_client, Transition.TRANSITION_CONFIGURE, timeout=60.0)
         assert agent.runner is not runner
+        session = next(iter(agent.runner.engine.sessions.values()))
+        assert session.get_session_options().intra_op_num_threads == 2
         assert change(ex, change_client, Transition.TRANSITION_INACTIVE_SHUTDOWN)
         assert state_id(ex, get_client) == State.PRIMARY_STATE_FINALIZED
         assert agent.runner is None

@@ -190,6 +190,8 @@ def test_onnxruntime_threads_follow_omp_num_threads_unless_given(bundles, monkey
     assert intra() == 2
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert intra() == 0  # ORT's own choice
+    runner = PolicyRunner.from_bundle(bundles["relic"], threads=2)  # what the agent node's `threads` sets
+    assert next(iter(runner.engine.sessions.values())).get_session_options().intra_op_num_threads == 2
 
 
 def test_runner_api_episodes_keep_memory_and_trials_clear_it(bundles):

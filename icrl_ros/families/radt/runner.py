@@ -73,12 +73,12 @@ class RADTRunner(RunnerBase):
 
     @classmethod
     def for_bundle(cls, bundle: Bundle, backend: str = "onnxruntime", device: str = "cpu", memory: str | None = None,
-                   memory_budget_bytes: int | None = None) -> RADTRunner:
+                   memory_budget_bytes: int | None = None, threads: int | None = None) -> RADTRunner:
         from icrl_ros.runtime.runner import build_memory
 
         mem = build_memory(bundle, memory, memory_budget_bytes)
         opts = {"profile": (1, 1)} if backend == "tensorrt" else {}  # static graph: only the batch axis
-        return cls(bundle, make_engine(bundle, backend, device, **opts), mem)
+        return cls(bundle, make_engine(bundle, backend, device, threads=threads, **opts), mem)
 
     # -- trials and episodes ---------------------------------------------------------------
     def reset_trial(self) -> None:
