@@ -384,7 +384,7 @@ class AgentLoop:
         if goal not in self.goal_names:
             self.count("unknown_goal", f"goal {clip(goal)} is not one of {self.goal_names}; ignored")
             return
-        if goal == self._resumed_goal:
+        if goal == self._resumed_goal and not self._ended:
             # a restarted node receives the latched goal of the episode it just restored
             self._resumed_goal = None
             self.io.log("info", f"goal {goal!r} continues the restored episode")
@@ -765,7 +765,7 @@ class AgentLoop:
     def _write_sidecar(self, path: str) -> None:
         last = self.gate.last_acted
         state = {"goal": self.goal, "origin": list(self._origin) if self._origin else None,
-                 "stopped": self._stopped, "last_acted_stamp": last if math.isfinite(last) else None,
+                 "stopped": self._stopped, "ended": self._ended, "last_acted_stamp": last if math.isfinite(last) else None,
                  "bridge_trial": list(self._bridge_trial) if self._bridge_trial is not None else None}
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
         with os.fdopen(fd, "w") as f:
@@ -786,7 +786,10 @@ class AgentLoop:
             self.goal = goal
             self._origin = tuple(state["origin"]) if state.get("origin") else None
             self._stopped = bool(state.get("stopped", False))
-            if self._pending_goal == goal:
+            self._ended = bool(state.get("ended", False))
+            if self._ended:
+                pass  # saved after the bridge ended the episode: the next goal (whatever its name) starts one
+            elif self._pending_goal == goal:
                 self._pending_goal = None  # the latched goal of the episode we are continuing
             else:
                 self._resumed_goal = goal  # ... or it is still on its way

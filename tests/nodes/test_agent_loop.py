@@ -276,6 +276,16 @@ def test_saved_memory_and_episode_continue_in_a_new_loop(tmp_path) -> None:
     step(loop2, clock2, 4.0, pose=(1.5, 0.0, 0.0))
     assert runner2.memory[-1] == expected and host2.actions[-1] == host.actions[-1]
 
+    # saved after the bridge ended the episode: after a restart the (latched) goal starts the next one
+    loop2.event(json.dumps({"event": "episode_end", "episode": 0, "steps": 4, "return": 0.0}))
+    assert loop2.save_memory(path)[0]
+    loop3, host3, clock3, runner3 = make_loop()
+    assert loop3.load_memory(path)[0]
+    step(loop3, clock3, 5.0, image=frame(3))
+    assert host3.actions == [] and loop3.counters["image_after_episode_end"] == 1
+    loop3.goal_message("table")
+    assert runner3.calls[-2:] == [("begin_episode", "table"), ("act", 1, 0)] and len(host3.actions) == 1
+
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"version": 9}))
     assert loop2.load_memory(str(bad))[0] is False and loop2.counters["memory_errors"] == 1
