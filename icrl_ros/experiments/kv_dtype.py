@@ -1,7 +1,7 @@
 """Benchmark: the K/V storage dtypes of the full memory (fp32 / fp16 / int8) against each other.
 
     python experiments/kv_dtype.py speed --lengths 8192,32768,65536        # step time vs the read floor
-    python experiments/kv_dtype.py formulations --length 32768             # one layer's cache read, 5 ways
+    python experiments/kv_dtype.py formulations --length 32768             # one layer's cache read, 6 ways
     python experiments/kv_dtype.py parity-darkroom --bundle runs/kv/darkroom_fp32 --trials 20 --steps 1000
     python experiments/kv_dtype.py parity-house --bundle bundles/house_relic_scan --trials 4 --episodes 10
 
@@ -15,7 +15,9 @@ that reads the cache once), for that dtype and for the fp32 bytes of the same N.
 
 ``formulations``: one layer's read of an N-step cache (8 heads of 32) as standalone ONNX graphs
 under ONNX Runtime, one thread: fp32 MatMul; fp16 and int8 cast to float32 then MatMul (scales on
-the scores / weights); int8 dequantised first; int8 through ``MatMulInteger`` (the runtime's graph).
+the scores / weights); int8 dequantised first; int8 through ``MatMulInteger`` (the runtime's graph);
+and int8 with static per-channel scales through ONNX Runtime's ``GroupQueryAttention`` contrib op
+(an ONNX Runtime kernel that reads the 8-bit cache in place; not a standard ONNX op, so no TensorRT).
 
 ``parity-*``: recorded trials. The fp32 runner of ``--bundle`` acts in held-out tasks (Darkroom
 goals / houses); fp16 and int8 runners of the same bundle are stepped on exactly the same inputs
@@ -211,16 +213,18 @@ def formulations(n: int, repeats: int = 30) -> list[dict]:
         y = s.run(None, feed)[0]
         ref = y if ref is None else ref
         cache = [torch.from_numpy(np.ascontiguousarray(v)) for k, v in feed.items() if k != "q"]
-        sessions[name] = (s, feed, cache, float(np.abs(y - ref).max()))
+        sessions[name] = (lambda s=s, feed=feed: s.run(None, feed), cache, float(np.abs(y - ref).max()))
+    name, (run, cache, y) = "int8 GroupQueryAttention, per-channel scales (ORT contrib op)", gqa_int8_read(q, K, V)
+    sessions[name] = (run, cache, float(np.abs(y - ref).max()))
     ts = {name: [] for name in sessions}
     floors = {name: [] for name in sessions}
     for _ in range(repeats):  # interleaved rounds: load bursts hit every formulation alike
-        for name, (s, feed, cache, _) in sessions.items():
+        for name, (run, cache, _) in sessions.items():
             t0 = time.perf_counter()
-            s.run(None, feed)
+            run()
             ts[name].append((time.perf_counter() - t0) * 1e3)
             floors[name].append(read_floor_ms(cache, repeats=1))
-    for name, (_, _, cache, err) in sessions.items():
+    for name, (_, cache, err) in sessions.items():
         row = {"formulation": name, "min_ms": float(np.min(ts[name])), "p50_ms": float(np.median(ts[name])),
                "bytes": int(sum(c.nbytes for c in cache)), "floor_min_ms": float(np.min(floors[name])),
                "max_abs_diff_vs_fp32": err, "load": uptime()}
@@ -228,6 +232,60 @@ def formulations(n: int, repeats: int = 30) -> list[dict]:
         print(f"{name:48s} min {row['min_ms']:7.3f} p50 {row['p50_ms']:7.3f} ms  {row['bytes'] / 2**20:6.1f} MiB  "
               f"read floor min {row['floor_min_ms']:6.3f} ms  max|y - fp32| {err:.2e}  load {row['load']}", flush=True)
     return rows
+
+
+def gqa_int8_read(q: np.ndarray, K: np.ndarray, V: np.ndarray):
+    """The same read through ONNX Runtime's ``com.microsoft.GroupQueryAttention`` over an int8 cache with
+    static per-channel scales (``k_quant_type`` / ``v_quant_type`` ``PER_CHANNEL``; the scales here are
+    each channel's max |x| / 127 over the cache). The op writes the step's own key / value into the
+    cache at ``seqlens_k`` and attends [0, seqlens_k]: the buffer has one scratch slot past the N
+    steps, masked here by the additive bias so the result is the N-step read. Past and present are
+    bound to the same buffers (in place, no copy of the cache). Returns (run, cache tensors, y)."""
+    import onnxruntime as ort
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    _, H, n, hd = K.shape
+    vi = h.make_tensor_value_info
+    ks = (np.abs(K).max(2, keepdims=True) / 127).astype(np.float32)  # (1, H, 1, hd)
+    vs = (np.abs(V).max(2, keepdims=True) / 127).astype(np.float32)
+    codes = [np.zeros((1, H, n + 1, hd), np.int8) for _ in range(2)]
+    for c, x, sc in ((codes[0], K, ks), (codes[1], V, vs)):
+        c[:, :, :n] = np.clip(np.round(x / sc), -127, 127)
+    node = h.make_node("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "seqlens", "total", "", "", "", "bias", "",
+                                                "ks", "vs"], ["y", "pk_out", "pv_out"], domain="com.microsoft",
+                       num_heads=H, kv_num_heads=H, scale=1.0, k_quant_type="PER_CHANNEL",
+                       v_quant_type="PER_CHANNEL", kv_cache_bit_width=8)
+    ins = [vi(x, T.FLOAT, [1, 1, H * hd]) for x in "qkv"] + [vi(x, T.INT8, [1, H, n + 1, hd]) for x in ("pk", "pv")]
+    ins += [vi("seqlens", T.INT32, [1]), vi("total", T.INT32, []), vi("bias", T.FLOAT, [1, 1, 1, n + 1]),
+            vi("ks", T.FLOAT, [1, H, 1, hd]), vi("vs", T.FLOAT, [1, H, 1, hd])]
+    outs = [vi("y", T.FLOAT, None), vi("pk_out", T.INT8, None), vi("pv_out", T.INT8, None)]
+    m = h.make_model(h.make_graph([node], "read", ins, outs),
+                     opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 3
+    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    bias = np.zeros((1, 1, 1, n + 1), np.float32)
+    bias[..., n] = -1.0e4
+    qf = np.ascontiguousarray(q.transpose(0, 2, 1, 3).reshape(1, 1, H * hd))
+    feed = {"q": qf, "k": qf, "v": qf, "seqlens": np.array([n], np.int32), "total": np.array(n + 1, np.int32),
+            "bias": bias, "ks": ks, "vs": vs}
+    io = s.io_binding()
+    for key, val in feed.items():
+        io.bind_cpu_input(key, val)
+    for (i, o), c in zip((("pk", "pk_out"), ("pv", "pv_out")), codes):
+        buf = ort.OrtValue.ortvalue_from_numpy(c)
+        io.bind_ortvalue_input(i, buf)
+        io.bind_ortvalue_output(o, buf)
+    io.bind_output("y")  # bound last: get_outputs()[-1]
+
+    def run():
+        s.run_with_iobinding(io)
+
+    run()
+    y = io.get_outputs()[-1].numpy().reshape(1, 1, H, hd).transpose(0, 2, 1, 3)
+    return run, [torch.from_numpy(c) for c in codes], y
 
 
 # -- parity --------------------------------------------------------------------------------------
