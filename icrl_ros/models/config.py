@@ -88,6 +88,9 @@ class ModelArgs:
     feature_pooled: int = 0
     """``visual_encoder: features``: how many of those features the frozen encoder reads as the maximum of a
     per-cell head over its conv map (``training/house_encoder.py --pooled``; 0 for the shipped encoder)."""
+    feature_stem: str = "strided"
+    """``visual_encoder: features``: the frozen encoder's first layers (``training/house_encoder.py --stem``):
+    ``strided`` (the shipped encoder's) or ``patch`` (image_size / 32 pixel patches, for 96 / 128 px cameras)."""
     odom_fourier: int = 0
     """Fourier scales (1, 2, 4, ... m) of odometry x and y added to the odometry input (0: none)."""
     use_reward: bool = True
@@ -149,6 +152,9 @@ class ModelArgs:
         if not 0 <= self.feature_pooled < self.feature_dim:
             raise ValueError(f"model.feature_pooled: must be in [0, feature_dim={self.feature_dim}), "
                              f"got {self.feature_pooled}")
+        check_choice("model.feature_stem", self.feature_stem, ("strided", "patch"))
+        if self.feature_stem == "patch" and self.image_size % 32:
+            raise ValueError(f"model.feature_stem: patch needs model.image_size a multiple of 32, got {self.image_size}")
         check_positive("model.odom_fourier", self.odom_fourier, allow_zero=True)
         if self.last_obs and self.obs_type != "discrete":
             raise ValueError("model.last_obs: only for discrete (grid-world) observations")

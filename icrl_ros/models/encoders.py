@@ -68,6 +68,23 @@ def feature_trunk_channels(image_size: int) -> tuple[int, ...]:
     return (32,) * (1 + extra) + (64, 64) if extra else (32, 64, 64)
 
 
+FEATURE_STEMS = ("strided", "patch")
+PATCH_MAP = 32  # the patch stem's map side: the strided stem's at 64 px
+PATCH_CHANNELS = 48
+
+
+def patch_stem(image_size: int) -> nn.Sequential:
+    """RGB -> non-overlapping (image_size / 32)-pixel patches, each embedded by one conv, then the
+    strided stem's two 3x3 stride-2 convs: an 8x8 map of 64 channels at any size that is a multiple
+    of 32. Its cost does not grow with the resolution past the first layer, which sees every pixel."""
+    if image_size % PATCH_MAP:
+        raise ValueError(f"patch stem: the image size must be a multiple of {PATCH_MAP}, got {image_size}")
+    p = image_size // PATCH_MAP
+    return nn.Sequential(nn.Conv2d(3, PATCH_CHANNELS, p, stride=p), nn.GELU(),
+                         nn.Conv2d(PATCH_CHANNELS, 64, 3, stride=2, padding=1), nn.GELU(),
+                         nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.GELU())
+
+
 class FeatureEncoder(nn.Module):
     """uint8 (B, H, W, 3) -> (B, F) features: strided convs to a map of 64 channels (H/8 x W/8
     up to 64 px, 8x8 above; small objects keep a cell of their own), a hidden layer, then F
@@ -75,15 +92,24 @@ class FeatureEncoder(nn.Module):
 
     ``pooled`` > 0 gives the last ``pooled`` features a path of their own: a per-cell 1x1 conv
     head whose maximum over the map is the feature, so evidence of an object counts wherever in
-    the view it is (a linear layer on the flattened map must learn it once per cell)."""
+    the view it is (a linear layer on the flattened map must learn it once per cell).
 
-    def __init__(self, d_feat: int, image_size: int, d_hidden: int = 256, pooled: int = 0) -> None:
+    ``stem``: ``strided`` (5x5 then 3x3 stride-2 convs, one more per doubling past 64 px) or
+    ``patch`` (:func:`patch_stem`: a higher resolution at the 64 px trunk's cost)."""
+
+    def __init__(self, d_feat: int, image_size: int, d_hidden: int = 256, pooled: int = 0,
+                 stem: str = "strided") -> None:
         super().__init__()
         if not 0 <= pooled < d_feat:
             raise ValueError(f"pooled features: expected 0 <= pooled < d_feat ({d_feat}), got {pooled}")
-        channels = feature_trunk_channels(image_size)
-        self.net = strided_convs(channels)
-        self.out = nn.Sequential(nn.Linear(64 * conv_side(image_size, len(channels)) ** 2, d_hidden), nn.GELU(),
+        if stem not in FEATURE_STEMS:
+            raise ValueError(f"stem: {stem!r} is not one of {list(FEATURE_STEMS)}")
+        if stem == "patch":
+            self.net, side = patch_stem(image_size), PATCH_MAP // 4
+        else:
+            channels = feature_trunk_channels(image_size)
+            self.net, side = strided_convs(channels), conv_side(image_size, len(channels))
+        self.out = nn.Sequential(nn.Linear(64 * side ** 2, d_hidden), nn.GELU(),
                                  nn.Linear(d_hidden, d_feat - pooled), nn.GELU())
         self.cells = (nn.Sequential(nn.Conv2d(64, 64, 1), nn.GELU(), nn.Conv2d(64, pooled, 1)) if pooled
                       else None)
@@ -102,7 +128,15 @@ def feature_encoder_for(state: dict, image_size: int) -> FeatureEncoder:
     state dict): its feature size and pooled path are read from the tensors' shapes."""
     pooled = state["cells.2.weight"].shape[0] if "cells.2.weight" in state else 0
     d_feat = state["out.2.weight"].shape[0] + pooled
-    return FeatureEncoder(d_feat, image_size, d_hidden=state["out.0.weight"].shape[0], pooled=pooled)
+    return FeatureEncoder(d_feat, image_size, d_hidden=state["out.0.weight"].shape[0], pooled=pooled,
+                          stem=stem_of(state))
+
+
+def stem_of(state: dict) -> str:
+    """Which stem an encoder file's weights are for: the patch stem's first conv is square with as many
+    outputs as :data:`PATCH_CHANNELS` and no 5x5 kernel."""
+    w = state["net.0.weight"]
+    return "patch" if w.shape[0] == PATCH_CHANNELS and w.shape[-1] != 5 else "strided"
 
 
 BEARING_BINS = 5  # left to right across the view
@@ -258,7 +292,8 @@ class StepEncoder(nn.Module):
                 raise ValueError(f"model.house.{flag}: needs an image env and model.visual_encoder: features")
         if a.obs_type == "image":
             if a.visual_encoder == "features":
-                self.image = FeatureEncoder(a.feature_dim, a.image_size, pooled=a.feature_pooled)
+                self.image = FeatureEncoder(a.feature_dim, a.image_size, pooled=a.feature_pooled,
+                                            stem=a.feature_stem)
                 self.image.requires_grad_(False)  # frozen: pretrained on simulator labels
                 self.image_proj = nn.Linear(a.feature_dim, a.d_model)
                 if self.readout:

@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from icrl_ros.models.encoders import BEARING_BINS, DIST_BINS, FREE_BANDS, FeatureEncoder, FeatureHeads
+from icrl_ros.models.encoders import (BEARING_BINS, DIST_BINS, FEATURE_STEMS, FREE_BANDS, PATCH_MAP, FeatureEncoder,
+                                      FeatureHeads)
 from icrl_ros.sim.house_layout import CATEGORIES
 
 N_CAT = len(CATEGORIES)
@@ -241,6 +241,10 @@ def main(argv=None) -> int:
                    help="features read as the maximum of a per-cell head over the conv map (0: none)")
     p.add_argument("--image-size", type=int, default=64,
                    help="camera resolution the frames are rendered at (a policy on this encoder sets model.image_size)")
+    p.add_argument("--stem", choices=FEATURE_STEMS, default="strided",
+                   help="the trunk's first layers: strided convs (one more per doubling past 64 px) or patch "
+                        "(image-size / 32 pixel patches: a 96 / 128 px camera at the 64 px trunk's cost; a policy on "
+                        "it sets model.feature_stem: patch)")
     p.add_argument("--jitter", type=float, default=0.0,
                    help="photometric augmentation: per-image brightness and per-channel gains drawn in [1 - j, 1 + j]")
     p.add_argument("--workers", type=int, default=2)
@@ -273,7 +277,10 @@ def main(argv=None) -> int:
     size = train["rgb"].shape[1]
     if size != args.image_size:
         raise SystemExit(f"--image-size {args.image_size} but the frames in {args.data} are {size} px: pass --image-size {size}")
-    enc, probe = FeatureEncoder(args.feature_dim, size, pooled=args.pooled), Probe(args.feature_dim)
+    if args.stem == "patch" and size % PATCH_MAP:
+        raise SystemExit(f"--stem patch: the image size must be a multiple of {PATCH_MAP}, got {size}")
+    enc = FeatureEncoder(args.feature_dim, size, pooled=args.pooled, stem=args.stem)
+    probe = Probe(args.feature_dim)
     if args.init:
         load_state(enc, probe, torch.load(Path(args.init) / "encoder.pt", weights_only=True))
         report["init"] = str(args.init)

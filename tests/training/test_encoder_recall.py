@@ -132,3 +132,67 @@ def test_encoder_training_saves_each_epoch_and_continues_from_it(tmp_path, capsy
     with pytest.raises(SystemExit) as e:
         main(["--data", str(out / "frames.npz"), "--init", str(tmp_path / "nowhere"), "--out", str(more), *common])
     assert e.value.code == 2 and "--init" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("size,patch", [(64, 2), (96, 3), (128, 4)])
+def test_patch_stem_sees_every_pixel_once_and_keeps_the_8x8_map(size, patch):
+    """The patch stem's first conv tiles the image with non-overlapping patches (kernel = stride = size / 32),
+    so a change in one pixel moves exactly one cell of its 32x32 map, and the trunk still ends in 8x8 cells."""
+    enc = FeatureEncoder(16, size, pooled=4, stem="patch").eval()
+    first = enc.net[0]
+    assert first.kernel_size == (patch, patch) and first.stride == (patch, patch)
+    x = torch.zeros(1, size, size, 3, dtype=torch.uint8)
+    y = x.clone()
+    y[0, size - 1, 5] = 255  # one pixel in the bottom row
+    with torch.no_grad():
+        a, b = first(as_images(x)[0]), first(as_images(y)[0])
+        moved = (a - b).abs().sum(1)[0] > 0  # (32, 32)
+        assert moved.sum() == 1 and moved[31, 5 // patch]
+        assert enc.net(as_images(x)[0]).shape == (1, 64, 8, 8)
+        assert enc(x).shape == (1, 16)
+
+
+def test_patch_stem_rebuilds_from_its_file_and_a_policy_takes_it(tmp_path):
+    from icrl_ros.models.config import ModelArgs
+    from icrl_ros.models.encoders import stem_of
+
+    torch.manual_seed(0)
+    enc = FeatureEncoder(16, 128, pooled=4, stem="patch").eval()
+    assert stem_of(enc.state_dict()) == "patch" and stem_of(FeatureEncoder(16, 128).state_dict()) == "strided"
+    again = feature_encoder_for(enc.state_dict(), 128)
+    again.load_state_dict(enc.state_dict())  # strict: the same modules
+    rgb = torch.randint(0, 256, (2, 128, 128, 3), dtype=torch.uint8)
+    with torch.no_grad():
+        assert torch.equal(again.eval()(rgb), enc(rgb))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        FeatureEncoder(16, 80, stem="patch")
+    with pytest.raises(ValueError, match="stem"):
+        FeatureEncoder(16, 64, stem="conv")
+    with pytest.raises(ValueError, match="feature_stem"):
+        ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, feature_stem="patch", image_size=80)
+    with pytest.raises(ValueError, match="feature_stem"):
+        ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, feature_stem="vit")
+
+
+def test_a_policy_on_a_patch_stem_encoder_loads_it_and_exports(tmp_path):
+    from icrl_ros.models import build_policy
+    from icrl_ros.models.config import ModelArgs
+    from icrl_ros.runtime import load_bundle
+    from icrl_ros.runtime.selfcheck import check_sample
+    from icrl_ros.training.export import export_bundle
+
+    torch.manual_seed(0)
+    enc = FeatureEncoder(16, 64, pooled=4, stem="patch")
+    torch.save(enc.state_dict(), tmp_path / "enc.pt")
+    args = ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, d_model=32, n_layers=1, n_heads=4, d_mlp=64,
+                     obs_type="image", image_size=64, n_goals=3, sink="kv0", visual_encoder="features", feature_dim=16,
+                     feature_pooled=4, feature_stem="patch", pretrained_encoder=str(tmp_path / "enc.pt"),
+                     use_reward=False)
+    policy = build_policy(args, load_pretrained=True).eval()
+    rgb = torch.randint(0, 256, (2, 64, 64, 3), dtype=torch.uint8)
+    with torch.no_grad():
+        assert torch.equal(policy.encoder.image(rgb), enc.eval()(rgb))
+    bundle = export_bundle(policy, tmp_path / "b", env={"goal_names": ["a", "b", "c"],
+                                                         "action_names": ["stop", "forward", "left", "right"]})
+    assert check_sample(load_bundle(bundle))["ok"]
+    assert load_bundle(bundle).manifest.model.args["feature_stem"] == "patch"
