@@ -559,7 +559,7 @@ def evaluate_house(args, labels: list[str], pose_errors=None) -> int:
                                env_options=options, progress=lambda m, lab=lab: print(f"  {lab}: {m}",
                                                                                        file=sys.stderr, flush=True),
                                pose_errors=pose_errors)
-        raw[lab] = {k: res[k] for k in ("success", "spl", "steps", "house_seed")}
+        raw[lab] = {k: res[k] for k in ("success", "spl", "steps", "house_seed", "goal")}
         curves[lab] = house_curves.summarise(raw[lab])
         runs[lab] = {**desc, **acts[lab], "env_options": options,
                      **{k: res[k] for k in ("agent_steps", "wall_s", "steps_per_s")},

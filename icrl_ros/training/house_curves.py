@@ -144,7 +144,31 @@ def pool(runs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     seeds = [np.asarray(r["house_seed"]) for r in runs if "house_seed" in r]
     if len(seeds) == len(runs):
         out["house_seed"] = np.concatenate(seeds)
+    goals = [np.asarray(r["goal"])[:, :E] for r in runs if "goal" in r]
+    if len(goals) == len(runs):
+        out["goal"] = np.concatenate(goals)
     return out
+
+
+def by_goal(r: dict[str, np.ndarray], lo: int = 1, hi: int = 20) -> list[dict]:
+    """Success and SPL of the episodes ``lo``..``hi`` (1-based, inclusive) of a raw run, split by the episode's goal
+    category (``goal``, an index into the house's goal names; runs written before it was recorded have none):
+    per category the episodes n, success with its 95% Wilson interval, and the mean SPL."""
+    from icrl_ros.sim.house_layout import GOAL_NAMES
+    from icrl_ros.training.encoder_recall import wilson
+
+    if "goal" not in r:
+        raise ValueError("this run has no per-episode goals (evaluated before evaluate.py recorded them)")
+    g = np.asarray(r["goal"])[:, lo - 1:hi].reshape(-1)
+    succ = np.asarray(r["success"], np.float64)[:, lo - 1:hi].reshape(-1)
+    spl = np.asarray(r["spl"], np.float64)[:, lo - 1:hi].reshape(-1)
+    rows = []
+    for c in np.unique(g[g >= 0]):
+        m = g == c
+        k, n = int(succ[m].sum()), int(m.sum())
+        rows.append({"goal": GOAL_NAMES[c] if c < len(GOAL_NAMES) else str(c), "n": n, "success": k / n,
+                     "ci95": list(wilson(k, n)), "spl": float(spl[m].mean())})
+    return sorted(rows, key=lambda x: x["success"])
 
 
 def main(argv=None) -> int:
@@ -154,11 +178,14 @@ def main(argv=None) -> int:
 
     ``python training/house_curves.py pool A/curves.json[:label] B/curves.json[:label] ... --out DIR``:
     one policy's evaluations on different seeds pooled into one curve (table, rises with their CIs
-    over all trials, ``DIR/curves.json`` and ``DIR/icl_curve.png``)."""
+    over all trials, ``DIR/curves.json`` and ``DIR/icl_curve.png``).
+
+    ``python training/house_curves.py goals A/curves.json[:label] [--window 1 20]``: success and SPL over the
+    window's episodes by the episode's goal category (hardest first), with 95% Wilson intervals."""
     import argparse
 
     p = argparse.ArgumentParser(description=main.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=["gap", "pool"])
+    p.add_argument("command", choices=["gap", "pool", "goals"])
     p.add_argument("runs", nargs="+", metavar="curves.json[:label]")
     p.add_argument("--window", type=int, nargs=2, default=[10, 20], metavar=("LO", "HI"))
     p.add_argument("--out", help="pool: directory for the pooled curves.json and icl_curve.png")
@@ -178,6 +205,18 @@ def main(argv=None) -> int:
         return label, raw[label], doc.get("settings") or {}
 
     runs = [load(r) for r in args.runs]
+    if args.command == "goals":
+        for lab, r, _ in runs:
+            try:
+                rows = by_goal(r, *args.window)
+            except ValueError as e:
+                raise SystemExit(f"{lab}: {e}")
+            lo, hi = args.window
+            print(f"{lab}: episodes {lo}-{hi} by goal category (hardest first)")
+            for x in rows:
+                print(f"  {x['goal']:14s} n {x['n']:5d}  success {x['success']:.3f} [{x['ci95'][0]:.3f}, "
+                      f"{x['ci95'][1]:.3f}]  SPL {x['spl']:.3f}")
+        return 0
     if args.command == "gap":
         if len(runs) != 2:
             raise SystemExit(f"gap compares two runs of the same trials, got {len(runs)}")

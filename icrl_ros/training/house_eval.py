@@ -114,7 +114,8 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                      drive: str = "policy", teacher_episodes: int | None = None, progress=None,
                      pose_errors=None) -> dict:
     """``trials`` trials of ``episodes`` episodes each, ``batch`` trials at a time. Returns the
-    (trials, episodes) matrices ``success``, ``spl``, ``steps`` and run figures.
+    (trials, episodes) matrices ``success``, ``spl``, ``steps``, ``goal`` (each episode's goal category) and run
+    figures.
 
     ``teacher`` ("memory" | "wiped"): run the in-context teacher beside the policy (it only
     watches). ``observer(labels, first_trial, action, logits, done, info, done_eps)`` is called
@@ -157,6 +158,7 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     pose_err_m: list[float] = []
     taught_episodes = episodes if teacher_episodes is None else teacher_episodes  # drive="teacher": its episodes
     out = {k: np.zeros((trials, episodes)) for k in ("success", "spl", "steps")}
+    out["goal"] = np.full((trials, episodes), -1, np.int64)  # each episode's goal category (index into GOAL_NAMES)
     houses, total, t0 = [], 0, time.perf_counter()
     env = None
     try:
@@ -213,6 +215,7 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
                         out["success"][start + i, e] = float(info[i]["success"])
                         out["spl"][start + i, e] = float(info[i]["spl"])
                         out["steps"][start + i, e] = float(info[i]["episode_step"])
+                        out["goal"][start + i, e] = int(cur["goal"][i])  # the ended episode's (cur: its last step)
                     done_eps[i] += 1
                 cur = next_step_inputs(env, obs, action, reward, done, cur, "cpu", info)
             stats = stepper.memory_stats()

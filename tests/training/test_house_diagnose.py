@@ -190,7 +190,7 @@ def test_pool_joins_evaluations_on_different_seeds(tmp_path, capsys):
     def run(seed: int, success: list[list[int]]) -> str:
         s = np.array(success, dtype=float)
         raw = {"success": s.tolist(), "spl": (s / 2).tolist(), "steps": (200 - 100 * s).tolist(),
-               "house_seed": [seed * 10 + i for i in range(len(s))]}
+               "house_seed": [seed * 10 + i for i in range(len(s))], "goal": (s * 0 + seed % 19).astype(int).tolist()}
         path = tmp_path / f"s{seed}.json"
         path.write_text(json.dumps({"settings": {"seed": seed, "episodes": s.shape[1]}, "raw": {"p": raw}}))
         return str(path)
@@ -201,6 +201,7 @@ def test_pool_joins_evaluations_on_different_seeds(tmp_path, capsys):
     doc = json.loads((tmp_path / "pooled" / "curves.json").read_text())
     assert doc["settings"]["seed"] == [61, 71] and doc["settings"]["trials"] == 5
     assert len(doc["raw"]["relic"]["success"]) == 5 and len(doc["raw"]["relic"]["house_seed"]) == 5
+    assert [g[0] for g in doc["raw"]["relic"]["goal"]] == [61 % 19] * 2 + [71 % 19] * 3  # the goals kept in order
     both = np.array([[0, 1, 1, 1], [0, 0, 1, 1], [1, 1, 1, 1], [0, 1, 0, 1], [0, 0, 0, 0]], dtype=float)
     want = window_rise(both, 1, 3, 4)  # a 4-episode trial: its second half, as summarise reads it
     got = doc["curves"]["relic"]["success"]["rise"]

@@ -198,6 +198,50 @@ def test_object_estimates_of_the_shipped_encoder_land_on_the_objects():
     assert np.median(errors) < 1.0 and (errors < 1.5).mean() > 0.6, (np.median(errors), (errors < 1.5).mean())
 
 
+def test_house_trials_record_each_episodes_goal_and_the_report_splits_by_it(tmp_path, capsys):
+    """run_house_trials records the goal category the env asked for in each episode (what evaluate.py writes as
+    ``goal`` in curves.json), and ``house_curves.py goals`` reports success by it."""
+    import json
+
+    from icrl_ros.sim.house_layout import GOAL_NAMES
+    from icrl_ros.training.house_curves import main as curves_main
+    from icrl_ros.training.house_eval import run_house_trials, stepper_for
+
+    st, opts, _ = stepper_for("checkpoints/house_relic.pt")
+    asked: list[list[int]] = [[], []]
+
+    class Watch:  # the goal in the first observation of each episode, per trial (batch 1: a batch is a trial)
+        trial, new_episode = -1, True
+
+        def bind_env(self, env):  # called as each batch starts, before its reset
+            self.trial, self.new_episode = self.trial + 1, True
+
+        def __call__(self, labels, first, action, lg, done, info, done_eps):
+            self.new_episode = bool(done[0])
+
+        def see(self, obs):
+            if self.new_episode and len(asked[self.trial]) < 3:
+                asked[self.trial].append(int(obs["goal"][0]))
+            self.new_episode = False
+
+    r = run_house_trials(st, 2, 3, seed=3, batch=1, env_options={**opts, "max_episode_steps": 12}, observer=Watch())
+    assert r["goal"].tolist() == asked, (r["goal"], asked)
+    assert ((r["goal"] >= 0) & (r["goal"] < len(GOAL_NAMES))).all()
+    raw = {k: np.asarray(r[k]).tolist() for k in ("success", "spl", "steps", "house_seed", "goal")}
+    raw["success"] = [[1, 0, 1], [0, 0, 1]]
+    path = tmp_path / "curves.json"
+    path.write_text(json.dumps({"settings": {"seed": 3}, "raw": {"p": raw}}))
+    capsys.readouterr()
+    assert curves_main(["goals", str(path), "--window", "1", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "episodes 1-3 by goal category" in out
+    assert sum(int(line.split(" n ")[1].split()[0]) for line in out.splitlines()[1:]) == 6
+    del raw["goal"]
+    path.write_text(json.dumps({"settings": {"seed": 3}, "raw": {"p": raw}}))
+    with pytest.raises(SystemExit, match="no per-episode goals"):
+        curves_main(["goals", str(path)])
+
+
 def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path, capsys):
     """evaluate.py --wipe-memory: the same ReLIC weights attending only to the current episode. The
     first episode (nothing earlier to see) is identical to the full-memory run, draw for draw, in
