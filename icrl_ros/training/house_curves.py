@@ -167,8 +167,23 @@ def by_goal(r: dict[str, np.ndarray], lo: int = 1, hi: int = 20) -> list[dict]:
         m = g == c
         k, n = int(succ[m].sum()), int(m.sum())
         rows.append({"goal": GOAL_NAMES[c] if c < len(GOAL_NAMES) else str(c), "n": n, "success": k / n,
-                     "ci95": list(wilson(k, n)), "spl": float(spl[m].mean())})
+                     "ci95": [min(max(v, 0.0), 1.0) for v in wilson(k, n)], "spl": float(spl[m].mean())})
     return sorted(rows, key=lambda x: x["success"])
+
+
+def rebuilt_goals(policy: str, r: dict, settings: dict, batch: int | None = None) -> np.ndarray:
+    """The per-episode goals of an evaluation written before they were recorded (:func:`episode_goals`), with
+    ``batch`` where its settings do not say; the houses must match the run's."""
+    from icrl_ros.training.house_eval import episode_goals
+
+    if settings.get("seed") is None or (settings.get("batch") or batch) is None:
+        raise SystemExit("--goals-of: the run's settings lack its seed or batch (give the evaluation's --batch)")
+    trials, episodes = np.asarray(r["success"]).shape
+    g = episode_goals(policy, trials, episodes, int(settings["seed"]), int(settings.get("batch") or batch),
+                      settings.get("split") or "test")
+    if "house_seed" in r and not np.array_equal(np.asarray(r["house_seed"]), g["house_seed"]):
+        raise SystemExit("--goals-of: the replayed trials are in other houses than the run's (seed / batch / split differ)")
+    return g["goal"]
 
 
 def main(argv=None) -> int:
@@ -180,8 +195,11 @@ def main(argv=None) -> int:
     one policy's evaluations on different seeds pooled into one curve (table, rises with their CIs
     over all trials, ``DIR/curves.json`` and ``DIR/icl_curve.png``).
 
-    ``python training/house_curves.py goals A/curves.json[:label] [--window 1 20]``: success and SPL over the
-    window's episodes by the episode's goal category (hardest first), with 95% Wilson intervals."""
+    ``python training/house_curves.py goals A/curves.json[:label] [--window 1 20] [--goals-of POLICY]``: success and
+    SPL over the window's episodes by the episode's goal category (hardest first), with 95% Wilson intervals. A run
+    written before evaluations recorded goals gets them from ``--goals-of`` (the evaluated checkpoint or bundle; its
+    settings' seed, trials, episodes and batch, ``--batch`` where the run did not record it): the envs are replayed
+    with a policy that stops at once."""
     import argparse
 
     p = argparse.ArgumentParser(description=main.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,6 +208,9 @@ def main(argv=None) -> int:
     p.add_argument("--window", type=int, nargs=2, default=[10, 20], metavar=("LO", "HI"))
     p.add_argument("--out", help="pool: directory for the pooled curves.json and icl_curve.png")
     p.add_argument("--label", help="pool: the pooled run's label (default: the first run's)")
+    p.add_argument("--batch", type=int, help="goals --goals-of: the evaluation's --batch, for runs that did not record it")
+    p.add_argument("--goals-of", metavar="POLICY",
+                   help="goals: rebuild the episodes' goals of a run that has none (the checkpoint or bundle it evaluated)")
     args = p.parse_args(argv)
 
     def load(spec: str) -> tuple[str, dict, dict]:
@@ -206,7 +227,9 @@ def main(argv=None) -> int:
 
     runs = [load(r) for r in args.runs]
     if args.command == "goals":
-        for lab, r, _ in runs:
+        for lab, r, settings in runs:
+            if "goal" not in r and args.goals_of:
+                r = {**r, "goal": rebuilt_goals(args.goals_of, r, settings, args.batch)}
             try:
                 rows = by_goal(r, *args.window)
             except ValueError as e:

@@ -236,6 +236,37 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
             "steps_per_s": total / wall, **stats, **extra}
 
 
+class _Stopper:
+    """A stepper that stops at once: every episode ends on its first step (for :func:`episode_goals`)."""
+
+    wipe_each_episode = False
+
+    def __init__(self, args) -> None:
+        self.args = args
+
+    def reset(self, batch: int, steps: int) -> None:
+        pass
+
+    def logits(self, inp: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = torch.full((inp["goal"].shape[0], self.args.n_actions), -1.0e9)
+        out[:, STOP] = 0.0
+        return out
+
+    def memory_stats(self) -> dict:
+        return {}
+
+
+def episode_goals(path: str, trials: int, episodes: int, seed: int, batch: int, split: str = "test") -> dict:
+    """The goal category of each episode of the trials :func:`run_house_trials` runs for ``path``'s policy with
+    this seed and batch, without running the policy: an episode's goal and start come from the env's own
+    generator, not from the actions, so a policy that stops at once meets the same goals in the same houses.
+    Returns ``goal`` (trials, episodes) and ``house_seed``; for evaluations written before ``goal`` was recorded."""
+    st, opts, _ = stepper_for(path)
+    r = run_house_trials(_Stopper(st.args), trials, episodes, seed=seed, split=split, batch=batch, env_options=opts,
+                         greedy=True)
+    return {"goal": r["goal"], "house_seed": r["house_seed"]}
+
+
 def check_wipe_batch(stepper, batch: int) -> None:
     """A stepper that clears its memory at every episode start (the no-memory ablation of Memo /
     HCAM, ``stepper_for(wipe=True)``) runs one trial at a time: raises ValueError otherwise."""

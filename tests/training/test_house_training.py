@@ -205,7 +205,7 @@ def test_house_trials_record_each_episodes_goal_and_the_report_splits_by_it(tmp_
 
     from icrl_ros.sim.house_layout import GOAL_NAMES
     from icrl_ros.training.house_curves import main as curves_main
-    from icrl_ros.training.house_eval import run_house_trials, stepper_for
+    from icrl_ros.training.house_eval import episode_goals, run_house_trials, stepper_for
 
     st, opts, _ = stepper_for("checkpoints/house_relic.pt")
     asked: list[list[int]] = [[], []]
@@ -227,6 +227,8 @@ def test_house_trials_record_each_episodes_goal_and_the_report_splits_by_it(tmp_
     r = run_house_trials(st, 2, 3, seed=3, batch=1, env_options={**opts, "max_episode_steps": 12}, observer=Watch())
     assert r["goal"].tolist() == asked, (r["goal"], asked)
     assert ((r["goal"] >= 0) & (r["goal"] < len(GOAL_NAMES))).all()
+    # the goals do not depend on the policy: a run that did not record them gets them back by replaying the envs
+    assert episode_goals("checkpoints/house_relic.pt", 2, 3, seed=3, batch=1)["goal"].tolist() == asked
     raw = {k: np.asarray(r[k]).tolist() for k in ("success", "spl", "steps", "house_seed", "goal")}
     raw["success"] = [[1, 0, 1], [0, 0, 1]]
     path = tmp_path / "curves.json"
@@ -240,6 +242,12 @@ def test_house_trials_record_each_episodes_goal_and_the_report_splits_by_it(tmp_
     path.write_text(json.dumps({"settings": {"seed": 3}, "raw": {"p": raw}}))
     with pytest.raises(SystemExit, match="no per-episode goals"):
         curves_main(["goals", str(path)])
+    with pytest.raises(SystemExit, match="batch"):
+        curves_main(["goals", str(path), "--goals-of", "checkpoints/house_relic.pt"])
+    capsys.readouterr()
+    assert curves_main(["goals", str(path), "--goals-of", "checkpoints/house_relic.pt", "--batch", "1",
+                        "--window", "1", "3"]) == 0
+    assert sum(int(line.split(" n ")[1].split()[0]) for line in capsys.readouterr().out.splitlines()[1:]) == 6
 
 
 def test_memory_wiped_ablation_changes_only_later_episodes(tmp_path, capsys):
