@@ -356,7 +356,8 @@ def test_default_house_policy_finds_goals_faster_with_its_memory():
     ``house_diagnose.py bundles/house_relic_scan --handover 3 --trials 20 --episodes 5 --seed 300``),
     memory minus wiped over episodes 4-5, per trial: steps -60 +- 29 (sd 67), SPL +0.315 +- 0.197
     (sd 0.45). Thresholds: ~1 sd of a 6-trial mean short of those means (-33 steps, +0.131 SPL); these 6
-    fixed trials give -54.8 and +0.313. A policy that ignores its memory gains 0 on both."""
+    fixed trials give -54.0 and +0.299 with the bundle's forgetting rule on (-54.8 and +0.313 before it was).
+    A policy that ignores its memory gains 0 on both."""
     from icrl_ros.training.house_eval import run_house_trials, stepper_for
 
     got = {}
