@@ -85,9 +85,11 @@ def test_recall_cli_refuses_a_bad_encoder_spec_in_one_line(tmp_path, capsys):
         assert e.value.code == 2 and words in err.strip().splitlines()[-1] and "Traceback" not in err
 
 
-def test_a_policy_on_a_pooled_encoder_loads_it_and_exports_with_its_outputs(tmp_path):
-    """model.feature_pooled: the policy builds the frozen encoder with the pooled path, loads the file's weights,
-    and its bundle (ONNX Runtime, the max over the map inside the graph) reproduces the torch step."""
+@pytest.mark.parametrize("size,stem", [(24, "strided"), (64, "patch")])
+def test_a_policy_on_a_pooled_encoder_loads_it_and_exports_with_its_outputs(tmp_path, size, stem):
+    """model.feature_pooled / feature_stem: the policy builds the frozen encoder with the pooled path and the file's
+    stem, loads the file's weights, and its bundle (ONNX Runtime, the max over the map inside the graph) reproduces
+    the torch step."""
     from icrl_ros.models import build_policy
     from icrl_ros.models.config import ModelArgs
     from icrl_ros.runtime.bundle import load_bundle
@@ -95,18 +97,19 @@ def test_a_policy_on_a_pooled_encoder_loads_it_and_exports_with_its_outputs(tmp_
     from icrl_ros.training.export import export_bundle
 
     torch.manual_seed(0)
-    enc = FeatureEncoder(16, 24, pooled=4)
+    enc = FeatureEncoder(16, size, pooled=4, stem=stem)
     torch.save(enc.state_dict(), tmp_path / "enc.pt")
     args = ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, d_model=32, n_layers=1, n_heads=4, d_mlp=64,
-                     obs_type="image", image_size=24, n_goals=3, sink="kv0", visual_encoder="features", feature_dim=16,
-                     feature_pooled=4, pretrained_encoder=str(tmp_path / "enc.pt"), use_reward=False)
+                     obs_type="image", image_size=size, n_goals=3, sink="kv0", visual_encoder="features", feature_dim=16,
+                     feature_pooled=4, feature_stem=stem, pretrained_encoder=str(tmp_path / "enc.pt"), use_reward=False)
     policy = build_policy(args, load_pretrained=True).eval()
-    rgb = torch.randint(0, 256, (2, 24, 24, 3), dtype=torch.uint8)
+    rgb = torch.randint(0, 256, (2, size, size, 3), dtype=torch.uint8)
     with torch.no_grad():
         assert torch.equal(policy.encoder.image(rgb), enc.eval()(rgb))
     bundle = export_bundle(policy, tmp_path / "b", env={"goal_names": ["a", "b", "c"],
                                                          "action_names": ["stop", "forward", "left", "right"]})
     assert check_sample(load_bundle(bundle))["ok"]
+    assert load_bundle(bundle).manifest.model.args["feature_stem"] == stem
     with pytest.raises(ValueError, match="feature_pooled"):
         ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, feature_dim=16, feature_pooled=16)
 
@@ -173,26 +176,3 @@ def test_patch_stem_rebuilds_from_its_file_and_a_policy_takes_it(tmp_path):
     with pytest.raises(ValueError, match="feature_stem"):
         ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, feature_stem="vit")
 
-
-def test_a_policy_on_a_patch_stem_encoder_loads_it_and_exports(tmp_path):
-    from icrl_ros.models import build_policy
-    from icrl_ros.models.config import ModelArgs
-    from icrl_ros.runtime import load_bundle
-    from icrl_ros.runtime.selfcheck import check_sample
-    from icrl_ros.training.export import export_bundle
-
-    torch.manual_seed(0)
-    enc = FeatureEncoder(16, 64, pooled=4, stem="patch")
-    torch.save(enc.state_dict(), tmp_path / "enc.pt")
-    args = ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, d_model=32, n_layers=1, n_heads=4, d_mlp=64,
-                     obs_type="image", image_size=64, n_goals=3, sink="kv0", visual_encoder="features", feature_dim=16,
-                     feature_pooled=4, feature_stem="patch", pretrained_encoder=str(tmp_path / "enc.pt"),
-                     use_reward=False)
-    policy = build_policy(args, load_pretrained=True).eval()
-    rgb = torch.randint(0, 256, (2, 64, 64, 3), dtype=torch.uint8)
-    with torch.no_grad():
-        assert torch.equal(policy.encoder.image(rgb), enc.eval()(rgb))
-    bundle = export_bundle(policy, tmp_path / "b", env={"goal_names": ["a", "b", "c"],
-                                                         "action_names": ["stop", "forward", "left", "right"]})
-    assert check_sample(load_bundle(bundle))["ok"]
-    assert load_bundle(bundle).manifest.model.args["feature_stem"] == "patch"
