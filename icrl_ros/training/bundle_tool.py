@@ -61,7 +61,8 @@ def check(path: str, backend: str) -> int:
     status = "ok" if r["ok"] else "FAIL"
     value = "" if b.kind == "radt" else f"max |value diff| {r['max_value_diff']:.3g}, "
     print(f"{b.path}: sample on {backend}: max |logit diff| {r['max_logit_diff']:.3g}, {value}"
-          f"greedy agreement {r['greedy_agreement']:.2%} (tolerance {r['tolerance']:g}) {status}")
+          f"greedy agreement {r['greedy_agreement']:.2%} "
+          f"(tolerance {r['tolerance']:g} x the step's largest |logit|, at least 1) {status}")
     if not r["ok"]:
         fail(f"{b.path}: the {backend} backend does not reproduce sample.npz; re-export the bundle", code=1)
     return 0

@@ -520,7 +520,8 @@ def main(argv=None) -> int:
             what = f"{r['episodes']} episodes, retrieval every step, " if "episodes" in r else ""
             print(f"verify {backend}: {args.verify_steps} steps, {what}max |logit diff| {r['max_logit_diff']:.3g}, "
                   f"{value}greedy agreement {r['greedy_agreement']:.2%} "
-                  f"(tolerance {r['tolerance']:g}) {'ok' if r['ok'] else 'FAIL'}")
+                  f"(tolerance {r['tolerance']:g} x the step's largest |logit|, at least 1) "
+                  f"{'ok' if r['ok'] else 'FAIL'}")
             bad |= not r["ok"]
         if bad:
             fail(f"--verify: {out} differs from the torch forward beyond tolerance; re-export in fp32 or check the opset",
