@@ -65,9 +65,16 @@ def presence(enc: FeatureEncoder, probe: Probe, rgb: np.ndarray, batch: int = 50
     return np.concatenate(out)
 
 
+def category_names(n: int) -> list[str]:
+    """The house's goal categories (``n`` of them: the presence head's outputs), by index."""
+    from icrl_ros.sim.house_layout import GOAL_NAMES
+
+    return [GOAL_NAMES[c] if c < len(GOAL_NAMES) else str(c) for c in range(n)]
+
+
 def recall_table(p: np.ndarray, size_px: np.ndarray, metres: np.ndarray, threshold: float = 0.5) -> dict:
     """Detection rates of presence probabilities ``p`` (N, C) against the pixel sizes and
-    distances of each frame's categories."""
+    distances of each frame's categories; per category, recall at 10-20 px, at 80+ px and over all resolved."""
     pred = p > threshold
     by_size = []
     for lo, hi in zip(SIZE_EDGES[:-1], SIZE_EDGES[1:]):
@@ -81,7 +88,11 @@ def recall_table(p: np.ndarray, size_px: np.ndarray, metres: np.ndarray, thresho
     absent = size_px <= 0
     tp, fp = int((pred & resolved).sum()), int((pred & ~resolved).sum())
     prec, rec = tp / max(tp + fp, 1), tp / max(int(resolved.sum()), 1)
-    return {"by_size_px": by_size, "by_metres_resolved": by_metres,
+    small, big = (size_px >= 10) & (size_px < 20), size_px >= 80
+    by_category = [{"category": name, "recall_10_20px": _rate(pred[:, c][small[:, c]]),
+                    "recall_80px": _rate(pred[:, c][big[:, c]]), "recall_resolved": _rate(pred[:, c][resolved[:, c]])}
+                   for c, name in enumerate(category_names(p.shape[1]))]
+    return {"by_size_px": by_size, "by_metres_resolved": by_metres, "by_category": by_category,
             "recall_10_20px": _rate(pred[(size_px >= 10) & (size_px < 20)]),
             "recall_resolved": _rate(pred[resolved]),
             "false_positive_not_in_view": _rate(pred[absent]),
@@ -175,6 +186,13 @@ def main(argv=None) -> int:
         print("  distance m (resolved)")
         for row in r["by_metres_resolved"]:
             print(f"  {row['m'][0]:>4.1f}-{row['m'][1]:<4.1f} {row['n']:>7d} {row['rate']:8.3f}")
+    names = [row["category"] for row in next(iter(results.values()))["by_category"]]
+    print("\nrecall by category, 10-20 px / 80+ px:\n  " + f"{'category':14s}"
+          + "".join(f" {name:>13s}" for name in results))
+    for c, cat in enumerate(names):
+        rows = [r["by_category"][c] for r in results.values()]
+        cells = "".join(f" {x['recall_10_20px']['rate']:6.2f}/{x['recall_80px']['rate']:<6.2f}" for x in rows)
+        print(f"  {cat:14s}{cells}")
     (out / "recall.json").write_text(json.dumps({"settings": {k: v for k, v in vars(args).items() if k != "encoder"},
                                                  "results": results}, indent=1, default=float))
     plot(results, out / "recall_by_size.png")

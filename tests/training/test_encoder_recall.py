@@ -70,6 +70,13 @@ def test_recall_table_bins_sizes_and_distances():
     assert r["recall_resolved"]["rate"] == pytest.approx(3 / 5)
     assert r["false_positive_not_in_view"] == {"n": 2, "rate": 0.5, "ci95": list(wilson(1, 2))}
     assert r["by_metres_resolved"][2]["n"] == 5  # all at 2.5 m
+    first, second, third = r["by_category"]  # per category (column): 10-20 px, 80+ px, all resolved
+    assert first["category"] == "red_ball" and third["category"] == "blue_ball"
+    assert (first["recall_10_20px"]["n"], first["recall_10_20px"]["rate"]) == (1, 0.0)  # 18 px, P 0.2
+    assert (first["recall_80px"]["n"], first["recall_80px"]["rate"]) == (1, 1.0)  # 100 px, P 0.8
+    assert second["recall_80px"]["n"] == 0
+    assert (second["recall_resolved"]["n"], second["recall_resolved"]["rate"]) == (1, 1.0)
+    assert (third["recall_10_20px"]["rate"], third["recall_resolved"]["n"]) == (1.0, 2)
     lo, hi = wilson(13, 100)
     assert lo < 0.13 < hi and hi - lo == pytest.approx(0.137, abs=0.01)
 
