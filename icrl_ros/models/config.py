@@ -19,6 +19,7 @@ from icrl_ros.registry import Registry
 SINKS = ("kv", "kv0", "k0v0", "none", "token")
 OBS_TYPES = ("discrete", "image")
 VISUAL_ENCODERS = ("cnn", "features")
+FEATURE_STEMS = ("strided", "patch")  # the frozen image encoder's first layers (icrl_ros.models.encoders)
 GRID_ENCODINGS = ("cell", "xy")
 
 
@@ -152,7 +153,7 @@ class ModelArgs:
         if not 0 <= self.feature_pooled < self.feature_dim:
             raise ValueError(f"model.feature_pooled: must be in [0, feature_dim={self.feature_dim}), "
                              f"got {self.feature_pooled}")
-        check_choice("model.feature_stem", self.feature_stem, ("strided", "patch"))
+        check_choice("model.feature_stem", self.feature_stem, FEATURE_STEMS)
         if self.feature_stem == "patch" and self.image_size % 32:
             raise ValueError(f"model.feature_stem: patch needs model.image_size a multiple of 32, got {self.image_size}")
         check_positive("model.odom_fourier", self.odom_fourier, allow_zero=True)

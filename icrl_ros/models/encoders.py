@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from icrl_ros.models.config import ModelArgs
+from icrl_ros.models.config import FEATURE_STEMS, ModelArgs
 from icrl_ros.models.object_memory import ROUTE_DIM, object_struct
 
 
@@ -68,7 +68,6 @@ def feature_trunk_channels(image_size: int) -> tuple[int, ...]:
     return (32,) * (1 + extra) + (64, 64) if extra else (32, 64, 64)
 
 
-FEATURE_STEMS = ("strided", "patch")
 PATCH_MAP = 32  # the patch stem's map side: the strided stem's at 64 px
 PATCH_CHANNELS = 48
 

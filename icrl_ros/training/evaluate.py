@@ -571,7 +571,8 @@ def evaluate_house(args, labels: list[str], pose_errors=None) -> int:
     house_curves.print_table(curves)
     same = len({tuple(a.values()) for a in acts.values()}) == 1  # one action choice for every run: also at the top
     settings = {"trials": args.trials, "episodes": args.episodes, "split": args.split, "seed": args.seed,
-                "batch": args.batch, **(next(iter(acts.values())) if same else {"greedy": None, "temperature": "per run"}), "runs": runs}
+                "batch": args.batch, **(next(iter(acts.values())) if same else {"greedy": None, "temperature": "per run"}),
+                "runs": runs}
     house_curves.write(curves, raw, settings, Path(args.out), f"House policies, {args.split} houses, seed {args.seed}")
     print(f"wrote {Path(args.out) / 'curves.json'} and {Path(args.out) / 'icl_curve.png'}")
     return 0

@@ -154,19 +154,19 @@ def by_goal(r: dict[str, np.ndarray], lo: int = 1, hi: int = 20) -> list[dict]:
     """Success and SPL of the episodes ``lo``..``hi`` (1-based, inclusive) of a raw run, split by the episode's goal
     category (``goal``, an index into the house's goal names; runs written before it was recorded have none):
     per category the episodes n, success with its 95% Wilson interval, and the mean SPL."""
-    from icrl_ros.sim.house_layout import GOAL_NAMES
-    from icrl_ros.training.encoder_recall import wilson
+    from icrl_ros.training.encoder_recall import category_names, wilson
 
     if "goal" not in r:
         raise ValueError("this run has no per-episode goals (evaluated before evaluate.py recorded them)")
     g = np.asarray(r["goal"])[:, lo - 1:hi].reshape(-1)
     succ = np.asarray(r["success"], np.float64)[:, lo - 1:hi].reshape(-1)
     spl = np.asarray(r["spl"], np.float64)[:, lo - 1:hi].reshape(-1)
-    rows = []
-    for c in np.unique(g[g >= 0]):
+    rows, present = [], np.unique(g[g >= 0])
+    names = category_names(int(present.max()) + 1) if len(present) else []
+    for c in present:
         m = g == c
         k, n = int(succ[m].sum()), int(m.sum())
-        rows.append({"goal": GOAL_NAMES[c] if c < len(GOAL_NAMES) else str(c), "n": n, "success": k / n,
+        rows.append({"goal": names[c], "n": n, "success": k / n,
                      "ci95": [min(max(v, 0.0), 1.0) for v in wilson(k, n)], "spl": float(spl[m].mean())})
     return sorted(rows, key=lambda x: x["success"])
 

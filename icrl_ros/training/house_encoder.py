@@ -34,8 +34,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icrl_ros.models.encoders import (BEARING_BINS, DIST_BINS, FEATURE_STEMS, FREE_BANDS, PATCH_MAP, FeatureEncoder,
-                                      FeatureHeads)
+from icrl_ros.models.config import FEATURE_STEMS
+from icrl_ros.models.encoders import BEARING_BINS, DIST_BINS, FREE_BANDS, FeatureEncoder, FeatureHeads
 from icrl_ros.sim.house_layout import CATEGORIES
 
 N_CAT = len(CATEGORIES)
@@ -277,9 +277,10 @@ def main(argv=None) -> int:
     size = train["rgb"].shape[1]
     if size != args.image_size:
         raise SystemExit(f"--image-size {args.image_size} but the frames in {args.data} are {size} px: pass --image-size {size}")
-    if args.stem == "patch" and size % PATCH_MAP:
-        raise SystemExit(f"--stem patch: the image size must be a multiple of {PATCH_MAP}, got {size}")
-    enc = FeatureEncoder(args.feature_dim, size, pooled=args.pooled, stem=args.stem)
+    try:
+        enc = FeatureEncoder(args.feature_dim, size, pooled=args.pooled, stem=args.stem)
+    except ValueError as e:
+        raise SystemExit(f"--stem {args.stem} / --pooled {args.pooled}: {e}")
     probe = Probe(args.feature_dim)
     if args.init:
         load_state(enc, probe, torch.load(Path(args.init) / "encoder.pt", weights_only=True))

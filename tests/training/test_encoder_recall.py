@@ -182,4 +182,3 @@ def test_patch_stem_rebuilds_from_its_file_and_a_policy_takes_it(tmp_path):
         ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, feature_stem="patch", image_size=80)
     with pytest.raises(ValueError, match="feature_stem"):
         ModelArgs(n_obs=1, n_actions=4, max_episode_steps=8, feature_stem="vit")
-
