@@ -1,4 +1,4 @@
-"""Benchmark: the K/V storage dtypes of the full memory (fp32 / fp16 / int8) against each other.
+"""Benchmark: the K/V storage dtypes of the full memory (fp32 / fp16 / int8 / int8_gqa) against each other.
 
     python experiments/kv_dtype.py speed --lengths 8192,32768,65536        # step time vs the read floor
     python experiments/kv_dtype.py formulations --length 32768             # one layer's cache read, 6 ways
@@ -8,7 +8,7 @@
 ``speed``: the ExtObjNav-size ReLIC (4 layers, hidden 256, 8 heads of 32, Sink KV0; random
 weights) exported once with a core per kv dtype, run through ``PolicyRunner`` (ONNX Runtime, CPU,
 one thread) over a full memory filled to N steps (``Memory.fill_synthetic``: random keys / values
-written through the memory's own API, quantised on the way in for int8), then ``--steps`` real steps
+written through the memory's own API, quantised on the way in for int8 and int8_gqa), then ``--steps`` real steps
 timed. Beside each row, in the same process and the same minute: the time one thread takes to
 read the memory's K / V bytes (numpy int64 sum over the buffers: the bandwidth floor of a step
 that reads the cache once), for that dtype and for the fp32 bytes of the same N.
@@ -20,11 +20,12 @@ and int8 with static per-channel scales through ONNX Runtime's ``GroupQueryAtten
 (an ONNX Runtime kernel that reads the 8-bit cache in place; not a standard ONNX op, so no TensorRT).
 
 ``parity-*``: recorded trials. The fp32 runner of ``--bundle`` acts in held-out tasks (Darkroom
-goals / houses); fp16 and int8 runners of the same bundle are stepped on exactly the same inputs
+goals / houses); the runners of every other storage dtype the bundle's family reads (ReLIC: fp16, int8,
+int8_gqa; Memo: fp16, int8) are stepped on exactly the same inputs
 (teacher forcing: each holds the fp32 trial in its own memory) and their logits compared step by
 step: max and p99 |diff|, and how often the greedy action agrees. The bundle needs the cores
-(``training/export.py BUNDLE --add-kv-dtypes fp16,int8 --out ...``; added to a temp copy here when
-missing).
+(``training/export.py BUNDLE --add-kv-dtypes fp16,int8,int8_gqa --out ...``; added to a temp copy here when
+missing; int8_gqa's scales are then calibrated on the bundle's own sample).
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ import torch
 from icrl_ros.memory.quant import KV_DTYPES
 from icrl_ros.training._cli import fail
 
-SHADOWS = ("fp16", "int8")
 
 
 def uptime() -> str:
@@ -83,7 +83,7 @@ def speed(lengths: list[int], steps: int, warmup: int, out: Path | None, bundle:
             path = bundle_with_cores(bundle, tmp)
         else:
             path = export_bundle(build_policy(extobjnav_args("relic", "grid")).eval(), Path(tmp) / "b",
-                                 kv_dtypes=("fp16", "int8"))
+                                 kv_dtypes=tuple(KV_DTYPES[1:]))
         base = load_bundle(path)
         engines = {kv: make_engine(base.with_kv_dtype(kv), "onnxruntime", "cpu", threads=1) for kv in KV_DTYPES}
         for n in lengths:
@@ -114,12 +114,12 @@ def speed(lengths: list[int], steps: int, warmup: int, out: Path | None, bundle:
                        "floor_min_ms": float(np.min(floor[kv])), "floor_p50_ms": float(np.median(floor[kv])),
                        "load": load}
                 rows.append(row)
-            f32 = rows[-3]
-            for r in rows[-3:]:
+            f32 = rows[-len(KV_DTYPES)]
+            for r in rows[-len(KV_DTYPES):]:
                 r["p50_vs_fp32"] = r["p50_ms"] / f32["p50_ms"]
                 r["min_vs_fp32"] = r["min_ms"] / f32["min_ms"]
                 r["min_vs_fp32_floor"] = r["min_ms"] / f32["floor_min_ms"]
-                print(f"{n:>6,} {r['kv_dtype']:>5}  {r['kv_bytes'] / 2**20:7.1f} MiB  step min {r['min_ms']:7.2f} "
+                print(f"{n:>6,} {r['kv_dtype']:>8}  {r['kv_bytes'] / 2**20:7.1f} MiB  step min {r['min_ms']:7.2f} "
                       f"p50 {r['p50_ms']:7.2f} ms  read floor min {r['floor_min_ms']:6.2f} p50 {r['floor_p50_ms']:6.2f} ms"
                       f"  | vs fp32 step: min {r['min_vs_fp32']:.2f} p50 {r['p50_vs_fp32']:.2f}; "
                       f"vs fp32 floor (min) {r['min_vs_fp32_floor']:.2f}  load {load}", flush=True)
@@ -289,22 +289,32 @@ def gqa_int8_read(q: np.ndarray, K: np.ndarray, V: np.ndarray):
 
 
 # -- parity --------------------------------------------------------------------------------------
+def shadows_of(path: str) -> tuple[str, ...]:
+    """The storage dtypes other than fp32 whose core the bundle's family has (ReLIC: fp16, int8, int8_gqa;
+    Memo: fp16, int8)."""
+    from icrl_ros.families import family_of
+    from icrl_ros.runtime import load_bundle
+
+    return tuple(kv for kv in family_of(load_bundle(path)).kv_dtypes if kv != "fp32")
+
+
 def bundle_with_cores(path: str, tmp: str) -> str:
     from icrl_ros.runtime import load_bundle
     from icrl_ros.training.export import add_kv_dtypes
 
     have = load_bundle(path).kv_dtypes()
-    if all(kv in have for kv in ("fp32", *SHADOWS)):
+    if all(kv in have for kv in ("fp32", *shadows_of(path))):
         return path
-    return str(add_kv_dtypes(path, Path(tmp) / "b", list(SHADOWS)))
+    return str(add_kv_dtypes(path, Path(tmp) / "b", list(shadows_of(path))))
 
 
 class Diffs:
     """Per-step |logit diff| of each shadow against fp32, and greedy agreement."""
 
-    def __init__(self) -> None:
-        self.diff = {kv: [] for kv in SHADOWS}
-        self.agree = {kv: [] for kv in SHADOWS}
+    def __init__(self, shadows: tuple[str, ...]) -> None:
+        self.shadows = shadows
+        self.diff = {kv: [] for kv in shadows}
+        self.agree = {kv: [] for kv in shadows}
 
     def add(self, ref: torch.Tensor, kv: str, logits: torch.Tensor) -> None:
         self.diff[kv].append((logits - ref).abs().max(-1).values.numpy())
@@ -312,7 +322,7 @@ class Diffs:
 
     def summary(self) -> dict:
         out = {}
-        for kv in SHADOWS:
+        for kv in self.shadows:
             d, a = np.concatenate(self.diff[kv]), np.concatenate(self.agree[kv])
             n = len(a)
             p = float(a.mean())
@@ -326,7 +336,7 @@ def _shadow_runners(bundle_path: str, batch: int, memory_for) -> dict:
     from icrl_ros.runtime import PolicyRunner, load_bundle, make_engine
 
     out = {}
-    for kv in SHADOWS:
+    for kv in shadows_of(bundle_path):
         b = load_bundle(bundle_path).with_kv_dtype(kv)
         out[kv] = PolicyRunner(b, make_engine(b, "onnxruntime", "cpu", threads=1), memory_for(b))
     return out
@@ -347,7 +357,7 @@ def parity_darkroom(bundle_path: str, trials: int, seed: int, steps: int | None 
         mem = lambda bb: exact_memory(bb, steps, batch=trials)  # noqa: E731  (every step kept: no eviction)
         ref = PolicyRunner(b, make_engine(b, "onnxruntime", "cpu", threads=1), mem(b))
         shadows = _shadow_runners(path, trials, mem)
-        diffs = Diffs()
+        diffs = Diffs(shadows_of(path))
 
         class Paired:
             memory, spec = ref.memory, ref.spec
@@ -370,7 +380,7 @@ def parity_house(bundle_path: str, trials: int, episodes: int, seed: int) -> dic
 
     with tempfile.TemporaryDirectory() as tmp:
         path = bundle_with_cores(bundle_path, tmp)
-        diffs = Diffs()
+        diffs = Diffs(shadows_of(path))
 
         class Paired(BundleStepper):
             def __init__(self, bundle: str) -> None:

@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from icrl_ros.memory.quant import check_kv_dtype, dequantize, kv_bytes, quantize, storage_dtype, zero_code
+from icrl_ros.memory.quant import (STATIC_KV_DTYPES, check_kv_dtype, dequantize, kv_bytes, quantize, quantize_static,
+                                   storage_dtype, zero_code)
 
 ON_FULL = ("error", "evict_oldest", "reset")
 DEFAULT_STEPS = 8192
@@ -57,6 +58,11 @@ def slot_bytes(n_layers: int, n_heads: int, head_dim: int, dtype: torch.dtype, k
     return 2 * n_layers * n_heads * kv_bytes(kv_dtype, head_dim, dtype) + 1 + 8
 
 
+def static_bytes(n_layers: int, n_heads: int, head_dim: int, kv_dtype: str) -> int:
+    """Bytes of a memory's static per-channel scales (``int8_gqa``; 0 otherwise), whatever its size."""
+    return 2 * n_layers * n_heads * head_dim * 4 if kv_dtype in STATIC_KV_DTYPES else 0
+
+
 class Memory:
     """Base class: static buffers, byte accounting, snapshot / restore.
 
@@ -73,6 +79,11 @@ class Memory:
     kv_dtype: str = "fp32"
     k_scale: Tensor | None = None
     v_scale: Tensor | None = None
+    k_static: Tensor | None = None
+    v_static: Tensor | None = None
+    """``int8_gqa``: the static per-channel scales (L, 1, H, 1, hd), set once by :meth:`set_static_scales`."""
+    takes_static_kv: bool = False
+    """Whether this memory keeps the ``int8_gqa`` layout (a scratch row last: the full and window memories)."""
 
     @classmethod
     def create(cls, dims: dict, model: dict, cfg: dict, common: dict) -> Memory:
@@ -97,7 +108,10 @@ class Memory:
     def _allocate(self, n_layers: int, batch: int, n_heads: int, head_dim: int, slots: int, dtype, device,
                   budget_bytes: int | None, kv_dtype: str = "fp32") -> None:
         self.kv_dtype, self.float_dtype = check_kv_dtype(kv_dtype), dtype
-        need = batch * slots * slot_bytes(n_layers, n_heads, head_dim, dtype, kv_dtype)
+        if kv_dtype in STATIC_KV_DTYPES and not self.takes_static_kv:
+            raise ValueError(f"kv_dtype: {kv_dtype!r} is for the full and window memories, not {type(self).__name__}")
+        need = batch * slots * slot_bytes(n_layers, n_heads, head_dim, dtype, kv_dtype) \
+            + static_bytes(n_layers, n_heads, head_dim, kv_dtype)
         if budget_bytes is not None and need > budget_bytes:
             raise MemoryBudgetError(
                 f"memory_budget_bytes: {type(self).__name__} with {slots} slots x batch {batch} needs {need:,} bytes, "
@@ -111,6 +125,9 @@ class Memory:
         if kv_dtype == "int8":
             self.k_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=device)
             self.v_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=device)
+        if kv_dtype in STATIC_KV_DTYPES:  # unset (zero) until the bundle's calibrated scales arrive
+            self.k_static = torch.zeros(n_layers, 1, n_heads, 1, head_dim, dtype=torch.float32, device=device)
+            self.v_static = torch.zeros_like(self.k_static)
         self.valid = torch.zeros(batch, slots, dtype=torch.bool, device=device)
         self.episode = torch.full((batch, slots), -1, dtype=torch.long, device=device)
 
@@ -118,12 +135,27 @@ class Memory:
     def slots_for_budget(budget_bytes: int, batch: int, n_layers: int, n_heads: int, head_dim: int, dtype,
                          kv_dtype: str = "fp32") -> int:
         """The most slots per env that fit ``budget_bytes``."""
-        return budget_bytes // (batch * slot_bytes(n_layers, n_heads, head_dim, dtype, kv_dtype))
+        budget_bytes -= static_bytes(n_layers, n_heads, head_dim, kv_dtype)
+        return max(0, budget_bytes) // (batch * slot_bytes(n_layers, n_heads, head_dim, dtype, kv_dtype))
+
+    def set_static_scales(self, k_scale: Tensor, v_scale: Tensor) -> None:
+        """``int8_gqa``: the per-channel scales (L, H, hd) every key / value is stored with (the bundle's
+        calibration); set before the first write."""
+        if self.k_static is None:
+            raise ValueError(f"static scales: this memory stores {self.kv_dtype!r}, not {list(STATIC_KV_DTYPES)}")
+        for buf, x in ((self.k_static, k_scale), (self.v_static, v_scale)):
+            if tuple(x.shape) != (self.n_layers, self.n_heads, self.head_dim) or not bool((x > 0).all()):
+                raise ValueError(f"static scales: expected positive (L, H, hd) = {(self.n_layers, self.n_heads, self.head_dim)}, "
+                                 f"got {tuple(x.shape)}")
+            buf.copy_(x[:, None, :, None, :])
 
     def _store(self, slots: slice | Tensor, k: Tensor, v: Tensor) -> None:
         """Write K / V (L, B, H, n, hd) into ``slots`` (a slice or an index tensor of n slots), in the
-        memory's ``kv_dtype``: int8 quantises here, on commit (per head and token)."""
-        for buf, scale, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
+        memory's ``kv_dtype``: int8 quantises here, on commit (per head and token; ``int8_gqa`` with the
+        static per-channel scales)."""
+        for buf, scale, static, x in ((self.k, self.k_scale, self.k_static, k), (self.v, self.v_scale, self.v_static, v)):
+            if static is not None:
+                x = quantize_static(x, static)
             if scale is not None:
                 x, s = quantize(x)
                 if isinstance(slots, slice):
@@ -140,6 +172,8 @@ class Memory:
         decoded copies (for a graph that reads floats, Memo's ``summarize``)."""
         if self.k_scale is not None:
             return dequantize(self.k, self.k_scale), dequantize(self.v, self.v_scale)
+        if self.k_static is not None:
+            return self.k.float() * self.k_static, self.v.float() * self.v_static
         if self.k.dtype != self.float_dtype:
             return self.k.to(self.float_dtype), self.v.to(self.float_dtype)
         return self.k, self.v
@@ -153,6 +187,8 @@ class Memory:
         """Buffers the deploy core graph reads after the window's K/V: int8, the scales after the codes
         (``k_scale`` then ``v_scale``, one (B, H, P) view per layer; HCAM: the chunk store); the core then
         returns one extra output per ``commit`` argument beyond (k, v, episode)."""
+        if self.k_static is not None:  # int8_gqa: per layer (1, H, 1, hd)
+            return (*self.k_static.unbind(0), *self.v_static.unbind(0))
         if self.k_scale is None:
             return ()
         return (*self.k_scale.unbind(0), *self.v_scale.unbind(0))
@@ -190,7 +226,7 @@ class Memory:
     @property
     def nbytes(self) -> int:
         """Bytes held by the buffers (constant for the memory's whole life)."""
-        scales = self.k_scale.nbytes + self.v_scale.nbytes if self.k_scale is not None else 0
+        scales = sum(t.nbytes for t in (self.k_scale, self.v_scale, self.k_static, self.v_static) if t is not None)
         return self.k.nbytes + self.v.nbytes + scales + self.valid.nbytes + self.episode.nbytes
 
     @property
@@ -227,6 +263,8 @@ class Memory:
     def tensors(self) -> dict[str, Tensor]:
         """What a snapshot holds: the buffers as stored (int8: the codes and their scales)."""
         scales = {"k_scale": self.k_scale, "v_scale": self.v_scale} if self.k_scale is not None else {}
+        if self.k_static is not None:
+            scales = {"k_static": self.k_static, "v_static": self.v_static}
         return {"k": self.k, "v": self.v, **scales, "valid": self.valid, "episode": self.episode}
 
     def snapshot(self, path: str | Path, extra: dict[str, Tensor] | None = None, **meta) -> None:

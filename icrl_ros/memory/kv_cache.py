@@ -6,7 +6,9 @@ and a ring buffer overwrites its oldest slot without shifting or re-rotating any
 
 Layout per env: ``[pinned prefix (n_prefix, the StreamingLLM sink token) | step slots]``.
 Step ``t`` (counted from the trial start, or from the last on-full reset) lives in slot
-``n_prefix + t % steps_cap`` whenever the memory rings.
+``n_prefix + t % steps_cap`` whenever the memory rings. Stored as ``int8_gqa`` the buffer has one
+more row, last: the scratch row the core writes the step into (always valid, never a step's slot),
+and the prefix holds the Sink-KV rows (the bundle's ``kv_static.npz``) besides any sink token.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from torch import Tensor
 
 from icrl_ros.memory.base import DEFAULT_STEPS, Memory, MemoryBudgetError, MemoryFullError, check_on_full
+from icrl_ros.memory.quant import STATIC_KV_DTYPES
 
 
 class KVCache(Memory):
@@ -28,8 +31,11 @@ class KVCache(Memory):
     the Sink-KV slots live in the model's weights, a sink token in the pinned prefix),
     constant memory forever.
     ``kv_dtype`` (:mod:`icrl_ros.memory.quant`): how K / V are stored; ``"int8"`` quantises each
-    step on commit and hands the core its per-layer scales (:meth:`core_inputs`).
+    step on commit and hands the core its per-layer scales (:meth:`core_inputs`); ``"int8_gqa"``
+    quantises with static scales (:meth:`set_static_scales`) and keeps a scratch row last.
     """
+
+    takes_static_kv = True
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
                  window: int | None = None, n_prefix: int = 0, dtype=torch.float32, device=None,
@@ -41,8 +47,11 @@ class KVCache(Memory):
         self.window, self.n_prefix = window, n_prefix
         self.on_full = check_on_full(on_full)
         self.steps_cap = window if window is not None else capacity
-        self.capacity = n_prefix + self.steps_cap  # slots per env
-        self._allocate(n_layers, batch, n_heads, head_dim, self.capacity, dtype, device, budget_bytes, kv_dtype)
+        self.capacity = n_prefix + self.steps_cap  # slots per env (the scratch row of int8_gqa after them)
+        self.n_scratch = 1 if kv_dtype in STATIC_KV_DTYPES else 0
+        self._allocate(n_layers, batch, n_heads, head_dim, self.capacity + self.n_scratch, dtype, device, budget_bytes,
+                       kv_dtype)
+        self.valid[:, self.capacity:] = True  # the scratch row: the step itself
         self.count = 0  # steps committed since the trial start (or the last on-full reset)
 
     @property
@@ -62,8 +71,8 @@ class KVCache(Memory):
 
     def reset(self) -> None:
         """New trial: forget every step (the pinned prefix stays)."""
-        self.valid[:, self.n_prefix:] = False
-        self.episode[:, self.n_prefix:] = -1
+        self.valid[:, self.n_prefix:self.capacity] = False
+        self.episode[:, self.n_prefix:self.capacity] = -1
         self.count = 0
 
     def next_slot(self) -> int:
@@ -122,6 +131,11 @@ class KVCache(Memory):
     def config(self) -> dict:
         return {**super().config(), "window": self.window, "n_prefix": self.n_prefix, "steps_cap": self.steps_cap}
 
+    @property
+    def tokens(self) -> int:
+        """Cached tokens of env 0 (valid slots, pinned prefix included; not the scratch row)."""
+        return int(self.valid[0, :self.capacity].sum())
+
     def counters(self) -> dict:
         return {"count": self.count}
 
@@ -140,6 +154,7 @@ def _steps_from_budget(cls_name: str, budget_bytes: int | None, batch: int, n_la
     if budget_bytes is None:
         raise ValueError(f"{what}: give {what} or memory_budget_bytes")
     n = Memory.slots_for_budget(budget_bytes, batch, n_layers, n_heads, head_dim, dtype, kv_dtype) - n_prefix
+    n -= 1 if kv_dtype in STATIC_KV_DTYPES else 0  # the scratch row
     if n < 1:
         raise MemoryBudgetError(f"memory_budget_bytes: {budget_bytes:,} bytes do not hold one step of {cls_name} "
                                 f"(batch {batch}, {n_prefix} pinned slots)")

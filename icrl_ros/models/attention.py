@@ -51,6 +51,64 @@ class QuantizedKV:
         return self.codes.shape
 
 
+class StaticInt8KV:
+    """One layer's cache stored as ``int8_gqa`` (:mod:`icrl_ros.memory.quant`): ``codes`` (B, H, R, hd) int8
+    whose rows are [sink | steps | scratch], ``scale`` (1, H, 1, hd) float32 per channel, value = code *
+    scale. The attention writes the step's own quantised key / value into the last (scratch) row and
+    attends every row the mask lets it (the sink and scratch rows always); the memory commits the
+    step to its own slot afterwards. ``present`` is the buffer the attention wrote (the codes tensor
+    itself), which the core graph returns so that ONNX Runtime writes in place."""
+
+    def __init__(self, codes: Tensor, scale: Tensor) -> None:
+        self.codes, self.scale = codes, scale
+        self.present: Tensor | None = None
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.codes.shape
+
+
+def _empty_input(g):
+    """An omitted optional input of a node being exported (ONNX: the empty name)."""
+    n = g.op("prim::Constant")
+    n.setType(torch._C.OptionalType.ofTensor())
+    return n
+
+
+class _GroupQueryAttentionInt8(torch.autograd.Function):
+    """Attention of one query row per env over an ``int8_gqa`` cache, exported as ONNX Runtime's
+    ``com.microsoft.GroupQueryAttention`` (8-bit cache, static per-channel scales, past and present in one
+    buffer). q / k / v (B, 1, H * hd) float32, past (B, H, R, hd) int8, bias (B, 1, 1, R) additive,
+    seqlens (B,) int32 = R - 1 (the scratch row), total () int32 = R, scales (1, H, 1, hd). The torch
+    forward does what the kernel does: writes the quantised k / v into row R - 1 of the past buffers
+    (in place) and attends rows 0 .. R - 1 over the decoded cache. Returns y (B, 1, H * hd) and the
+    two buffers."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, past_k, past_v, seqlens, total, bias, k_scale, v_scale, scale: float):  # noqa: ARG004
+        from icrl_ros.memory.quant import quantize_static
+
+        B, H, R, hd = past_k.shape
+        for buf, x, sc in ((past_k, k, k_scale), (past_v, v, v_scale)):
+            buf[:, :, R - 1:] = quantize_static(x.view(B, 1, H, hd).transpose(1, 2), sc)
+        keys, vals = past_k.float() * k_scale, past_v.float() * v_scale
+        qh = q.view(B, 1, H, hd).transpose(1, 2)
+        p = torch.softmax(torch.matmul(qh, keys.transpose(-1, -2)) * scale + bias, dim=-1)
+        y = torch.matmul(p, vals).transpose(1, 2).reshape(B, 1, H * hd)
+        return y, past_k.view_as(past_k), past_v.view_as(past_v)
+
+    @staticmethod
+    def symbolic(g, q, k, v, past_k, past_v, seqlens, total, bias, k_scale, v_scale, scale):
+        H = k_scale.type().sizes()[1]
+        none = _empty_input(g)
+        out = g.op("com.microsoft::GroupQueryAttention", q, k, v, past_k, past_v, seqlens, total, none, none, none,
+                   bias, none, k_scale, v_scale, num_heads_i=H, kv_num_heads_i=H, scale_f=scale,
+                   k_quant_type_s="PER_CHANNEL", v_quant_type_s="PER_CHANNEL", kv_cache_bit_width_i=8, outputs=3)
+        for o, like in zip(out, (q, past_k, past_v)):  # the output types ONNX cannot infer for a contrib op
+            o.setType(like.type())
+        return out
+
+
 class _MatMulInteger(torch.autograd.Function):
     """(a - a_zero) @ (b - b_zero) of uint8 tensors, exact in int32: ONNX ``MatMulInteger`` on export,
     float64 in torch (exact while |sum| < 2**53)."""
@@ -139,16 +197,14 @@ class SinkAttention(nn.Module):
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        sink_k, sink_v = self.sink_k, self.sink_v
         n_fixed = len(fixed) if fixed else 0
         if n_fixed:
             q, k, v = (torch.cat([torch.stack([f[i] for f in fixed], dim=1), t[:, n_fixed:]], dim=1)
                        for i, t in ((0, q), (1, k), (2, v)))
-            if self.n_sink:
-                fixed_sinks = torch.stack([f[3].to(sink_k.dtype) for f in fixed])[:, None].expand(-1, self.n_sink, -1)
-                sink_k = torch.cat([fixed_sinks, sink_k[n_fixed:]], dim=0)
-                sink_v = torch.cat([torch.zeros_like(sink_v[:n_fixed]), sink_v[n_fixed:]], dim=0)
-        if past_k.shape[2] == 0:  # full-sequence pass: fused attention over [sink | new]
+        sink_k, sink_v = self.sinks(fixed)
+        if isinstance(past_k, StaticInt8KV):  # the sink is the cache's first row, the step its last
+            y = self._attend_static(q, k, v, mask_add, past_k, past_v)
+        elif past_k.shape[2] == 0:  # full-sequence pass: fused attention over [sink | new]
             keys, vals = k, v
             if self.n_sink:
                 sk = sink_k.to(k.dtype).unsqueeze(0).expand(B, -1, -1, -1)
@@ -160,6 +216,32 @@ class SinkAttention(nn.Module):
             y = self._attend_split(q, k, v, mask_add, past_k, past_v, sink_k, sink_v)
         out = self.proj(y.transpose(1, 2).reshape(B, T, D))
         return (out, k, v) if not n_fixed else (out, k, v, y[:, :n_fixed])
+
+    def sinks(self, fixed: list | None = None) -> tuple[Tensor, Tensor]:
+        """The Sink-KV slots' keys and values (H, n_sink, hd): the layer's own, with the fixed heads' sink keys
+        (value 0) in heads 0 .. len(fixed) - 1."""
+        sink_k, sink_v = self.sink_k, self.sink_v
+        n_fixed = len(fixed) if fixed else 0
+        if n_fixed and self.n_sink:
+            fixed_sinks = torch.stack([f[3].to(sink_k.dtype) for f in fixed])[:, None].expand(-1, self.n_sink, -1)
+            sink_k = torch.cat([fixed_sinks, sink_k[n_fixed:]], dim=0)
+            sink_v = torch.cat([torch.zeros_like(sink_v[:n_fixed]), sink_v[n_fixed:]], dim=0)
+        return sink_k, sink_v
+
+    def _attend_static(self, q: Tensor, k: Tensor, v: Tensor, mask_add: Tensor, past_k: StaticInt8KV,
+                       past_v: StaticInt8KV) -> Tensor:
+        """One step over an ``int8_gqa`` cache (:class:`StaticInt8KV`): (B, H, 1, hd) in, (B, H, 1, hd) out.
+        ``mask_add`` (B, 1, 1, R + 1) covers the cache's rows (then the token's own column, unused: the
+        token is the scratch row)."""
+        B, H, T, hd = q.shape
+        R = past_k.shape[2]
+        flat = [t.transpose(1, 2).reshape(B, T, H * hd) for t in (q, k, v)]
+        ones = torch.ones_like(mask_add[:, 0, 0, :R], dtype=torch.int32)
+        seqlens = ones.sum(1).to(torch.int32) - 1  # (B,): the scratch row, R - 1 (traced, not a constant)
+        y, past_k.present, past_v.present = _GroupQueryAttentionInt8.apply(
+            *flat, past_k.codes, past_v.codes, seqlens, seqlens[0] + 1, mask_add[..., :R].to(torch.float32),
+            past_k.scale, past_v.scale, self.head_dim ** -0.5)
+        return y.view(B, T, H, hd).transpose(1, 2)
 
     def _attend_split(self, q: Tensor, k: Tensor, v: Tensor, mask_add: Tensor, past_k: Tensor, past_v: Tensor,
                       sink_k: Tensor, sink_v: Tensor) -> Tensor:

@@ -20,7 +20,7 @@ from icrl_ros.families import memory_policies
 BACKENDS = ("onnxruntime", "torch", "tensorrt")
 DEVICES = ("cpu", "cuda")
 MEMORY_POLICIES = ("", *memory_policies())  # "" (the bundle's default) + every family's (the registry imports no torch)
-KV_DTYPES = ("", "fp32", "fp16", "int8")  # "" + icrl_ros.memory.quant.KV_DTYPES
+KV_DTYPES = ("", "fp32", "fp16", "int8", "int8_gqa")  # "" + icrl_ros.memory.quant.KV_DTYPES
 ACTION_MODES = ("discrete", "twist")
 ACTION_SELECTIONS = ("", "sample", "greedy")  # "" + icrl_ros.runtime.manifest.ACTION_SELECTIONS
 BRIDGE_MODES = ("lockstep", "realtime")
@@ -155,7 +155,9 @@ class AgentParams(ParamsBase):
     memory_budget_bytes: int = _conf(0, "Memory byte budget; 0 = the bundle's default.", min=0)
     kv_dtype: str = _conf(
         "", "How the full / window / memo memory stores keys and values (hcam: its chunk store): fp32 | fp16 | int8 "
-        "(per head and token scales; the byte budget then holds ~2x / ~3.5x the steps); empty = the bundle's default (manifest "
+        "(per head and token scales; the byte budget then holds ~2x / ~3.5x the steps) | int8_gqa (full / window only, "
+        "ONNX Runtime only: static per-channel scales read in place by its GroupQueryAttention kernel, ~4x the steps, the "
+        "fastest read at long context); empty = the bundle's default (manifest "
         "memory.kv_dtype). The bundle needs a core for it (training/export.py --kv-dtypes / --add-kv-dtypes).",
         choices=KV_DTYPES)
     memory_path: str = _live(

@@ -38,9 +38,13 @@ from icrl_ros.runtime.manifest import FORMAT, MANIFEST, VERSION, Manifest, Manif
 
 WEIGHTS = "weights.pt"
 SINK_CACHE = "sink_cache.npz"
+KV_STATIC = "kv_static.npz"
+"""A bundle with an ``int8_gqa`` core: the static per-channel scales ``k_scale`` / ``v_scale`` (L, H, hd) its
+memory stores keys and values with, and the Sink-KV rows ``sink_k`` / ``sink_v`` (L, H, n_sink, hd) that
+memory pins first (float32; calibrated by ``training/export.py``)."""
 SAMPLE = "sample.npz"
 
-_ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 9: "bool", 2: "uint8", 6: "int32"}
+_ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 9: "bool", 2: "uint8", 6: "int32", 3: "int8"}
 
 
 class BundleError(ManifestError):
@@ -160,6 +164,11 @@ class Bundle:
         with np.load(self.file(SINK_CACHE), allow_pickle=False) as z:
             return torch.from_numpy(z["k"].copy()), torch.from_numpy(z["v"].copy())
 
+    def kv_static(self) -> dict[str, torch.Tensor]:
+        """:data:`KV_STATIC`'s arrays (an ``int8_gqa`` core's scales and sink rows)."""
+        with np.load(self.file(KV_STATIC), allow_pickle=False) as z:
+            return {k: torch.from_numpy(z[k].copy()) for k in ("k_scale", "v_scale", "sink_k", "sink_v")}
+
     def sample(self) -> dict[str, np.ndarray]:
         with np.load(self.file(self.manifest.sample.file), allow_pickle=False) as z:
             return {k: z[k].copy() for k in z.files}
@@ -262,6 +271,13 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
             raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}.file' ({rec.file!r}) is not listed in 'files'")
         _check_onnx(path / rec.file, rec.file, spec, opset)
 
+    if any(g == "core.int8_gqa" for g in graphs) or m.memory.kv_dtype == "int8_gqa":
+        L, H, hd = args.n_layers, args.n_heads, args.head_dim
+        n_sink = args.n_sink if args.sink in ("kv", "kv0", "k0v0") else 0
+        npz[KV_STATIC] = {"k_scale": (L, H, hd), "v_scale": (L, H, hd), "sink_k": (L, H, n_sink, hd),
+                          "sink_v": (L, H, n_sink, hd)}
+        if KV_STATIC not in files:
+            raise BundleError(f"{MANIFEST}: field 'files' does not list {KV_STATIC} (the int8_gqa core's scales)")
     for name, arrays in npz.items():
         _check_npz(path / name, name, arrays)
     _check_npz(path / m.sample.file, m.sample.file, dict.fromkeys(sample_keys))

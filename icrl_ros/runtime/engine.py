@@ -51,6 +51,7 @@ def register_backend(name: str):
 
 class Engine(ABC):
     backend: str = ""
+    aliased: int = 0
 
     def __init__(self, bundle: Bundle, device: str = "cpu") -> None:
         dev = torch.device(device)
@@ -63,6 +64,9 @@ class Engine(ABC):
         enc = bundle.specs.get("encoder")
         self.input_names: list[str] = [io["name"] for io in enc["inputs"]] if enc else []
         """The encoder's inputs in order (none without an encoder graph: RA-DT)."""
+        core = bundle.specs.get("core")
+        self.aliased = sum("alias" in o for o in core["outputs"]) if core else 0
+        """The core's trailing outputs that are its own inputs written in place (``int8_gqa``): not returned."""
         heads = bundle.specs.get("heads")
         self.head_inputs: list[str] = [io["name"] for io in heads["inputs"][1:]] if heads else []
         """The heads graph's inputs after ``hidden`` (a fixed head's whose logits add to the actor's)."""

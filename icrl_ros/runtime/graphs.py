@@ -30,6 +30,12 @@ uint8 codes plus per-layer ``past_k_scale_i`` / ``past_v_scale_i`` (batch, H, ca
 read through integer matmuls (:func:`icrl_ros.models.attention.int8_scores`). The core's new K/V stay
 float32 either way: the memory quantises them on commit. Only standard ONNX ops (``MatMulInteger``,
 ``Round``, ``Clip``, ``Cast``), so ONNX Runtime runs the graph on any execution provider.
+``int8_gqa``: int8 codes whose rows are [sink | steps | scratch] and per-layer static scales
+``past_k_scale_i`` / ``past_v_scale_i`` (1, H, 1, hd), read by ONNX Runtime's
+``com.microsoft.GroupQueryAttention`` (:class:`icrl_ros.models.attention.StaticInt8KV`). The kernel
+writes the step into the scratch row, so the core also returns the buffers it wrote, ``present_k_i`` /
+``present_v_i``, whose specs say which input each one is (``"alias"``): an engine binds them to that
+input's memory and ONNX Runtime reads and writes the cache in place.
 """
 
 from __future__ import annotations
@@ -39,12 +45,12 @@ from torch import Tensor, nn
 
 from icrl_ros.families import family_of
 from icrl_ros.memory.quant import check_kv_dtype, storage_dtype
-from icrl_ros.models.attention import QuantizedKV
+from icrl_ros.models.attention import QuantizedKV, StaticInt8KV
 from icrl_ros.models.policy import ICLPolicy, head_inputs
 
 PRECISIONS = ("fp32", "fp16")
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int64": torch.int64, "bool": torch.bool,
-                "uint8": torch.uint8, "int32": torch.int32}
+                "uint8": torch.uint8, "int32": torch.int32, "int8": torch.int8}
 # Runner-tracked encoder inputs; every other encoder input comes from the observation or is written by
 # an extension's state (icrl_ros.extensions.owned_inputs).
 TRACKED_INPUTS = ("prev_action", "prev_reward", "episode_step")
@@ -91,8 +97,11 @@ def shared_graph_specs(policy: ICLPolicy, precision: str = "fp32", window: int |
     L, H, hd, D = a.n_layers, a.n_heads, a.head_dim, a.d_model
     f = dtype_name(cache_dtype(precision))  # the new keys / values (and an fp32 cache)
     store = dtype_name(storage_dtype(kv_dtype, cache_dtype(precision)))
-    scales = [io_spec(f"past_{x}_scale_{i}", "float32", ["batch", H, window]) for x in "kv" for i in range(L)] \
-        if kv_dtype == "int8" else []
+    scales = {"int8": [io_spec(f"past_{x}_scale_{i}", "float32", ["batch", H, window]) for x in "kv" for i in range(L)],
+              "int8_gqa": [io_spec(f"past_{x}_scale_{i}", "float32", [1, H, 1, hd]) for x in "kv" for i in range(L)]
+              }.get(kv_dtype, [])
+    present = [{**io_spec(f"present_{x}_{i}", store, ["batch", H, window, hd]), "alias": f"past_{x}_{i}"}
+               for x in "kv" for i in range(L)] if kv_dtype == "int8_gqa" else []
     enc_in = [io_spec(n, dtype_name(dt), ["batch", *shape]) for n, (shape, dt) in policy.input_spec().items()]
     return {
         "encoder": {"inputs": enc_in, "outputs": [io_spec("x", "float32", ["batch", D])]},
@@ -102,7 +111,7 @@ def shared_graph_specs(policy: ICLPolicy, precision: str = "fp32", window: int |
             + [io_spec(f"past_k_{i}", store, ["batch", H, window, hd]) for i in range(L)]
             + [io_spec(f"past_v_{i}", store, ["batch", H, window, hd]) for i in range(L)] + scales,
             "outputs": [io_spec("hidden", "float32", ["batch", D]), io_spec("new_k", f, [L, "batch", H, 1, hd]),
-                        io_spec("new_v", f, [L, "batch", H, 1, hd])],
+                        io_spec("new_v", f, [L, "batch", H, 1, hd])] + present,
         },
         "heads": {"inputs": [io_spec("hidden", "float32", ["batch", D])]
                   + [io_spec(n, "float32", ["batch", *policy.input_spec()[n][0]]) for n in head_inputs(a)],
@@ -132,8 +141,9 @@ class CoreGraph(nn.Module):
 
     x (B, D); position (B,) RoPE index; mask (B, P) bool, True = this token may attend
     the slot; kv: L past_k (B, H, P, hd) then L past_v (``int8``: uint8 codes, then L key scales
-    and L value scales (B, H, P)). Returns hidden (B, D) and the token's rotated keys / values
-    (L, B, H, 1, hd) for the memory to commit.
+    and L value scales (B, H, P); ``int8_gqa``: int8 codes, then L key and L value static scales
+    (1, H, 1, hd)). Returns hidden (B, D) and the token's rotated keys / values (L, B, H, 1, hd) for the
+    memory to commit (``int8_gqa``: then the L key and L value buffers the kernel wrote in place).
     """
 
     def __init__(self, policy: ICLPolicy, kv_dtype: str = "fp32") -> None:
@@ -145,11 +155,41 @@ class CoreGraph(nn.Module):
         full = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)[:, None]  # (B, 1, P + 1): + the token itself
         # TransformerCore indexes past_k[i] per layer, so per-layer lists go straight through.
         past_k, past_v = list(kv[:L]), list(kv[L:2 * L])
-        if self.kv_dtype == "int8":
-            past_k = [QuantizedKV(c, s) for c, s in zip(past_k, kv[2 * L:3 * L])]
-            past_v = [QuantizedKV(c, s) for c, s in zip(past_v, kv[3 * L:4 * L])]
+        wrap = {"int8": QuantizedKV, "int8_gqa": StaticInt8KV}.get(self.kv_dtype)
+        if wrap is not None:
+            past_k = [wrap(c, s) for c, s in zip(past_k, kv[2 * L:3 * L])]
+            past_v = [wrap(c, s) for c, s in zip(past_v, kv[3 * L:4 * L])]
         h, k, v = self.core(x[:, None], position[:, None], full, past_k, past_v)
+        if wrap is StaticInt8KV:
+            return (h[:, 0], k, v, *(p.present for p in past_k), *(p.present for p in past_v))
         return h[:, 0], k, v
+
+
+@torch.no_grad()
+def sink_rows(policy: ICLPolicy) -> tuple[Tensor, Tensor]:
+    """Every layer's Sink-KV keys and values (L, H, n_sink, hd) as its attention uses them (a block's fixed
+    heads put their own sink keys in their heads): the rows an ``int8_gqa`` memory pins first."""
+    ks, vs = [], []
+    for blk in policy.core.blocks:
+        token = torch.zeros(1, 1, policy.args.d_model)
+        fixed = blk.fixed_heads.fixed(token) if blk.fixed_heads is not None else None
+        k, v = blk.attn.sinks(fixed)
+        ks.append(k.float())
+        vs.append(v.float())
+    return torch.stack(ks), torch.stack(vs)
+
+
+@torch.no_grad()
+def static_kv_calibration(policy: ICLPolicy, inp: dict[str, Tensor]) -> dict[str, Tensor]:
+    """An ``int8_gqa`` memory's constants from a recorded trial ``inp`` (B, T, ...): the per-channel scales its
+    keys and values are stored with (:func:`icrl_ros.memory.quant.calibrate_static`, over the trial's
+    keys / values and the sink rows) and the sink rows (:func:`sink_rows`): the bundle's ``kv_static.npz``."""
+    from icrl_ros.memory.quant import calibrate_static
+
+    k, v = policy.forward_sequence(inp)[2:4]
+    sink_k, sink_v = sink_rows(policy)
+    k_scale, v_scale = calibrate_static(k, v, sink_k, sink_v)
+    return {"k_scale": k_scale, "v_scale": v_scale, "sink_k": sink_k, "sink_v": sink_v}
 
 
 class HeadsGraph(nn.Module):
@@ -243,11 +283,13 @@ def export_onnx(module: nn.Module, spec: dict, path, opset: int, cache: int = 4)
         if axes:
             dyn[io["name"]] = axes
     args = example_inputs(spec, cache=cache)
+    # a graph that writes a cache in place (an output with an "alias") runs ONNX Runtime's contrib kernel
+    contrib = {"com.microsoft": 1} if any("alias" in o for o in spec["outputs"]) else None
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about Python bools on shapes: the cache is never empty
         torch.onnx.export(module, args, str(path), input_names=[i["name"] for i in spec["inputs"]],
                           output_names=[o["name"] for o in spec["outputs"]], opset_version=opset,
-                          dynamic_axes=dyn, dynamo=False, do_constant_folding=True)
+                          dynamic_axes=dyn, dynamo=False, do_constant_folding=True, custom_opsets=contrib)
     _restore_unused_inputs(path, spec)
 
 
@@ -263,7 +305,8 @@ def _restore_unused_inputs(path, spec: dict) -> None:
     if all(io["name"] in have for io in spec["inputs"]):
         return
     onnx_types = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "int64": TensorProto.INT64,
-                  "int32": TensorProto.INT32, "bool": TensorProto.BOOL, "uint8": TensorProto.UINT8}
+                  "int32": TensorProto.INT32, "bool": TensorProto.BOOL, "uint8": TensorProto.UINT8,
+                  "int8": TensorProto.INT8}
     inputs = [have.get(io["name"]) or helper.make_tensor_value_info(io["name"], onnx_types[io["dtype"]], io["shape"])
               for io in spec["inputs"]]
     del model.graph.input[:]

@@ -28,7 +28,7 @@ from icrl_ros.runtime.graphs import TORCH_DTYPES
 DISABLED_OPTIMIZERS = ["MatMulScaleFusion"]
 
 _NP = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "bool": np.bool_, "uint8": np.uint8,
-       "int32": np.int32}
+       "int32": np.int32, "int8": np.int8}
 
 
 def omp_threads() -> int | None:
@@ -104,7 +104,12 @@ class OrtEngine(Engine):
                                  f"{t.dtype} on {t.device}{'' if t.is_contiguous() else ' (not contiguous)'}")
             io.bind_input(s["name"], self._dev[0], self._dev[1], _NP[s["dtype"]], list(t.shape), t.data_ptr())
         outs = []
+        named = {s["name"]: t for s, t in zip(spec["inputs"], inputs)}
         for s in spec["outputs"]:
+            if "alias" in s:  # written in place: the output is the input's own memory (int8_gqa's cache)
+                t = named[s["alias"]]
+                io.bind_output(s["name"], self._dev[0], self._dev[1], _NP[s["dtype"]], list(t.shape), t.data_ptr())
+                continue
             shape = [batch if d == "batch" else cache if d == "cache" else d for d in s["shape"]]
             t = torch.empty(shape, dtype=TORCH_DTYPES[s["dtype"]], device=self.device)
             io.bind_output(s["name"], self._dev[0], self._dev[1], _NP[s["dtype"]], shape, t.data_ptr())

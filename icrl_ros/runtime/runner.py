@@ -22,6 +22,7 @@ from torch import Tensor
 
 from icrl_ros.families import family_of
 from icrl_ros.memory import Memory, create_memory, model_dims
+from icrl_ros.memory.quant import STATIC_KV_DTYPES
 from icrl_ros.runtime.bundle import Bundle, BundleError, load_bundle
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.engine import Engine, check_backend, make_engine
@@ -52,14 +53,21 @@ def build_memory(bundle: Bundle, name: str | None = None, budget_bytes: int | No
     if deploy is not None:  # a family with its own memory from a bundle (RA-DT: a retrieval index)
         return deploy.build_memory(bundle, name, budget, cfg)
     dtype = torch.float16 if bundle.precision == "fp16" else torch.float32
+    static = bundle.kv_static() if bundle.kv_dtype in STATIC_KV_DTYPES else None
+    n_prefix = bundle.n_prefix + (static["sink_k"].shape[2] if static is not None else 0)  # + the Sink-KV rows
     try:
-        mem = create_memory(name, **model_dims(a), batch=batch, n_prefix=bundle.n_prefix, dtype=dtype, device=device,
+        mem = create_memory(name, **model_dims(a), batch=batch, n_prefix=n_prefix, dtype=dtype, device=device,
                             budget_bytes=budget, kv_dtype=bundle.kv_dtype, **cfg)
     except ValueError as e:
         if "kv_dtype" in str(e) and bundle.kv_dtype != "fp32":
             raise ValueError(f"{e} (this runner's kv_dtype is {bundle.kv_dtype!r}: give kv_dtype='fp32' for "
                              f"memory {name!r})") from e
         raise
+    if static is not None:  # the calibrated scales, then the sink rows stored with them
+        mem.set_static_scales(static["k_scale"].to(device), static["v_scale"].to(device))
+        if n_prefix:
+            k, v = (static[s].to(device)[:, None].expand(-1, batch, -1, -1, -1) for s in ("sink_k", "sink_v"))
+            mem.set_prefix(k, v)
     sink = bundle.sink_cache()
     if sink is not None:
         k, v = (t.to(device=device, dtype=dtype).expand(-1, batch, -1, -1, -1) for t in sink)
@@ -107,7 +115,7 @@ class PolicyRunner(RunnerBase):
         "memo" | "hcam" | "retrieval"; default the manifest's) within ``memory_budget_bytes``,
         and an engine. Actions: ``selection`` "sample" | "greedy" at ``temperature``, default the
         manifest's (:meth:`~icrl_ros.runtime.runner_base.RunnerBase.configure_actions`). ``kv_dtype``:
-        how the memory stores keys / values ("fp32" | "fp16" | "int8"; default the manifest's
+        how the memory stores keys / values ("fp32" | "fp16" | "int8" | "int8_gqa"; default the manifest's
         ``memory.kv_dtype``), if the bundle has a core for it. ``threads``: the engine's CPU threads (ONNX
         Runtime's intra-op threads, torch's); None = ``OMP_NUM_THREADS`` where set, else the engine's default (a
         thread per core; a robot computer that runs other nodes wants fewer). A family with its own runner

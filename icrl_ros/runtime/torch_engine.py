@@ -71,9 +71,8 @@ class TorchEngine(Engine):
     @torch.no_grad()
     def core(self, x, position, mask, past_k, past_v, *extra):
         args = (x, position, mask, *past_k.unbind(0), *past_v.unbind(0), *extra)  # per-layer views, no copy
-        if self.use_cuda_graphs:
-            return self._graphed("core", args, copied=(0, 1))
-        return self.graphs["core"](*args)
+        out = self._graphed("core", args, copied=(0, 1)) if self.use_cuda_graphs else self.graphs["core"](*args)
+        return out[:len(out) - self.aliased]  # the buffers written in place (int8_gqa) are the memory's own
 
     @torch.no_grad()
     def heads(self, hidden, *skill):

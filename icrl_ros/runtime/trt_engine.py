@@ -133,6 +133,9 @@ class TensorRTEngine(Engine):
                  fp16: bool | None = None, cache_dir: str | None = None, threads: int | None = None) -> None:
         """``threads`` (the CPU engines' thread count) is accepted and unused: the graphs run on the GPU."""
         super().__init__(bundle, device)
+        if self.aliased:
+            raise ValueError(f"kv_dtype: {self.kv_dtype!r} is read by ONNX Runtime's GroupQueryAttention kernel, which "
+                             "TensorRT does not have; use kv_dtype 'int8' (standard ONNX ops) with tensorrt")
         if self.device.type != "cuda" or not torch.cuda.is_available():
             raise ValueError("device: the tensorrt backend needs device='cuda' and a visible GPU")
         try:

@@ -56,6 +56,7 @@ import torch
 
 from icrl_ros.memory import ON_FULL
 from icrl_ros.memory.base import DEFAULT_STEPS
+from icrl_ros.memory.quant import STATIC_KV_DTYPES
 from icrl_ros.families import family_of, memory_policies
 from icrl_ros.models import ICLPolicy, ModelArgs, load_checkpoint, make_memory
 from icrl_ros.runtime import bundle as B
@@ -64,7 +65,7 @@ from icrl_ros.extensions import apply_rules, logit_rules, owned_inputs
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.selfcheck import TOLERANCE
 from icrl_ros.runtime.graphs import (PRECISIONS, TRACKED_INPUTS, build_graphs, check_kv_support, dtype_name,
-                                     export_onnx, graph_specs)
+                                     export_onnx, graph_specs, static_kv_calibration)
 from icrl_ros.training._cli import fail
 
 DEFAULT_OPSET = 17
@@ -287,6 +288,8 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
             inp = record_rollout(policy, steps, ep_len, seed=0)
             logits, values = reference_outputs(policy, inp)
             np.savez(tmp / B.SAMPLE, logits=logits, values=values, **{k: v.numpy() for k, v in inp.items()})
+            if STATIC_KV_DTYPES[0] in (kv_dtype, *variants):
+                write_kv_static(policy, inp, tmp)
         for f in sorted(tmp.iterdir()):
             if f.is_file():
                 manifest.files[f.name] = M.FileRecord(sha256=B.sha256_file(f), bytes=f.stat().st_size)
@@ -305,6 +308,13 @@ def export_kv_cores(policy: ICLPolicy, manifest: M.Manifest, out: Path, kv_dtype
         export_onnx(build_graphs(policy, manifest.precision, kv)["core"], spec, out / f"core.{kv}.onnx",
                     manifest.onnx.opset)
         manifest.onnx.graphs[f"core.{kv}"] = M.Graph(file=f"core.{kv}.onnx", **spec)
+
+
+def write_kv_static(policy: ICLPolicy, inp: dict[str, torch.Tensor], out: Path) -> None:
+    """The ``int8_gqa`` core's constants (:data:`~icrl_ros.runtime.bundle.KV_STATIC`), calibrated on the trial
+    ``inp`` (the bundle's sample)."""
+    consts = static_kv_calibration(policy, inp)
+    np.savez(out / B.KV_STATIC, **{k: t.numpy().astype(np.float32) for k, t in consts.items()})
 
 
 def add_kv_dtypes(src: str | Path, out: str | Path, kv_dtypes: list[str], overwrite: bool = False,
@@ -329,8 +339,14 @@ def add_kv_dtypes(src: str | Path, out: str | Path, kv_dtypes: list[str], overwr
         for name in manifest.files:
             shutil.copy2(src / name, tmp / name)
         export_kv_cores(policy, manifest, tmp, todo)
-        for kv in todo:
-            f = tmp / f"core.{kv}.onnx"
+        written = [f"core.{kv}.onnx" for kv in todo]
+        if any(kv in STATIC_KV_DTYPES for kv in todo):  # calibrated on the bundle's own sample
+            sample = bundle.sample()
+            write_kv_static(policy, {k: torch.from_numpy(sample[k]) for k in policy.input_spec()}
+                            | {"episode_index": torch.from_numpy(sample["episode_index"])}, tmp)
+            written.append(B.KV_STATIC)
+        for name in written:
+            f = tmp / name
             manifest.files[f.name] = M.FileRecord(sha256=B.sha256_file(f), bytes=f.stat().st_size)
         old = bundle.default_kv_dtype
         if default and default != old:  # 'core' names the default's graph, 'core.<kv>' the others
@@ -417,7 +433,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tensorrt", action="store_true", help="also build TensorRT engines (needs tensorrt + a GPU)")
     p.add_argument("--kv-dtype",
                    help="how the memory stores keys / values by default: fp32 (default) | fp16 | int8 (the full / "
-                        "window / memo memories of ReLIC and Memo bundles; the byte budget counts the stored bytes)")
+                        "window / memo memories of ReLIC and Memo bundles; the byte budget counts the stored bytes) | "
+                        "int8_gqa (ReLIC's full / window memory, ONNX Runtime only: static per-channel scales "
+                        "calibrated on the bundle's sample, read in place by its GroupQueryAttention kernel)")
     p.add_argument("--kv-dtypes", default="",
                    help="comma-separated: more K / V storage dtypes to write a core graph for (a runner or node "
                         "may then choose them: kv_dtype)")

@@ -21,5 +21,5 @@ FAMILY = Family(
               "window": "icrl_ros.memory.kv_cache:SinkWindowMemory"},
     graphs="icrl_ros.families.relic.graphs",
     positions=positions,
-    kv_dtypes=("fp32", "fp16", "int8"),
+    kv_dtypes=("fp32", "fp16", "int8", "int8_gqa"),  # int8_gqa: ONNX Runtime's GroupQueryAttention kernel
 )
