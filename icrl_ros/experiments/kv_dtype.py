@@ -4,6 +4,7 @@
     python experiments/kv_dtype.py formulations --length 32768             # one layer's cache read, 6 ways
     python experiments/kv_dtype.py parity-darkroom --bundle runs/kv/darkroom_fp32 --trials 20 --steps 1000
     python experiments/kv_dtype.py parity-house --bundle bundles/house_relic_scan --trials 4 --episodes 10
+    python experiments/kv_dtype.py record-house --bundle bundles/house_relic_scan --out runs/kv/calib.npz
 
 ``speed``: the ExtObjNav-size ReLIC (4 layers, hidden 256, 8 heads of 32, Sink KV0; random
 weights) exported once with a core per kv dtype, run through ``PolicyRunner`` (ONNX Runtime, CPU,
@@ -414,6 +415,24 @@ def parity_house(bundle_path: str, trials: int, episodes: int, seed: int) -> dic
             "fp32_success": float(np.nanmean(out["success"])), **diffs.summary()}
 
 
+def record_house(bundle_path: str, trials: int, episodes: int, seed: int, out: Path) -> dict:
+    """The fp32 bundle's memory after ``trials`` trials of ``episodes`` episodes in *training* houses (the
+    held-out ones stay unseen), written as a snapshot: what ``export.py BUNDLE --add-kv-dtypes int8_gqa
+    --kv-calibration SNAPSHOT`` calibrates the static scales on."""
+    from icrl_ros.training.house_eval import BundleStepper, run_house_trials, stepper_for
+
+    stepper = BundleStepper(bundle_path)
+    stepper.bundle = stepper.bundle.with_kv_dtype("fp32")
+    options = stepper_for(bundle_path, "onnxruntime", None)[1]
+    act = stepper.bundle.manifest.action
+    res = run_house_trials(stepper, trials, episodes, seed=seed, split="train", batch=trials, env_options=options,
+                           greedy=act.selection == "greedy", temperature=act.temperature)
+    stepper.runner.snapshot(out)
+    return {"bundle": bundle_path, "trials": trials, "episodes": episodes, "seed": seed, "split": "train",
+            "steps_kept": int(stepper.runner.memory.valid.sum()), "success": float(np.nanmean(res["success"])),
+            "snapshot": str(out)}
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
@@ -425,6 +444,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     s.add_argument("--bundle", help="time this bundle's model (default: ExtObjNav's size, random weights)")
     f = sub.add_parser("formulations", help="one layer's cache read as standalone ONNX graphs")
     f.add_argument("--length", type=int, default=32768)
+    r = sub.add_parser("record-house", help="an fp32 memory snapshot of the bundle in training houses "
+                                            "(int8_gqa's calibration: export.py --kv-calibration)")
+    r.add_argument("--bundle", required=True)
+    r.add_argument("--trials", type=int, default=4)
+    r.add_argument("--episodes", type=int, default=10)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--out", required=True, help="the snapshot file to write")
     for name in ("parity-darkroom", "parity-house"):
         q = sub.add_parser(name, help="fp16 / int8 logits against fp32 on recorded trials")
         q.add_argument("--bundle", required=True)
@@ -461,6 +487,9 @@ def main(argv=None) -> int:
             fail(f"--bundle: {args.bundle} is not a bundle directory")
         if args.trials < 1:
             fail(f"--trials: must be >= 1, got {args.trials}")
+        if args.what == "record-house":
+            print(json.dumps(record_house(args.bundle, args.trials, args.episodes, args.seed, Path(args.out)), indent=1))
+            return 0
         if args.what == "parity-darkroom":
             if args.steps is not None and args.steps < 1:
                 fail(f"--steps: must be >= 1, got {args.steps}")

@@ -184,12 +184,42 @@ def static_kv_calibration(policy: ICLPolicy, inp: dict[str, Tensor]) -> dict[str
     """An ``int8_gqa`` memory's constants from a recorded trial ``inp`` (B, T, ...): the per-channel scales its
     keys and values are stored with (:func:`icrl_ros.memory.quant.calibrate_static`, over the trial's
     keys / values and the sink rows) and the sink rows (:func:`sink_rows`): the bundle's ``kv_static.npz``."""
+    k, v = policy.forward_sequence(inp)[2:4]
+    return static_kv_from(policy, k, v)
+
+
+def static_kv_from(policy: ICLPolicy, k: Tensor, v: Tensor) -> dict[str, Tensor]:
+    """:func:`static_kv_calibration` from keys / values (L, B, H, T, hd) already at hand (the steps of an fp32
+    memory: a snapshot of the runner on real trials)."""
     from icrl_ros.memory.quant import calibrate_static
 
-    k, v = policy.forward_sequence(inp)[2:4]
     sink_k, sink_v = sink_rows(policy)
     k_scale, v_scale = calibrate_static(k, v, sink_k, sink_v)
     return {"k_scale": k_scale, "v_scale": v_scale, "sink_k": sink_k, "sink_v": sink_v}
+
+
+def snapshot_kv(path, policy: ICLPolicy) -> tuple[Tensor, Tensor]:
+    """The stored steps' keys and values (L, 1, H, N, hd) of an fp32 memory snapshot (``PolicyRunner.snapshot``,
+    the agent node's ``save_memory``) of ``policy``'s full or window memory, every env's valid slots side by
+    side; a ValueError saying what is wrong otherwise."""
+    from icrl_ros.memory.snapshot import read_snapshot
+
+    arrays, meta = read_snapshot(path)
+    mem = meta.get("memory", {})
+    a = policy.args
+    if mem.get("policy") not in ("full", "window") or mem.get("kv_dtype", "fp32") != "fp32":
+        raise ValueError(f"{path}: not an fp32 full / window memory snapshot (memory {mem.get('policy')!r}, "
+                         f"kv_dtype {mem.get('kv_dtype', 'fp32')!r})")
+    k, v, valid = (torch.from_numpy(arrays[n]) for n in ("k", "v", "valid"))
+    if tuple(k.shape[i] for i in (0, 2, 4)) != (a.n_layers, a.n_heads, a.head_dim) or k.dtype != torch.float32:
+        raise ValueError(f"{path}: keys {tuple(k.shape)} {k.dtype} are not this model's (L, B, H, P, hd) = "
+                         f"({a.n_layers}, B, {a.n_heads}, P, {a.head_dim}) float32")
+    steps = valid & (torch.from_numpy(arrays["episode"]) >= 0)  # not the pinned prefix
+    if not bool(steps.any()):
+        raise ValueError(f"{path}: the memory holds no step")
+    pick = [(x[:, b][:, :, steps[b]]) for x in (k, v) for b in range(k.shape[1])]
+    B = k.shape[1]
+    return torch.cat(pick[:B], dim=2)[:, None], torch.cat(pick[B:], dim=2)[:, None]
 
 
 class HeadsGraph(nn.Module):

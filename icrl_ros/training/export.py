@@ -65,7 +65,7 @@ from icrl_ros.extensions import apply_rules, logit_rules, owned_inputs
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.selfcheck import TOLERANCE
 from icrl_ros.runtime.graphs import (PRECISIONS, TRACKED_INPUTS, build_graphs, check_kv_support, dtype_name,
-                                     export_onnx, graph_specs, static_kv_calibration)
+                                     export_onnx, graph_specs, snapshot_kv, static_kv_calibration, static_kv_from)
 from icrl_ros.training._cli import fail
 
 DEFAULT_OPSET = 17
@@ -310,20 +310,26 @@ def export_kv_cores(policy: ICLPolicy, manifest: M.Manifest, out: Path, kv_dtype
         manifest.onnx.graphs[f"core.{kv}"] = M.Graph(file=f"core.{kv}.onnx", **spec)
 
 
-def write_kv_static(policy: ICLPolicy, inp: dict[str, torch.Tensor], out: Path) -> None:
-    """The ``int8_gqa`` core's constants (:data:`~icrl_ros.runtime.bundle.KV_STATIC`), calibrated on the trial
-    ``inp`` (the bundle's sample)."""
-    consts = static_kv_calibration(policy, inp)
+def write_kv_static(policy: ICLPolicy, inp: dict[str, torch.Tensor], out: Path, calibration: Path | None = None) -> None:
+    """The ``int8_gqa`` core's constants (:data:`~icrl_ros.runtime.bundle.KV_STATIC`), calibrated on the steps of
+    the fp32 memory snapshot ``calibration`` when given (real trials), else on the trial ``inp`` (the bundle's
+    sample: a few dozen steps, which may miss what later steps store)."""
+    if calibration is not None:
+        consts = static_kv_from(policy, *snapshot_kv(calibration, policy))
+    else:
+        consts = static_kv_calibration(policy, inp)
     np.savez(out / B.KV_STATIC, **{k: t.numpy().astype(np.float32) for k, t in consts.items()})
 
 
 def add_kv_dtypes(src: str | Path, out: str | Path, kv_dtypes: list[str], overwrite: bool = False,
-                  default: str | None = None, budget_bytes: int | None = None) -> Path:
+                  default: str | None = None, budget_bytes: int | None = None,
+                  calibration: str | Path | None = None) -> Path:
     """Copy bundle ``src`` to ``out`` with a core for each of ``kv_dtypes`` it lacks, traced from its
     ``weights.pt`` (the other files unchanged); ``default``: the K / V storage the copy's memory uses
     unless told otherwise (its ``core`` graph then reads that; the manifest's default otherwise).
     ``budget_bytes``: the copy's default memory byte budget (its sizes then derive from it: the same
-    bytes hold 4x the steps in int8)."""
+    bytes hold 4x the steps in int8). ``calibration``: an fp32 memory snapshot of the bundle on real trials to
+    calibrate ``int8_gqa``'s scales on (default: the bundle's sample)."""
     src, out = Path(src), Path(out)
     bundle = B.load_bundle(src)
     if out.exists() and not overwrite:
@@ -340,10 +346,13 @@ def add_kv_dtypes(src: str | Path, out: str | Path, kv_dtypes: list[str], overwr
             shutil.copy2(src / name, tmp / name)
         export_kv_cores(policy, manifest, tmp, todo)
         written = [f"core.{kv}.onnx" for kv in todo]
-        if any(kv in STATIC_KV_DTYPES for kv in todo):  # calibrated on the bundle's own sample
+        asked = set(kv_dtypes + ([default] if default else []))
+        # a new int8_gqa core is calibrated (on the sample, or the snapshot); an existing one again on a snapshot
+        if any(kv in STATIC_KV_DTYPES for kv in todo) or (calibration and asked & set(STATIC_KV_DTYPES)):
             sample = bundle.sample()
             write_kv_static(policy, {k: torch.from_numpy(sample[k]) for k in policy.input_spec()}
-                            | {"episode_index": torch.from_numpy(sample["episode_index"])}, tmp)
+                            | {"episode_index": torch.from_numpy(sample["episode_index"])}, tmp,
+                            Path(calibration) if calibration else None)
             written.append(B.KV_STATIC)
         for name in written:
             f = tmp / name
@@ -442,6 +451,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--add-kv-dtypes", default="",
                    help="with a bundle directory as the first argument: copy it to --out with core graphs for these "
                         "K / V storage dtypes (comma-separated) added (and, with --kv-dtype, that one the default)")
+    p.add_argument("--kv-calibration",
+                   help="with --add-kv-dtypes int8_gqa: an fp32 memory snapshot of this bundle on real trials "
+                        "(PolicyRunner.snapshot, the agent node's save_memory) to calibrate the static scales on; "
+                        "default: the bundle's sample, a few dozen steps")
     return p.parse_args(argv)
 
 
@@ -461,13 +474,17 @@ def main(argv=None) -> int:
         fail(f"--verify-steps must be at least 2 (a rollout to replay), got {args.verify_steps}")
     kv_default = (_kv_list("kv-dtype", args.kv_dtype or "") or ["fp32"])[0]
     kv_more = _kv_list("kv-dtypes", args.kv_dtypes)
+    if args.kv_calibration and (not args.add_kv_dtypes
+                                or "int8_gqa" not in _kv_list("add-kv-dtypes", args.add_kv_dtypes) + [kv_default]):
+        fail("--kv-calibration: calibrates an int8_gqa core; give it with --add-kv-dtypes int8_gqa (a bundle directory)")
     if args.add_kv_dtypes:
         if not Path(args.checkpoint).is_dir():
             fail(f"--add-kv-dtypes: {args.checkpoint} is not a bundle directory")
         try:
             out = add_kv_dtypes(args.checkpoint, args.out, _kv_list("add-kv-dtypes", args.add_kv_dtypes),
                                 overwrite=args.force,
-                                default=kv_default if args.kv_dtype else None, budget_bytes=args.budget_bytes)
+                                default=kv_default if args.kv_dtype else None, budget_bytes=args.budget_bytes,
+                                calibration=args.kv_calibration)
         except (FileExistsError, ValueError) as e:
             fail(str(e))
         print(f"wrote {out} (core graphs for K / V stored as {B.load_bundle(out).kv_dtypes()})")

@@ -363,3 +363,31 @@ def test_add_int8_gqa_to_an_existing_bundle_calibrates_on_its_sample(tmp_path):
 
     res = check_sample(b)  # 60 steps of a random-weight model, whose near-tied actions flip on small diffs
     assert res["max_logit_diff"] < res["tolerance"] and res["greedy_agreement"] >= 0.95, res
+
+
+def test_int8_gqa_calibrates_on_a_memory_snapshot_of_real_trials(gqa_bundle, tmp_path):
+    """export.py --kv-calibration: the static scales from the steps an fp32 memory holds (a snapshot after 300
+    steps) instead of the bundle's sample; the sink rows stay the model's. A snapshot of another memory dtype is
+    refused in one line."""
+    fp32 = PolicyRunner.from_bundle(gqa_bundle, kv_dtype="fp32", selection="greedy")
+    for k in range(300):
+        fp32.act({"obs": np.int64(k % 30)})
+    fp32.snapshot(tmp_path / "fp32.npz")
+    out = add_kv_dtypes(gqa_bundle, tmp_path / "calibrated", ["int8_gqa"], default="int8_gqa",
+                        calibration=tmp_path / "fp32.npz")
+    from icrl_ros.memory.quant import CALIBRATION_MARGIN, QMAX
+
+    got, sample = load_bundle(out).kv_static(), load_bundle(gqa_bundle).kv_static()
+    assert torch.equal(got["sink_k"], sample["sink_k"]) and not torch.equal(got["v_scale"], sample["v_scale"])
+    m = fp32.memory
+    steps = m.v[:, :, :, m.valid[0] & (m.episode[0] >= 0)]
+    peak = torch.maximum(steps.abs().amax(dim=(1, 3)), got["sink_v"].abs().amax(dim=2))
+    assert torch.allclose(got["v_scale"], peak * CALIBRATION_MARGIN / QMAX)
+    r = PolicyRunner.from_bundle(out, selection="greedy")
+    assert r.memory.kv_dtype == "int8_gqa" and torch.equal(r.memory.v_static[:, 0, :, 0], got["v_scale"])
+    gqa = PolicyRunner.from_bundle(gqa_bundle, kv_dtype="int8_gqa")
+    gqa.snapshot(tmp_path / "gqa.npz")
+    p = subprocess.run([sys.executable, "training/export.py", str(gqa_bundle), "--add-kv-dtypes", "int8_gqa",
+                        "--kv-calibration", str(tmp_path / "gqa.npz"), "--out", str(tmp_path / "x")],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and p.stderr.strip().count("\n") == 0 and "not an fp32 full / window" in p.stderr, p.stderr
