@@ -5,6 +5,7 @@
     python experiments/kv_dtype.py parity-darkroom --bundle runs/kv/darkroom_fp32 --trials 20 --steps 1000
     python experiments/kv_dtype.py parity-house --bundle bundles/house_relic_scan --trials 4 --episodes 10
     python experiments/kv_dtype.py record-house --bundle bundles/house_relic_scan --out runs/kv/calib.npz
+    python experiments/kv_dtype.py record-darkroom --bundle runs/kv/darkroom_fp32 --steps 1000 --out runs/kv/dr.npz
 
 ``speed``: the ExtObjNav-size ReLIC (4 layers, hidden 256, 8 heads of 32, Sink KV0; random
 weights) exported once with a core per kv dtype, run through ``PolicyRunner`` (ONNX Runtime, CPU,
@@ -433,6 +434,27 @@ def record_house(bundle_path: str, trials: int, episodes: int, seed: int, out: P
             "snapshot": str(out)}
 
 
+def record_grid(bundle_path: str, trials: int, steps: int | None, seed: int, out: Path) -> dict:
+    """The fp32 bundle's memory after ``trials`` trials of a grid-world task on its *training* tasks (Darkroom
+    goals the held-out evaluation never uses), written as a snapshot (as :func:`record_house`)."""
+    from icrl_ros.runtime import PolicyRunner, load_bundle, make_engine
+    from icrl_ros.runtime.selfcheck import exact_memory
+    from icrl_ros.sim import make_vec
+    from icrl_ros.training.evaluate import run_trials
+
+    b = load_bundle(bundle_path).with_kv_dtype("fp32")
+    env = make_vec((b.manifest.created or {}).get("env_id"), trials, split="train", seed=seed)
+    env.rng = np.random.default_rng(seed)
+    env.reset_trial()
+    steps = steps or env.trial_steps
+    runner = PolicyRunner(b, make_engine(b, "onnxruntime", "cpu", threads=1), exact_memory(b, steps, batch=trials))
+    res = run_trials(b, env, steps, seed=seed, runner=runner)
+    runner.snapshot(out)
+    return {"bundle": bundle_path, "trials": trials, "steps": steps, "seed": seed, "split": "train",
+            "steps_kept": int(runner.memory.valid.sum()), "trial_return": float(res["trial_return"].mean()),
+            "snapshot": str(out)}
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
@@ -444,13 +466,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     s.add_argument("--bundle", help="time this bundle's model (default: ExtObjNav's size, random weights)")
     f = sub.add_parser("formulations", help="one layer's cache read as standalone ONNX graphs")
     f.add_argument("--length", type=int, default=32768)
-    r = sub.add_parser("record-house", help="an fp32 memory snapshot of the bundle in training houses "
-                                            "(int8_gqa's calibration: export.py --kv-calibration)")
-    r.add_argument("--bundle", required=True)
-    r.add_argument("--trials", type=int, default=4)
-    r.add_argument("--episodes", type=int, default=10)
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--out", required=True, help="the snapshot file to write")
+    for name, where in (("record-house", "training houses"), ("record-darkroom", "training goals")):
+        r = sub.add_parser(name, help=f"an fp32 memory snapshot of the bundle on {where} "
+                                      "(int8_gqa's calibration: export.py --kv-calibration)")
+        r.add_argument("--bundle", required=True)
+        r.add_argument("--trials", type=int, default=4)
+        r.add_argument("--seed", type=int, default=0)
+        r.add_argument("--out", required=True, help="the snapshot file to write")
+        if name == "record-house":
+            r.add_argument("--episodes", type=int, default=10)
+        else:
+            r.add_argument("--steps", type=int, help="steps per trial (default: the env's trial)")
     for name in ("parity-darkroom", "parity-house"):
         q = sub.add_parser(name, help="fp16 / int8 logits against fp32 on recorded trials")
         q.add_argument("--bundle", required=True)
@@ -487,8 +513,11 @@ def main(argv=None) -> int:
             fail(f"--bundle: {args.bundle} is not a bundle directory")
         if args.trials < 1:
             fail(f"--trials: must be >= 1, got {args.trials}")
-        if args.what == "record-house":
-            print(json.dumps(record_house(args.bundle, args.trials, args.episodes, args.seed, Path(args.out)), indent=1))
+        if args.what.startswith("record-"):
+            res = (record_house(args.bundle, args.trials, args.episodes, args.seed, Path(args.out))
+                   if args.what == "record-house" else record_grid(args.bundle, args.trials, args.steps, args.seed,
+                                                                   Path(args.out)))
+            print(json.dumps(res, indent=1))
             return 0
         if args.what == "parity-darkroom":
             if args.steps is not None and args.steps < 1:
