@@ -19,7 +19,7 @@ from icrl_ros.registry import Registry
 SINKS = ("kv", "kv0", "k0v0", "none", "token")
 OBS_TYPES = ("discrete", "image")
 VISUAL_ENCODERS = ("cnn", "features")
-FEATURE_STEMS = ("strided", "patch", "patch_deep")  # the frozen image encoder's first layers (icrl_ros.models.encoders)
+FEATURE_STEMS = ("strided", "patch")  # the frozen image encoder's first layers (icrl_ros.models.encoders)
 GRID_ENCODINGS = ("cell", "xy")
 
 
@@ -154,8 +154,8 @@ class ModelArgs:
             raise ValueError(f"model.feature_pooled: must be in [0, feature_dim={self.feature_dim}), "
                              f"got {self.feature_pooled}")
         check_choice("model.feature_stem", self.feature_stem, FEATURE_STEMS)
-        if self.feature_stem != "strided" and self.image_size % 32:
-            raise ValueError(f"model.feature_stem: {self.feature_stem} needs model.image_size a multiple of 32, got {self.image_size}")
+        if self.feature_stem == "patch" and self.image_size % 32:
+            raise ValueError(f"model.feature_stem: patch needs model.image_size a multiple of 32, got {self.image_size}")
         check_positive("model.odom_fourier", self.odom_fourier, allow_zero=True)
         if self.last_obs and self.obs_type != "discrete":
             raise ValueError("model.last_obs: only for discrete (grid-world) observations")

@@ -72,36 +72,16 @@ PATCH_MAP = 32  # the patch stem's map side: the strided stem's at 64 px
 PATCH_CHANNELS = 48
 
 
-def patch_stem(image_size: int, deep: bool = False) -> nn.Sequential:
+def patch_stem(image_size: int) -> nn.Sequential:
     """RGB -> non-overlapping (image_size / 32)-pixel patches, each embedded by one conv, then the
     strided stem's two 3x3 stride-2 convs: an 8x8 map of 64 channels at any size that is a multiple
-    of 32. Its cost does not grow with the resolution past the first layer, which sees every pixel.
-
-    ``deep`` adds residual 3x3 convs, one on the 16x16 map and two on the 8x8 map: a cell's field
-    of view grows from 28 to 108 pixels of a 128 px image (an object's whole shape, where the plain
-    stem's per-cell head sees a quarter of a near one) at about twice the plain stem's cost."""
+    of 32. Its cost does not grow with the resolution past the first layer, which sees every pixel."""
     if image_size % PATCH_MAP:
         raise ValueError(f"patch stem: the image size must be a multiple of {PATCH_MAP}, got {image_size}")
     p = image_size // PATCH_MAP
-    layers = [nn.Conv2d(3, PATCH_CHANNELS, p, stride=p), nn.GELU(),
-              nn.Conv2d(PATCH_CHANNELS, 64, 3, stride=2, padding=1), nn.GELU()]
-    if deep:
-        layers.append(ResidualConv(64))
-    layers += [nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.GELU()]
-    if deep:
-        layers += [ResidualConv(64), ResidualConv(64)]
-    return nn.Sequential(*layers)
-
-
-class ResidualConv(nn.Module):
-    """x + GELU(3x3 conv(x)): a same-size layer that widens the field of view of every cell."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x + nn.functional.gelu(self.conv(x))
+    return nn.Sequential(nn.Conv2d(3, PATCH_CHANNELS, p, stride=p), nn.GELU(),
+                         nn.Conv2d(PATCH_CHANNELS, 64, 3, stride=2, padding=1), nn.GELU(),
+                         nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.GELU())
 
 
 class FeatureEncoder(nn.Module):
@@ -113,9 +93,8 @@ class FeatureEncoder(nn.Module):
     head whose maximum over the map is the feature, so evidence of an object counts wherever in
     the view it is (a linear layer on the flattened map must learn it once per cell).
 
-    ``stem``: ``strided`` (5x5 then 3x3 stride-2 convs, one more per doubling past 64 px),
-    ``patch`` (:func:`patch_stem`: a higher resolution at the 64 px trunk's cost) or ``patch_deep``
-    (the patch stem with residual convs: cells that see a near object's whole shape)."""
+    ``stem``: ``strided`` (5x5 then 3x3 stride-2 convs, one more per doubling past 64 px) or
+    ``patch`` (:func:`patch_stem`: a higher resolution at the 64 px trunk's cost)."""
 
     def __init__(self, d_feat: int, image_size: int, d_hidden: int = 256, pooled: int = 0,
                  stem: str = "strided") -> None:
@@ -124,8 +103,8 @@ class FeatureEncoder(nn.Module):
             raise ValueError(f"pooled features: expected 0 <= pooled < d_feat ({d_feat}), got {pooled}")
         if stem not in FEATURE_STEMS:
             raise ValueError(f"stem: {stem!r} is not one of {list(FEATURE_STEMS)}")
-        if stem in ("patch", "patch_deep"):
-            self.net, side = patch_stem(image_size, deep=stem == "patch_deep"), PATCH_MAP // 4
+        if stem == "patch":
+            self.net, side = patch_stem(image_size), PATCH_MAP // 4
         else:
             channels = feature_trunk_channels(image_size)
             self.net, side = strided_convs(channels), conv_side(image_size, len(channels))
@@ -154,11 +133,9 @@ def feature_encoder_for(state: dict, image_size: int) -> FeatureEncoder:
 
 def stem_of(state: dict) -> str:
     """Which stem an encoder file's weights are for: the patch stem's first conv is square with as many
-    outputs as :data:`PATCH_CHANNELS` and no 5x5 kernel; the deep one has residual convs."""
+    outputs as :data:`PATCH_CHANNELS` and no 5x5 kernel."""
     w = state["net.0.weight"]
-    if w.shape[0] != PATCH_CHANNELS or w.shape[-1] == 5:
-        return "strided"
-    return "patch_deep" if any(k.endswith(".conv.weight") for k in state) else "patch"
+    return "patch" if w.shape[0] == PATCH_CHANNELS and w.shape[-1] != 5 else "strided"
 
 
 BEARING_BINS = 5  # left to right across the view

@@ -242,10 +242,9 @@ def main(argv=None) -> int:
     p.add_argument("--image-size", type=int, default=64,
                    help="camera resolution the frames are rendered at (a policy on this encoder sets model.image_size)")
     p.add_argument("--stem", choices=FEATURE_STEMS, default="strided",
-                   help="the trunk's first layers: strided convs (one more per doubling past 64 px), patch "
-                        "(image-size / 32 pixel patches: a 96 / 128 px camera at the 64 px trunk's cost) or patch_deep "
-                        "(the patch stem with residual convs: cells see a near object's whole shape, ~2x the cost); a "
-                        "policy on it sets model.feature_stem to the same")
+                   help="the trunk's first layers: strided convs (one more per doubling past 64 px) or patch "
+                        "(image-size / 32 pixel patches: a 96 / 128 px camera at the 64 px trunk's cost; a policy on "
+                        "it sets model.feature_stem: patch)")
     p.add_argument("--jitter", type=float, default=0.0,
                    help="photometric augmentation: per-image brightness and per-channel gains drawn in [1 - j, 1 + j]")
     p.add_argument("--workers", type=int, default=2)
