@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from icrl_ros.models.config import check_positive, register_section
+from icrl_ros.models.config import SLOT_SINKS, check_positive, register_section
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class HouseArgs:
 
     def validate(self, m) -> None:
         """Checked against the model's arguments ``m`` (messages name ``model.house.<field>``)."""
-        if self.object_memory and (m.kind not in ("relic", "memo") or m.sink not in ("kv", "kv0", "k0v0")):
+        if self.object_memory and (m.kind not in ("relic", "memo") or m.sink not in SLOT_SINKS):
             raise ValueError(f"model.house.object_memory: only for kind relic or memo with a sink slot (kv, kv0, "
                              f"k0v0), got kind {m.kind!r}, sink {m.sink!r}")
         for name in ("place_memory", "route_memory", "frontier_memory"):

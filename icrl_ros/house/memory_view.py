@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from icrl_ros.models.config import sink_slots
 from icrl_ros.models.encoders import OBJECT_SCALE_M
 from icrl_ros.models.object_memory import SIGHTING_P, STRUCT_DIM
 from icrl_ros.models.place_memory import PRIOR_VIEWS, PROBES, SIGMA_M
@@ -57,7 +58,7 @@ class HouseMemoryView:
         self.place = bool(args.house.place_memory)
         self.n_fixed = 1 + (len(PROBES) if self.place else 0)
         self.head_names = HEAD_NAMES[:self.n_fixed]
-        self.n_sink = int(args.n_sink) if args.sink in ("kv", "kv0", "k0v0") else 0
+        self.n_sink = sink_slots(args.sink, int(args.n_sink))
         self.own_mask = bool(getattr(runner.control, "own_mask", False))
         self.route = runner.control.states.get("route")
         with torch.no_grad():

@@ -262,9 +262,8 @@ class Memory:
 
     def tensors(self) -> dict[str, Tensor]:
         """What a snapshot holds: the buffers as stored (int8: the codes and their scales)."""
-        scales = {"k_scale": self.k_scale, "v_scale": self.v_scale} if self.k_scale is not None else {}
-        if self.k_static is not None:
-            scales = {"k_static": self.k_static, "v_static": self.v_static}
+        scales = {name: t for name, t in (("k_scale", self.k_scale), ("v_scale", self.v_scale),
+                                          ("k_static", self.k_static), ("v_static", self.v_static)) if t is not None}
         return {"k": self.k, "v": self.v, **scales, "valid": self.valid, "episode": self.episode}
 
     def snapshot(self, path: str | Path, extra: dict[str, Tensor] | None = None, **meta) -> None:

@@ -20,6 +20,11 @@ from icrl_ros.memory.base import DEFAULT_STEPS, Memory, MemoryBudgetError, Memor
 from icrl_ros.memory.quant import STATIC_KV_DTYPES
 
 
+def scratch_rows(kv_dtype: str) -> int:
+    """Rows a buffer keeps after its step slots: ``int8_gqa``'s scratch row, which the core writes the step into."""
+    return 1 if kv_dtype in STATIC_KV_DTYPES else 0
+
+
 class KVCache(Memory):
     """Cache of ``capacity`` step slots per env plus ``n_prefix`` pinned slots.
 
@@ -48,7 +53,7 @@ class KVCache(Memory):
         self.on_full = check_on_full(on_full)
         self.steps_cap = window if window is not None else capacity
         self.capacity = n_prefix + self.steps_cap  # slots per env (the scratch row of int8_gqa after them)
-        self.n_scratch = 1 if kv_dtype in STATIC_KV_DTYPES else 0
+        self.n_scratch = scratch_rows(kv_dtype)
         self._allocate(n_layers, batch, n_heads, head_dim, self.capacity + self.n_scratch, dtype, device, budget_bytes,
                        kv_dtype)
         self.valid[:, self.capacity:] = True  # the scratch row: the step itself
@@ -154,7 +159,7 @@ def _steps_from_budget(cls_name: str, budget_bytes: int | None, batch: int, n_la
     if budget_bytes is None:
         raise ValueError(f"{what}: give {what} or memory_budget_bytes")
     n = Memory.slots_for_budget(budget_bytes, batch, n_layers, n_heads, head_dim, dtype, kv_dtype) - n_prefix
-    n -= 1 if kv_dtype in STATIC_KV_DTYPES else 0  # the scratch row
+    n -= scratch_rows(kv_dtype)
     if n < 1:
         raise MemoryBudgetError(f"memory_budget_bytes: {budget_bytes:,} bytes do not hold one step of {cls_name} "
                                 f"(batch {batch}, {n_prefix} pinned slots)")

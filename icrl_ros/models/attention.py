@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from icrl_ros.models.config import sink_slots
+
 # Large finite negative for masked scores: fp16-safe, and an all-masked row stays finite.
 MASK_NEG = -1.0e4
 
@@ -171,7 +173,7 @@ class SinkAttention(nn.Module):
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
-        self.n_sink = n_sink if sink in ("kv", "kv0", "k0v0") else 0
+        self.n_sink = sink_slots(sink, n_sink)
         shape = (n_heads, self.n_sink, self.head_dim)
         if sink in ("kv", "kv0"):
             self.sink_k = nn.Parameter(torch.randn(shape) * 0.02)
@@ -201,10 +203,10 @@ class SinkAttention(nn.Module):
         if n_fixed:
             q, k, v = (torch.cat([torch.stack([f[i] for f in fixed], dim=1), t[:, n_fixed:]], dim=1)
                        for i, t in ((0, q), (1, k), (2, v)))
-        sink_k, sink_v = self.sinks(fixed)
         if isinstance(past_k, StaticInt8KV):  # the sink is the cache's first row, the step its last
             y = self._attend_static(q, k, v, mask_add, past_k, past_v)
         elif past_k.shape[2] == 0:  # full-sequence pass: fused attention over [sink | new]
+            sink_k, sink_v = self.sinks(fixed)
             keys, vals = k, v
             if self.n_sink:
                 sk = sink_k.to(k.dtype).unsqueeze(0).expand(B, -1, -1, -1)
@@ -213,7 +215,7 @@ class SinkAttention(nn.Module):
                 mask_add = F.pad(mask_add, (self.n_sink, 0), value=0.0)
             y = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask_add.to(q.dtype))  # (B, H, T, hd)
         else:
-            y = self._attend_split(q, k, v, mask_add, past_k, past_v, sink_k, sink_v)
+            y = self._attend_split(q, k, v, mask_add, past_k, past_v, *self.sinks(fixed))
         out = self.proj(y.transpose(1, 2).reshape(B, T, D))
         return (out, k, v) if not n_fixed else (out, k, v, y[:, :n_fixed])
 

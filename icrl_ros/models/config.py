@@ -17,6 +17,13 @@ from typing import Any
 from icrl_ros.registry import Registry
 
 SINKS = ("kv", "kv0", "k0v0", "none", "token")
+SLOT_SINKS = ("kv", "kv0", "k0v0")
+"""The sinks that are Sink-KV slots of every attention layer (``token`` is a prefix token, ``none`` nothing)."""
+
+
+def sink_slots(sink: str, n_sink: int) -> int:
+    """How many Sink-KV slots an attention layer of a model with this ``sink`` has."""
+    return n_sink if sink in SLOT_SINKS else 0
 OBS_TYPES = ("discrete", "image")
 VISUAL_ENCODERS = ("cnn", "features")
 FEATURE_STEMS = ("strided", "patch")  # the frozen image encoder's first layers (icrl_ros.models.encoders)

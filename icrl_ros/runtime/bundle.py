@@ -32,7 +32,8 @@ import torch
 
 from icrl_ros.families import family_of
 from icrl_ros.models.checkpoint import model_args_from_dict
-from icrl_ros.models.config import ModelArgs
+from icrl_ros.memory.quant import STATIC_KV_DTYPES
+from icrl_ros.models.config import ModelArgs, sink_slots
 from icrl_ros.models.policy import ICLPolicy
 from icrl_ros.runtime.manifest import FORMAT, MANIFEST, VERSION, Manifest, ManifestError
 
@@ -271,9 +272,9 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
             raise BundleError(f"{MANIFEST}: field 'onnx.graphs.{gname}.file' ({rec.file!r}) is not listed in 'files'")
         _check_onnx(path / rec.file, rec.file, spec, opset)
 
-    if any(g == "core.int8_gqa" for g in graphs) or m.memory.kv_dtype == "int8_gqa":
+    if any(kv in STATIC_KV_DTYPES for kv in [m.memory.kv_dtype] + [g.split(".", 1)[1] for g in graphs if "." in g]):
         L, H, hd = args.n_layers, args.n_heads, args.head_dim
-        n_sink = args.n_sink if args.sink in ("kv", "kv0", "k0v0") else 0
+        n_sink = sink_slots(args.sink, args.n_sink)
         npz[KV_STATIC] = {"k_scale": (L, H, hd), "v_scale": (L, H, hd), "sink_k": (L, H, n_sink, hd),
                           "sink_v": (L, H, n_sink, hd)}
         if KV_STATIC not in files:

@@ -217,9 +217,8 @@ def snapshot_kv(path, policy: ICLPolicy) -> tuple[Tensor, Tensor]:
     steps = valid & (torch.from_numpy(arrays["episode"]) >= 0)  # not the pinned prefix
     if not bool(steps.any()):
         raise ValueError(f"{path}: the memory holds no step")
-    pick = [(x[:, b][:, :, steps[b]]) for x in (k, v) for b in range(k.shape[1])]
-    B = k.shape[1]
-    return torch.cat(pick[:B], dim=2)[:, None], torch.cat(pick[B:], dim=2)[:, None]
+    k, v = (torch.cat([x[:, b][:, :, steps[b]] for b in range(x.shape[1])], dim=2)[:, None] for x in (k, v))
+    return k, v
 
 
 class HeadsGraph(nn.Module):

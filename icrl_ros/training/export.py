@@ -288,7 +288,7 @@ def export_bundle(policy: ICLPolicy, out: str | Path, *, config: dict | None = N
             inp = record_rollout(policy, steps, ep_len, seed=0)
             logits, values = reference_outputs(policy, inp)
             np.savez(tmp / B.SAMPLE, logits=logits, values=values, **{k: v.numpy() for k, v in inp.items()})
-            if STATIC_KV_DTYPES[0] in (kv_dtype, *variants):
+            if any(kv in STATIC_KV_DTYPES for kv in (kv_dtype, *variants)):
                 write_kv_static(policy, inp, tmp)
         for f in sorted(tmp.iterdir()):
             if f.is_file():
@@ -474,8 +474,8 @@ def main(argv=None) -> int:
         fail(f"--verify-steps must be at least 2 (a rollout to replay), got {args.verify_steps}")
     kv_default = (_kv_list("kv-dtype", args.kv_dtype or "") or ["fp32"])[0]
     kv_more = _kv_list("kv-dtypes", args.kv_dtypes)
-    if args.kv_calibration and (not args.add_kv_dtypes
-                                or "int8_gqa" not in _kv_list("add-kv-dtypes", args.add_kv_dtypes) + [kv_default]):
+    if args.kv_calibration and (not args.add_kv_dtypes or not set(STATIC_KV_DTYPES)
+                                & set(_kv_list("add-kv-dtypes", args.add_kv_dtypes) + [kv_default])):
         fail("--kv-calibration: calibrates an int8_gqa core; give it with --add-kv-dtypes int8_gqa (a bundle directory)")
     if args.add_kv_dtypes:
         if not Path(args.checkpoint).is_dir():
