@@ -33,7 +33,7 @@ setup(
         *bundle_files(),
     ],
     python_requires=">=3.10",
-    install_requires=["numpy", "gymnasium>=1.0", "pyyaml", "torch", "miniworld>=2.1", "pyglet>=1.5.27,<2"],
+    install_requires=["numpy", "scipy", "gymnasium>=1.0", "pyyaml", "torch", "miniworld>=2.1", "pyglet>=1.5.27,<2"],
     extras_require={
         "train": ["tensorboard", "tqdm", "matplotlib"],
         "export": ["onnx", "onnxruntime"],

@@ -106,6 +106,40 @@ def test_new_trial_regenerates_the_house_and_plain_reset_keeps_it(env):
     assert info["house_seed"] == fixed
 
 
+def _relaxed_distances(D, free, cell):
+    """Reference for grid_distances: plain Bellman-Ford sweeps over the same 16-neighbour moves."""
+    from icrl_ros.geometry import MOVES
+
+    D = np.where(free, D, np.inf).astype(np.float64)
+    H, W = D.shape
+    while True:
+        before = D.copy()
+        for di, dj in MOVES:
+            for i in range(max(di, 0), H + min(di, 0)):
+                for j in range(max(dj, 0), W + min(dj, 0)):
+                    if free[i, j]:
+                        D[i, j] = min(D[i, j], D[i - di, j - dj] + math.hypot(di, dj) * cell)
+        if np.array_equal(before, D):
+            return D
+
+
+def test_grid_distances_are_the_shortest_paths_over_free_cells_from_weighted_seeds():
+    from icrl_ros.geometry import grid_distances
+
+    rng = np.random.default_rng(3)
+    for H, W in ((1, 1), (1, 7), (9, 1), (12, 15), (20, 9)):
+        free = rng.random((H, W)) < 0.7
+        D = np.where(rng.random((H, W)) < 0.1, rng.random((H, W)) * 2, np.inf).astype(np.float32)
+        D[0, 0] = 0.0  # a seed of start value 0 (an explicit zero-weight edge) beside weighted ones
+        got = grid_distances(D, free, 0.25)
+        want = _relaxed_distances(D, free, 0.25)
+        assert got.dtype == np.float32 and got.shape == (H, W)
+        assert np.array_equal(np.isfinite(got), np.isfinite(want))
+        assert np.allclose(got[np.isfinite(got)], want[np.isfinite(want)], rtol=1e-6, atol=1e-6)
+    empty = grid_distances(np.full((4, 5), np.inf, np.float32), np.ones((4, 5), bool), 0.25)
+    assert not np.isfinite(empty).any()
+
+
 def test_geodesic_distance_against_straight_lines(env):
     env.reset(seed=5)
     nav, D = env.nav, env._field(env.goal)
