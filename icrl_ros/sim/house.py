@@ -428,14 +428,20 @@ class HouseEnv(gym.Env):
 
     def visible_targets(self) -> np.ndarray:
         """Which target instances show in the current camera image (geometric test)."""
-        return visible(self.target_instances(), (self.x, CAMERA_HEIGHT, self.z), self.yaw, CAMERA_PITCH_DEG,
-                       FOV_Y_DEG, 1.0, self.nav.sight_walls, self.layout.objects)
+        return self._in_sight(self.target_instances())
+
+    def _in_sight(self, instances: list) -> np.ndarray:
+        """Which of ``instances`` show in the current camera image (each instance decided on its own)."""
+        return visible(instances, (self.x, CAMERA_HEIGHT, self.z), self.yaw, CAMERA_PITCH_DEG, FOV_Y_DEG, 1.0,
+                       self.nav.sight_walls, self.layout.objects)
 
     def target_visible_in_reach(self) -> bool:
         """Success test: a target instance within success_distance (of its surface) and visible."""
         inst = self.target_instances()
-        near = np.array([math.hypot(o.x - self.x, o.z - self.z) - o.cat.radius <= self.success_distance for o in inst])
-        return bool((near & self.visible_targets()).any())
+        near = [o for o in inst if math.hypot(o.x - self.x, o.z - self.z) - o.cat.radius <= self.success_distance]
+        if not near:  # the sight test only where it can decide
+            return False
+        return bool(self._in_sight(near).any())
 
     def goal_sight(self) -> tuple[np.ndarray, bool]:
         """(per goal category, the pixels of a 64x64 frame its largest instance covers in the current camera

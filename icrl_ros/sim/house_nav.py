@@ -96,8 +96,8 @@ class NavGrid:
     # -- grid helpers ------------------------------------------------------------------
     def index(self, x: float, z: float) -> tuple[int, int]:
         """(row, col) of the cell containing (x, z), clipped to the grid."""
-        i = int(np.clip((z - self.z0) // self.cell, 0, len(self.zs) - 1))
-        j = int(np.clip((x - self.x0) // self.cell, 0, len(self.xs) - 1))
+        i = int(min(max((z - self.z0) // self.cell, 0), len(self.zs) - 1))  # scalars: no numpy call
+        j = int(min(max((x - self.x0) // self.cell, 0), len(self.xs) - 1))
         return i, j
 
     def _relax(self, D: np.ndarray, free: np.ndarray) -> np.ndarray:
