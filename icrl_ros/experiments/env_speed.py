@@ -11,7 +11,8 @@ generation, navigation grid, geodesic fields: ~0.1-0.3 s per house). Rows:
 
 * ``render only``: the MiniWorld renderer alone (camera pose changes every frame);
 * ``single process``: ``--num-envs`` ``HouseEnv``s (the same houses as the vectorised
-  rows) stepped in turn in this process: render + collisions + geodesic reward;
+  rows) stepped in turn in this process: render + collisions + geodesic reward (+ the
+  teacher's label of every step with ``--teacher``);
 * ``vectorised, W workers``: ``HouseVecEnv`` with ``--num-envs`` envs over W processes,
   frames summed over envs (includes the pipe round trips).
 
@@ -80,11 +81,11 @@ def bench_render(image_size: int, frames: int, seed: int) -> tuple[int, Timer]:
     return frames, t
 
 
-def bench_single(image_size: int, steps: int, num_envs: int, seed: int) -> tuple[int, Timer]:
+def bench_single(image_size: int, steps: int, num_envs: int, seed: int, teacher: str | None = None) -> tuple[int, Timer]:
     from icrl_ros.sim.house import HouseEnv
     from icrl_ros.sim.house_vec import env_seeds
 
-    envs = [HouseEnv(image_size=image_size) for _ in range(num_envs)]
+    envs = [HouseEnv(image_size=image_size, teacher=teacher) for _ in range(num_envs)]
     for env, s in zip(envs, env_seeds(seed, num_envs)):
         env.reset(seed=s)
     acts = np.random.default_rng(seed).choice(4, size=(steps + 20, num_envs), p=ACTION_P)
@@ -104,12 +105,13 @@ def bench_single(image_size: int, steps: int, num_envs: int, seed: int) -> tuple
     return steps * num_envs, t
 
 
-def bench_vec(image_size: int, steps: int, num_envs: int, workers: int, seed: int) -> tuple[int, Timer]:
+def bench_vec(image_size: int, steps: int, num_envs: int, workers: int, seed: int,
+              teacher: str | None = None) -> tuple[int, Timer]:
     from icrl_ros.sim.house_vec import HouseVecEnv
 
     rng = np.random.default_rng(seed)
     n_batches = steps
-    with HouseVecEnv(num_envs, "train", seed=seed, image_size=image_size, num_workers=workers) as env:
+    with HouseVecEnv(num_envs, "train", seed=seed, image_size=image_size, num_workers=workers, teacher=teacher) as env:
         env.reset_trial()
         for _ in range(20):  # warm-up
             env.step(rng.choice(4, size=num_envs, p=ACTION_P))
@@ -123,9 +125,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--image-size", type=int, default=64)
     p.add_argument("--steps-per-env", type=int, default=1000, help="steps each env takes per row")
-    p.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to measure")
+    p.add_argument("--workers", type=int, nargs="*", default=[1, 2],
+                   help="worker counts to measure (none: the single-process rows only)")
     p.add_argument("--num-envs", type=int, default=8, help="envs in the vectorised runs")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--teacher", choices=["memory", "wiped"],
+                   help="label every step with the in-context teacher's action, as the imitation stages' envs do")
     p.add_argument("--csv", type=Path, default=Path("runs/env_speed.csv"))
     args = p.parse_args()
 
@@ -135,18 +140,19 @@ def main() -> None:
         frames, t = result
         fps, per_cpu, load = frames / t.wall, frames / t.cpu, os.getloadavg()[0]
         rows.append({"mode": mode, "workers": workers, "num_envs": envs, "image_size": args.image_size,
-                     "frames": frames, "frames_per_s": round(fps, 1), "frames_per_cpu_s": round(per_cpu, 1),
+                     "teacher": args.teacher or "", "frames": frames, "frames_per_s": round(fps, 1),
+                     "frames_per_cpu_s": round(per_cpu, 1),
                      "cpus": os.cpu_count(), "load_avg_1min": round(load, 2), "host": platform.node()})
         print(f"{mode:<28} {workers:>7} {envs:>8} {fps:>10.0f} {per_cpu:>14.0f} {load:>9.2f}", flush=True)
 
     print(f"MiniWorld house, {args.image_size}x{args.image_size} RGB, {os.cpu_count()} CPUs, "
-          f"{args.steps_per_env} steps per env")
+          f"{args.steps_per_env} steps per env" + (f", teacher {args.teacher}" if args.teacher else ""))
     print(f"{'mode':<28} {'workers':>7} {'num_envs':>8} {'frames/s':>10} {'frames/cpu-s':>14} {'load avg':>9}")
     n = args.steps_per_env
     record("render only", 0, 1, bench_render(args.image_size, n, args.seed))
-    record("single process", 0, args.num_envs, bench_single(args.image_size, n, args.num_envs, args.seed))
+    record("single process", 0, args.num_envs, bench_single(args.image_size, n, args.num_envs, args.seed, args.teacher))
     for w in args.workers:
-        result = bench_vec(args.image_size, n, args.num_envs, w, args.seed)
+        result = bench_vec(args.image_size, n, args.num_envs, w, args.seed, args.teacher)
         record(f"vectorised, {w} worker(s)", w, args.num_envs, result)
 
     args.csv.parent.mkdir(parents=True, exist_ok=True)
