@@ -19,7 +19,16 @@ A pipeline file (YAML)::
         resume: training/train.py --resume {run}/train/checkpoints/latest.pt   # ... with this command
 
 ``run`` is a script of this repository with its arguments (run with this Python, from the repository
-root); ``{run}`` is the run directory. A stage whose ``creates`` all exist is skipped, so after a crash,
+root); ``{run}`` is the run directory. ``vars`` names text that ``{name}`` stands for in the commands and
+paths (a value may itself hold ``{run}``), and ``extends: other.yaml`` (beside this file) takes that
+file's stages and vars, which this file's ``vars`` override: a variant of a recipe is its differences::
+
+    extends: house_relic_scan.yaml
+    name: house_relic_scan_patch128
+    vars:
+      encoder_options: --image-size 128 --stem patch
+      student: --set model.pretrained_encoder={run}/encoder/encoder.pt --set env.options.image_size=128
+ A stage whose ``creates`` all exist is skipped, so after a crash,
 a Ctrl-C or a lost machine the same command carries on at the first stage not done. Every stage's output
 goes to ``{run}/logs/<stage>.log`` and to the terminal; ``{run}/pipeline.json`` records each stage's
 command, exit status and wall time. The last stage of a shipped policy's pipeline is its held-out
@@ -31,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -61,8 +71,10 @@ class Pipeline:
     stages: list[Stage]
     description: str = ""
     path: Path = field(default_factory=Path)
+    vars: dict[str, str] = field(default_factory=dict)
 
     def expand(self, text: str) -> str:
+        text = VAR.sub(lambda m: self.vars.get(m.group(1), m.group(0)), text)
         return text.replace("{run}", str(self.run_dir))
 
     def done(self, s: Stage) -> bool:
@@ -75,20 +87,47 @@ class Pipeline:
         return [sys.executable, *words], resumed
 
 
+VAR = re.compile(r"\{(\w+)\}")
+"""``{name}`` in a stage's command or paths: ``run`` (the run directory) or one of the file's ``vars``."""
+TOP_KEYS = ("name", "description", "run_dir", "stages", "vars", "extends")
+
+
+def _read(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    """A pipeline file as a mapping, with what it ``extends`` merged under it (its stages and vars)."""
+    if not path.is_file():
+        raise ValueError(f"{path}: no such pipeline file (see config/pipelines/)")
+    try:
+        d = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: expected a mapping with 'name' and a non-empty list 'stages'")
+    unknown = set(d) - set(TOP_KEYS)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)} ({', '.join(TOP_KEYS)})")
+    own_vars = d.get("vars") or {}
+    if not isinstance(own_vars, dict) or not all(isinstance(v, (str, int, float)) for v in own_vars.values()):
+        raise ValueError(f"{path}: 'vars' must map names to text")
+    if "extends" in d:
+        base_path = path.parent / str(d["extends"])
+        if base_path.resolve() in chain:
+            raise ValueError(f"{path}: 'extends' goes round in a circle through {base_path}")
+        base = _read(base_path, (*chain, path.resolve()))
+        if "stages" in d:
+            raise ValueError(f"{path}: a file that extends {d['extends']} takes its stages; change them through 'vars'")
+        d = {**d, "stages": base["stages"], "vars": {**base.get("vars", {}), **own_vars}}
+    return d
+
+
 def load_pipeline(path: str, run_dir: str | None = None) -> Pipeline:
     """Read and check a pipeline file; ValueError says what is wrong in one line."""
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"{path}: no such pipeline file (see config/pipelines/)")
-    try:
-        d = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(d, dict) or not isinstance(d.get("stages"), list) or not d["stages"]:
+    d = _read(p)
+    if not isinstance(d.get("stages"), list) or not d["stages"]:
         raise ValueError(f"{path}: expected a mapping with 'name' and a non-empty list 'stages'")
-    unknown = set(d) - {"name", "description", "run_dir", "stages"}
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {sorted(unknown)} (name, description, run_dir, stages)")
+    variables = {str(k): str(v) for k, v in (d.get("vars") or {}).items()}
+    if "run" in variables:
+        raise ValueError(f"{path}: 'run' is the run directory; give the variable another name")
     stages, seen = [], set()
     for k, s in enumerate(d["stages"]):
         if not isinstance(s, dict) or not s.get("name") or not s.get("run"):
@@ -103,13 +142,18 @@ def load_pipeline(path: str, run_dir: str | None = None) -> Pipeline:
         creates = [creates] if isinstance(creates, str) else list(creates)
         if not creates:
             raise ValueError(f"{path}: stage {s['name']!r} needs 'creates' (the files that show it is done)")
-        script = shlex.split(s["run"])[0]
+        for text in (s["run"], s.get("resume", ""), s.get("resume_if", ""), *creates):
+            for name in VAR.findall(VAR.sub(lambda m: variables.get(m.group(1), m.group(0)), text)):
+                if name != "run":
+                    raise ValueError(f"{path}: stage {s['name']!r} uses {{{name}}}, which is not in 'vars' "
+                                     f"({', '.join(sorted(variables)) or 'none'})")
+        script = shlex.split(VAR.sub(lambda m: variables.get(m.group(1), m.group(0)), s["run"]))[0]
         if not (REPO_ROOT / script).is_file():
             raise ValueError(f"{path}: stage {s['name']!r} runs {script}, which is not a file of this repository")
         stages.append(Stage(s["name"], s["run"], creates, s.get("resume_if", ""), s.get("resume", ""), s.get("note", "")))
     name = str(d.get("name") or p.stem)
     return Pipeline(name, Path(run_dir or d.get("run_dir") or f"runs/pipelines/{name}"), stages,
-                    str(d.get("description", "")), p)
+                    str(d.get("description", "")), p, variables)
 
 
 def run_stage(argv: list[str], resumed: bool, log: Path, threads: int = 0) -> tuple[int, float]:

@@ -70,18 +70,20 @@ def test_every_pipeline_file_lists_stages_of_scripts_that_exist():
     """The repository's pipeline files read (--dry-run) and every stage runs a script of the repository."""
     import shlex
 
-    import yaml
+    from icrl_ros.training.pipeline import load_pipeline
 
     files = sorted((REPO_ROOT / "config" / "pipelines").glob("*.yaml"))
     assert files
     for path in files:
         r = run(path, "--dry-run")
         assert r.returncode == 0, (path.name, r.stderr)
-        for stage in yaml.safe_load(path.read_text())["stages"]:
-            for key in ("run", "resume"):
-                if key in stage:
-                    script = shlex.split(stage[key])[0]
-                    assert (REPO_ROOT / script).is_file(), (path.name, stage["name"], script)
+        pipe = load_pipeline(str(path))
+        for stage in pipe.stages:
+            for text in (stage.run, stage.resume):
+                if text:
+                    script = shlex.split(pipe.expand(text))[0]
+                    assert (REPO_ROOT / script).is_file(), (path.name, stage.name, script)
+                    assert "{" not in pipe.expand(text), (path.name, stage.name, "a {name} left unexpanded")
 
 
 def test_a_reader_that_stops_early_gets_no_traceback():
@@ -113,3 +115,34 @@ def test_a_resumed_stage_records_the_command_that_ran_and_the_thread_cap(tmp_pat
     assert "darkroom" not in stages["copy"]["command"]  # the stage's own command stays the record's
     assert stage_env(1)["OMP_NUM_THREADS"] == "1" and stage_env(0).get("OMP_NUM_THREADS") == __import__("os").environ.get("OMP_NUM_THREADS")
     assert run(f, "--threads", "-1").returncode == 2
+
+
+def test_a_variant_extends_a_recipe_through_its_vars(tmp_path):
+    """``extends`` takes the other file's stages and vars; the variant's ``vars`` override them; a ``{name}`` that no
+    file defines, a variant that lists stages of its own and a circle of files are refused in one line."""
+    base = tmp_path / "base.yaml"
+    base.write_text(PIPE.replace("description:", "vars: {source: checkpoints/darkroom_relic.pt, out: a}\ndescription:")
+                    .replace("checkpoints/darkroom_relic.pt {run}/a.pt", "{source} {run}/{out}.pt")
+                    .replace('"{run}/a.pt"', '"{run}/{out}.pt"').replace("{run}/a.pt {run}/b.pt", "{run}/{out}.pt {run}/b.pt"))
+    variant = tmp_path / "variant.yaml"
+    variant.write_text("extends: base.yaml\nname: variant\nvars: {out: c}\n")
+    r = run(variant, "--dry-run", "--run-dir", tmp_path / "rv")
+    assert r.returncode == 0, r.stderr
+    assert f"ship_checkpoint.py checkpoints/darkroom_relic.pt {tmp_path}/rv/c.pt" in r.stdout
+    assert f"ship_checkpoint.py {tmp_path}/rv/c.pt {tmp_path}/rv/b.pt" in r.stdout
+    r = run(variant, "--run-dir", tmp_path / "rv")
+    assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+    assert (tmp_path / "rv" / "c.pt").is_file() and (tmp_path / "rv" / "b.pt").is_file()
+
+    bad = {"unused.yaml": ("extends: base.yaml\nvars: {unused: c}\n", None),
+           "typo.yaml": (PIPE.replace("{run}/a.pt {run}/b.pt", "{run}/{nothing}.pt {run}/b.pt"), "uses {nothing}"),
+           "own_stages.yaml": ("extends: base.yaml\n" + PIPE.split("\n", 2)[2], "takes its stages"),
+           "circle.yaml": ("extends: circle.yaml\n", "goes round in a circle")}
+    for name, (text, words) in bad.items():
+        f = tmp_path / name
+        f.write_text(text)
+        r = run(f, "--dry-run")
+        if words is None:  # an extra var nobody uses is allowed
+            assert r.returncode == 0, r.stderr
+            continue
+        assert r.returncode == 2 and words in r.stderr.strip().splitlines()[-1], (name, r.stderr)
