@@ -31,7 +31,9 @@ file's stages and vars, which this file's ``vars`` override: a variant of a reci
  A stage whose ``creates`` all exist is skipped, so after a crash,
 a Ctrl-C or a lost machine the same command carries on at the first stage not done. Every stage's output
 goes to ``{run}/logs/<stage>.log`` and to the terminal; ``{run}/pipeline.json`` records each stage's
-command, exit status and wall time. The last stage of a shipped policy's pipeline is its held-out
+command, exit status and wall time. A stage that needs none of the ones before it can run beside them
+(``--only STAGE`` in a second process, e.g. a teacher's pool on the second core): a run skips a stage whose
+outputs exist when it reaches it. The last stage of a shipped policy's pipeline is its held-out
 evaluation, so a rebuild ends with the curve to compare with the shipped one.
 """
 
@@ -240,10 +242,15 @@ def main(argv=None) -> int:
                 print(f"        {shlex.join(['python', *argv_[1:]])}")
         return 0
     record_path = REPO_ROOT / pipe.run_dir / "pipeline.json"
-    record = json.loads(record_path.read_text()) if record_path.is_file() else {"pipeline": str(pipe.path), "stages": {}}
+
+    def read_record() -> dict:  # read afresh before each write: a second `--only STAGE` run may share the file
+        return (json.loads(record_path.read_text()) if record_path.is_file()
+                else {"pipeline": str(pipe.path), "stages": {}})
+
     t_all = time.perf_counter()
     for k, (s, t) in enumerate(zip(pipe.stages, todo)):
-        if not t:
+        # a stage that another run (`--only STAGE` beside this one) finished meanwhile is done too
+        if not t or (not (args.start or args.only) and pipe.done(s)):
             print(f"[{k + 1}/{n}] {s.name}: done, skipped")
             continue
         argv_, resumed = pipe.command(s)
@@ -251,6 +258,7 @@ def main(argv=None) -> int:
         rc, wall = run_stage(argv_, resumed, REPO_ROOT / pipe.run_dir / "logs" / f"{s.name}.log", args.threads)
         finished = time.strftime("%Y-%m-%d %H:%M:%S")
         # every run of the stage since its fresh start: what ran (its resume command when resumed), where, how long
+        record = read_record()
         runs = record["stages"].get(s.name, {}).get("runs", []) if resumed else []
         runs.append({"ran": shlex.join(argv_[1:]), "resumed": resumed, "threads": args.threads or None, "exit": rc,
                      "wall_s": round(wall, 1), "finished": finished})

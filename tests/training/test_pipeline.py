@@ -146,3 +146,18 @@ def test_a_variant_extends_a_recipe_through_its_vars(tmp_path):
             assert r.returncode == 0, r.stderr
             continue
         assert r.returncode == 2 and words in r.stderr.strip().splitlines()[-1], (name, r.stderr)
+
+
+def test_a_stage_finished_meanwhile_by_another_run_is_skipped(tmp_path):
+    """The pipeline checks each stage's outputs when it reaches the stage, not only at its start, so a stage run beside
+    it (``--only STAGE`` in a second process) is not run twice; the record keeps both runs' stages."""
+    f = tmp_path / "tiny.yaml"
+    f.write_text(PIPE.replace('creates: ["{run}/b.pt"]', 'creates: ["{run}/a.pt"]'))  # 'ship' also makes copy's output
+    rd = tmp_path / "run"
+    (rd).mkdir()
+    (rd / "pipeline.json").write_text(json.dumps({"pipeline": str(f), "stages": {"other": {"exit": 0}}}))
+    r = run(f, "--run-dir", rd)
+    assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+    assert "[1/2] ship: done in" in r.stdout and "[2/2] copy: done, skipped" in r.stdout
+    assert not (rd / "b.pt").exists()
+    assert set(json.loads((rd / "pipeline.json").read_text())["stages"]) == {"other", "ship"}
