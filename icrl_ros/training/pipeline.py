@@ -28,13 +28,15 @@ file's stages and vars, which this file's ``vars`` override: a variant of a reci
     vars:
       encoder_options: --image-size 128 --stem patch
       student: --set model.pretrained_encoder={run}/encoder/encoder.pt --set env.options.image_size=128
- A stage whose ``creates`` all exist is skipped, so after a crash,
-a Ctrl-C or a lost machine the same command carries on at the first stage not done. Every stage's output
-goes to ``{run}/logs/<stage>.log`` and to the terminal; ``{run}/pipeline.json`` records each stage's
-command, exit status and wall time. A stage that needs none of the ones before it can run beside them
-(``--only STAGE`` in a second process, e.g. a teacher's pool on the second core): a run skips a stage whose
-outputs exist when it reaches it. The last stage of a shipped policy's pipeline is its held-out
-evaluation, so a rebuild ends with the curve to compare with the shipped one.
+
+A stage whose ``creates`` all exist is skipped, so after a crash, a Ctrl-C or a lost machine the same
+command carries on at the first stage not done. Every stage's output goes to ``{run}/logs/<stage>.log``
+and to the terminal; ``{run}/pipeline.json`` records each stage's command, exit status and wall time. A
+stage that needs none of the ones before it can run beside them (``--only STAGE`` in a second process,
+e.g. a teacher's pool on the second core): a run skips a stage whose outputs exist when it reaches it, and
+waits for a stage another run is running (``{run}/logs/<stage>.lock``). The last stage of a shipped
+policy's pipeline is its held-out evaluation, so a rebuild ends with the curve to compare with the
+shipped one.
 """
 
 from __future__ import annotations
@@ -190,6 +192,42 @@ def run_stage(argv: list[str], resumed: bool, log: Path, threads: int = 0) -> tu
     return rc, time.perf_counter() - t0
 
 
+def stage_lock(path: Path, name: str, poll_s: float = 2.0) -> Path:
+    """Hold ``path`` (it names this process) while a stage runs, so that two runs of one pipeline never run the same
+    stage at once: while another live process holds it, wait; a lock whose process is gone is taken over."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    waiting = False
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(path.read_text().strip() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid > 0 and _alive(pid):
+                if not waiting:
+                    print(f"stage {name!r} is running in process {pid}: waiting for it", flush=True)
+                    waiting = True
+                time.sleep(poll_s)
+            else:
+                path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def stage_env(threads: int) -> dict[str, str]:
     """The environment of a stage: this one, unbuffered, with ``threads`` > 0 as the OpenMP / MKL thread count."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -249,13 +287,20 @@ def main(argv=None) -> int:
 
     t_all = time.perf_counter()
     for k, (s, t) in enumerate(zip(pipe.stages, todo)):
+        if t:
+            lock = stage_lock(REPO_ROOT / pipe.run_dir / "logs" / f"{s.name}.lock", s.name)
         # a stage that another run (`--only STAGE` beside this one) finished meanwhile is done too
         if not t or (not (args.start or args.only) and pipe.done(s)):
+            if t:
+                lock.unlink(missing_ok=True)
             print(f"[{k + 1}/{n}] {s.name}: done, skipped")
             continue
         argv_, resumed = pipe.command(s)
         print(f"[{k + 1}/{n}] {s.name}{' (resumes)' if resumed else ''}: {shlex.join(argv_[1:])}", flush=True)
-        rc, wall = run_stage(argv_, resumed, REPO_ROOT / pipe.run_dir / "logs" / f"{s.name}.log", args.threads)
+        try:
+            rc, wall = run_stage(argv_, resumed, REPO_ROOT / pipe.run_dir / "logs" / f"{s.name}.log", args.threads)
+        finally:
+            lock.unlink(missing_ok=True)
         finished = time.strftime("%Y-%m-%d %H:%M:%S")
         # every run of the stage since its fresh start: what ran (its resume command when resumed), where, how long
         record = read_record()

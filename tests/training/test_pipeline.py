@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
 from icrl_ros.training._cli import REPO_ROOT
 
@@ -161,3 +162,23 @@ def test_a_stage_finished_meanwhile_by_another_run_is_skipped(tmp_path):
     assert "[1/2] ship: done in" in r.stdout and "[2/2] copy: done, skipped" in r.stdout
     assert not (rd / "b.pt").exists()
     assert set(json.loads((rd / "pipeline.json").read_text())["stages"]) == {"other", "ship"}
+
+
+def test_a_stage_another_run_holds_is_waited_for_and_a_dead_runs_lock_is_taken_over(tmp_path):
+    f = tmp_path / "tiny.yaml"
+    f.write_text(PIPE)
+    rd = tmp_path / "run"
+    (rd / "logs").mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+    reaper = threading.Thread(target=holder.wait)  # reaped when it ends: a zombie would still count as alive
+    reaper.start()
+    (rd / "logs" / "ship.lock").write_text(str(holder.pid))  # a live run is on 'ship'
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (rd / "logs" / "copy.lock").write_text(str(dead.pid))  # left by a run that was killed
+    r = run(f, "--run-dir", rd)
+    reaper.join()
+    assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+    assert f"stage 'ship' is running in process {holder.pid}: waiting for it" in r.stdout
+    assert "[1/2] ship: done in" in r.stdout and "[2/2] copy: done in" in r.stdout
+    assert not list((rd / "logs").glob("*.lock"))
