@@ -319,7 +319,8 @@ def main(argv=None) -> int:
             fail(f"stage {s.name!r} ended without writing {pipe.expand(missing[0])}: check {pipe.run_dir}/logs/{s.name}.log",
                  code=1)
         print(f"[{k + 1}/{n}] {s.name}: done in {wall:.0f} s", flush=True)
-    print(f"pipeline {pipe.name}: all {n} stages done ({time.perf_counter() - t_all:.0f} s this run); "
+    done = f"stage {args.only!r} done" if args.only else f"all {n} stages done"
+    print(f"pipeline {pipe.name}: {done} ({time.perf_counter() - t_all:.0f} s this run); "
           f"record: {pipe.run_dir}/pipeline.json")
     return 0
 
