@@ -166,6 +166,8 @@ class HouseVecEnv:
         if start_method is None:
             start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(start_method)
+        if start_method == "forkserver":  # workers forked from a server that imported the grid search once
+            ctx.set_forkserver_preload(["__main__", "scipy.sparse.csgraph"])
         self._conns, self._procs = [], []
         self._closed = False
         for a, b in self._slices:
