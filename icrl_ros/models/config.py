@@ -24,6 +24,8 @@ SLOT_SINKS = ("kv", "kv0", "k0v0")
 def sink_slots(sink: str, n_sink: int) -> int:
     """How many Sink-KV slots an attention layer of a model with this ``sink`` has."""
     return n_sink if sink in SLOT_SINKS else 0
+
+
 OBS_TYPES = ("discrete", "image")
 VISUAL_ENCODERS = ("cnn", "features")
 FEATURE_STEMS = ("strided", "patch")  # the frozen image encoder's first layers (icrl_ros.models.encoders)

@@ -78,8 +78,7 @@ class Pipeline:
     vars: dict[str, str] = field(default_factory=dict)
 
     def expand(self, text: str) -> str:
-        text = VAR.sub(lambda m: self.vars.get(m.group(1), m.group(0)), text)
-        return text.replace("{run}", str(self.run_dir))
+        return substitute(text, self.vars).replace("{run}", str(self.run_dir))
 
     def done(self, s: Stage) -> bool:
         return all((REPO_ROOT / self.expand(c)).exists() for c in s.creates)
@@ -93,6 +92,12 @@ class Pipeline:
 
 VAR = re.compile(r"\{(\w+)\}")
 """``{name}`` in a stage's command or paths: ``run`` (the run directory) or one of the file's ``vars``."""
+
+
+def substitute(text: str, variables: dict[str, str]) -> str:
+    """``text`` with each ``{name}`` of ``variables`` replaced by its value (others, ``{run}`` among them, kept)."""
+    return VAR.sub(lambda m: variables.get(m.group(1), m.group(0)), text)
+
 TOP_KEYS = ("name", "description", "run_dir", "stages", "vars", "extends")
 
 
@@ -147,11 +152,11 @@ def load_pipeline(path: str, run_dir: str | None = None) -> Pipeline:
         if not creates:
             raise ValueError(f"{path}: stage {s['name']!r} needs 'creates' (the files that show it is done)")
         for text in (s["run"], s.get("resume", ""), s.get("resume_if", ""), *creates):
-            for name in VAR.findall(VAR.sub(lambda m: variables.get(m.group(1), m.group(0)), text)):
+            for name in VAR.findall(substitute(text, variables)):
                 if name != "run":
                     raise ValueError(f"{path}: stage {s['name']!r} uses {{{name}}}, which is not in 'vars' "
                                      f"({', '.join(sorted(variables)) or 'none'})")
-        script = shlex.split(VAR.sub(lambda m: variables.get(m.group(1), m.group(0)), s["run"]))[0]
+        script = shlex.split(substitute(s["run"], variables))[0]
         if not (REPO_ROOT / script).is_file():
             raise ValueError(f"{path}: stage {s['name']!r} runs {script}, which is not a file of this repository")
         stages.append(Stage(s["name"], s["run"], creates, s.get("resume_if", ""), s.get("resume", ""), s.get("note", "")))
@@ -223,8 +228,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
 
 
@@ -289,10 +294,11 @@ def main(argv=None) -> int:
     for k, (s, t) in enumerate(zip(pipe.stages, todo)):
         if t:
             lock = stage_lock(REPO_ROOT / pipe.run_dir / "logs" / f"{s.name}.lock", s.name)
-        # a stage that another run (`--only STAGE` beside this one) finished meanwhile is done too
-        if not t or (not (args.start or args.only) and pipe.done(s)):
-            if t:
-                lock.unlink(missing_ok=True)
+            # a stage that another run (`--only STAGE` beside this one) finished meanwhile is done too
+            if not (args.start or args.only) and pipe.done(s):
+                lock.unlink()
+                t = False
+        if not t:
             print(f"[{k + 1}/{n}] {s.name}: done, skipped")
             continue
         argv_, resumed = pipe.command(s)
