@@ -479,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
         bridge["replay_episodes"] = str(tmp / "replay.json")
     bridge_params = params_file(tmp / "bridge.yaml", {
         **bridge, "seed": args.seed,
-        "mode": "lockstep", "max_episode_steps": args.max_steps, "episode_start_delay_s": 0.05})
+        "mode": "lockstep", "max_episode_steps": args.max_steps, "max_episodes": args.episodes,
+        "episode_start_delay_s": 0.05})
     agent_overrides = {
         "bundle_path": str(bundle.resolve()), "backend": args.backend, "autostart": True, "action_mode": "discrete",
         "action_selection": "", "sample_seed": args.sample_seed, "status_rate_hz": 2.0,  # "": the bundle's choice

@@ -334,6 +334,10 @@ class BridgeParams(ParamsBase):
         0, "End (truncate) an episode after this many steps; 0 = the env's own limit.", min=0
     )
     auto_reset: bool = _param(True, "Start the next episode as soon as one ends.")
+    max_episodes: int = _param(
+        0, "Start no episode after this many in all, as if auto_reset were off from then on (~/new_episode still "
+        "starts one): a recorded or scripted lockstep run ends with its last episode, not a step into the next; "
+        "0 = no limit.", min=0)
     replay_episodes: str = _param(
         "", "JSON file of a list of {\"start\": [x, z, yaw], \"goal\": name} (world frame of the house env, as "
         "episode_start events report them): episode i starts there with that goal instead of the env's own draw, "

@@ -127,7 +127,7 @@ class SimBridgeNode(Node):
         self.episode_step = 0
         self.episode_return = 0.0
         self.episodes_done = 0
-        self.counters = {"steps": 0, "bad_actions": 0, "episodes": 0, "trials": 0}
+        self.counters = {"steps": 0, "bad_actions": 0, "episodes": 0, "episodes_ended": 0, "trials": 0}
         self._obs: Any = None
         self._stamp = self.sim_time
         self._cmd = (0.0, 0.0)
@@ -311,6 +311,7 @@ class SimBridgeNode(Node):
 
     def _end_episode(self, info: dict[str, Any], truncated: bool = False) -> None:
         self.episodes_done += 1
+        self.counters["episodes_ended"] += 1
         self._done = True
         self._event({
             "event": "episode_end",
@@ -325,7 +326,10 @@ class SimBridgeNode(Node):
             **self._house(info),
             **({"trajectory": self._trajectory} if self._trajectory else {}),
         })
-        if self.params.auto_reset:
+        limit = self.params.max_episodes
+        if limit and self.counters["episodes_ended"] >= limit:
+            self.get_logger().info(f"max_episodes {limit} reached: no further episodes")
+        elif self.params.auto_reset:
             n = self.params.episodes_per_trial
             self._reset(new_trial=bool(n and self.episodes_done >= n))
 
@@ -511,7 +515,8 @@ class SimBridgeNode(Node):
             self.get_logger().warning(f"action {action} is outside [0, {n}); ignored", throttle_duration_sec=2.0)
             return
         if self._done:
-            self.get_logger().warning("episode over (auto_reset is off): call ~/new_episode", throttle_duration_sec=2.0)
+            self.get_logger().warning("episode over (auto_reset is off, or max_episodes reached): call ~/new_episode",
+                                      throttle_duration_sec=2.0)
             return
         if self._first_obs is not None:
             self.counters["bad_actions"] += 1

@@ -107,7 +107,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--pool", metavar="DIR", help="online DAgger with unbounded aggregation: the trials saved in DIR "
                    "plus every iteration collected in this run form the dataset; each iteration takes --updates "
                    "steps on minibatches half from the trials just collected, half from the rest; the same DIR as "
-                   "--save-trials starts from an empty pool and, on --resume, reloads the run's own iterations")
+                   "--save-trials starts from an empty pool; on --resume, the run's own iterations saved under --save-trials "
+                   "rejoin the pool")
     p.add_argument("--val-files", type=int, default=1, help="--offline: trial files held out for validation")
     p.add_argument("--resume", help="an imitation checkpoint of this run (latest.pt) to continue from: weights, "
                    "optimiser, iteration (the teacher-mixing and learning-rate schedules go on where they were)")
@@ -603,6 +604,13 @@ def main(argv=None) -> int:
         if not files and not own:
             fail(f"--pool {args.pool}: no trials_*.pt files (write them with --save-trials, or give the same "
                  f"directory as --save-trials to aggregate this run's own iterations from an empty pool)")
+        if args.resume and args.save_trials and not own:
+            # the iterations this run collected before it stopped rejoin the dataset, as if it had not stopped
+            files += [Path(args.save_trials) / f"trials_{i:04d}.pt" for i in range(imitator.it)]
+            if missing := [str(f) for f in files if not f.exists()]:
+                fail(f"--resume with --save-trials {args.save_trials}: this run's iterations {', '.join(missing)} "
+                     f"are gone, so its dataset cannot be rebuilt; resume without --save-trials to aggregate "
+                     f"with --pool alone")
         pool = [imitator.with_returns(torch.load(f, map_location="cpu", weights_only=False)) for f in files]
         print(f"aggregating with {len(files)} saved files ({sum(int(t['label'].numel()) for t in pool):,} labelled "
               f"steps); {args.updates} updates of {batch} trials per iteration", flush=True)

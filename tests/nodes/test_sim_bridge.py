@@ -104,6 +104,32 @@ def test_lockstep_publishes_one_observation_per_action(ros_context) -> None:
         probe.destroy_node()
 
 
+def test_max_episodes_starts_no_episode_after_the_last_until_asked(ros_context) -> None:
+    ex = SingleThreadedExecutor(context=ros_context)
+    probe = Probe(ros_context)
+    bridge = SimBridgeNode(context=ros_context, parameter_overrides=bridge_params(max_episodes=1))
+    for n in (probe, bridge):
+        ex.add_node(n)
+    try:
+        assert spin_until(ex, lambda: probe.image_stamps() and len(probe.got["episode_events"]) == 2, 10)
+        probe.pub_action.publish(fixture_env_int(0))  # stop: the one episode ends
+        assert spin_until(ex, lambda: len(probe.events()) == 3, 5)
+        spin_until(ex, lambda: len(probe.events()) > 3, 1.0)
+        assert [e["event"] for e in probe.events()] == ["trial_start", "episode_start", "episode_end"]
+        probe.pub_action.publish(fixture_env_int(1))  # ignored: no episode is running
+        spin_until(ex, lambda: len(probe.image_stamps()) > 1, 1.0)
+        assert probe.image_stamps() == [1.0] and bridge.counters["steps"] == 1
+        client = probe.create_client(Trigger, "/sim_bridge/new_episode")
+        assert client.wait_for_service(timeout_sec=5)
+        future = client.call_async(Trigger.Request())
+        assert spin_until(ex, future.done, 5) and future.result().success
+        assert spin_until(ex, lambda: probe.events()[-1]["event"] == "episode_start", 3)
+    finally:
+        ex.shutdown()
+        bridge.destroy_node()
+        probe.destroy_node()
+
+
 def fixture_env_int(value: int):
     from std_msgs.msg import Int32
 

@@ -71,7 +71,7 @@ def test_house_imitation_resume_ppo_export_and_evaluation_agree(tmp_path, full):
 
 
 @pytest.mark.slow  # seven imitate.py runs on the house, ~60 s alone; `make test-all` runs it
-def test_house_offline_imitation_from_saved_trials(tmp_path):
+def test_house_offline_imitation_from_saved_trials(tmp_path, capsys):
     """--save-trials writes the labelled trials (cached features, not images); with --beta 1 the
     teacher's labels are what was executed, --noise replaces them by the given actions; --offline
     trains on the saved files and reports held-out agreement."""
@@ -115,6 +115,19 @@ def test_house_offline_imitation_from_saved_trials(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "aggregating with 2 saved files (192 labelled steps); 3 updates of 1 trials" in r.stdout
     assert "iteration 1/1" in r.stdout and "agreement=" in r.stdout
+    # a resumed aggregation run takes its own saved iterations back into the dataset
+    agg = ["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "agg2"), *TINY, "--pool", str(data),
+           "--updates", "1", "--save-trials", str(tmp_path / "own")]
+    r = run([*agg, "--set", "total_steps=96"])
+    assert r.returncode == 0, r.stderr
+    resume = [*agg, "--set", "total_steps=192", "--resume", str(tmp_path / "agg2" / "checkpoints" / "latest.pt")]
+    r = run(resume)
+    assert r.returncode == 0, r.stderr
+    assert "aggregating with 3 saved files (288 labelled steps)" in r.stdout and "iteration 2/2" in r.stdout
+    (tmp_path / "own" / "trials_0000.pt").unlink()
+    from icrl_ros.training.imitate import main
+
+    assert "own/trials_0000.pt are gone, so its dataset cannot be rebuilt" in refused(main, resume[1:], capsys)
 
     r = run(["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "bad"), *TINY,
              "--offline", str(noisy), "--val-files", "1"])

@@ -12,13 +12,13 @@ from icrl_ros.training._cli import REPO_ROOT
 
 PIPE = """\
 name: tiny
-description: a shipped checkpoint copied twice (real scripts of the repository, a few seconds each)
+description: a shipped checkpoint copied twice
 stages:
   - name: ship
-    run: training/ship_checkpoint.py checkpoints/darkroom_relic.pt {run}/a.pt
+    run: tests/training/pipeline_stage.py checkpoints/darkroom_relic.pt {run}/a.pt
     creates: ["{run}/a.pt"]
   - name: copy
-    run: training/ship_checkpoint.py {run}/a.pt {run}/b.pt
+    run: tests/training/pipeline_stage.py {run}/a.pt {run}/b.pt
     creates: ["{run}/b.pt"]
 """
 
@@ -37,7 +37,7 @@ def test_pipeline_runs_resumes_and_redoes_from_a_stage(tmp_path):
     assert "[1/2] ship: done in" in r.stdout and "[2/2] copy: done in" in r.stdout
     record = json.loads((rd / "pipeline.json").read_text())
     assert [record["stages"][s]["exit"] for s in ("ship", "copy")] == [0, 0]
-    assert (rd / "logs" / "copy.log").read_text().startswith("$ training/ship_checkpoint.py")
+    assert (rd / "logs" / "copy.log").read_text().startswith("$ tests/training/pipeline_stage.py")
     first = (rd / "b.pt").stat().st_mtime_ns
 
     r = run(f, "--run-dir", rd)  # everything done: nothing runs
@@ -105,7 +105,7 @@ def test_a_resumed_stage_records_the_command_that_ran_and_the_thread_cap(tmp_pat
     f = tmp_path / "resume.yaml"
     f.write_text(PIPE.replace('    creates: ["{run}/b.pt"]\n', '    creates: ["{run}/b.pt"]\n'
                               '    resume_if: "{run}/a.pt"\n'
-                              '    resume: training/ship_checkpoint.py checkpoints/darkroom_relic.pt {run}/b.pt\n'))
+                              '    resume: tests/training/pipeline_stage.py checkpoints/darkroom_relic.pt {run}/b.pt\n'))
     rd = tmp_path / "run"
     r = run(f, "--run-dir", rd, "--threads", "1")
     assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
@@ -129,8 +129,8 @@ def test_a_variant_extends_a_recipe_through_its_vars(tmp_path):
     variant.write_text("extends: base.yaml\nname: variant\nvars: {out: c}\n")
     r = run(variant, "--dry-run", "--run-dir", tmp_path / "rv")
     assert r.returncode == 0, r.stderr
-    assert f"ship_checkpoint.py checkpoints/darkroom_relic.pt {tmp_path}/rv/c.pt" in r.stdout
-    assert f"ship_checkpoint.py {tmp_path}/rv/c.pt {tmp_path}/rv/b.pt" in r.stdout
+    assert f"pipeline_stage.py checkpoints/darkroom_relic.pt {tmp_path}/rv/c.pt" in r.stdout
+    assert f"pipeline_stage.py {tmp_path}/rv/c.pt {tmp_path}/rv/b.pt" in r.stdout
     r = run(variant, "--run-dir", tmp_path / "rv")
     assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
     assert (tmp_path / "rv" / "c.pt").is_file() and (tmp_path / "rv" / "b.pt").is_file()
