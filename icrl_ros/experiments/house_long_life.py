@@ -1,6 +1,6 @@
 """A long life in one house: trials of many episodes through a deployed bundle.
 
-    python experiments/house_long_life.py bundles/house_relic_scan --trials 20 --episodes 100 --seed 401 \
+    python experiments/house_long_life.py bundles/house_relic_scan --trials 20 --episodes 100 --seed 401 \\
         --out docs/results/house_long_life
 
 Every trial is one held-out house for ``--episodes`` episodes, run through the bundle on ONNX Runtime

@@ -1,6 +1,6 @@
 """RA-DT retrieval index at scale: add, query, snapshot and restore a 1e6-entry index.
 
-    .venv/bin/python experiments/index_benchmark.py --entries 1000000 --dim 128 --queries 1000 \
+    .venv/bin/python experiments/index_benchmark.py --entries 1000000 --dim 128 --queries 1000 \\
         --top-l 50 --top-k 1 --threads 1 --csv runs/index_benchmark.csv
 
 Random unit-normal keys (float32) with int64 values (sub-trajectory ids), task ids and

@@ -4,7 +4,7 @@
     python training/evaluate.py ckpt_a.pt ckpt_b.pt --label relic --label no-iea --out eval/darkroom
     python training/evaluate.py runs/radt/checkpoints/final.pt --label ra-dt   # RA-DT: retrieval memory
     python training/evaluate.py --merge eval/a/eval.json eval/b/eval.json --out eval/all   # one table + plot
-    python training/evaluate.py r0.pt r1.pt m0.pt m1.pt --label relic/s0 --label relic/s1 \
+    python training/evaluate.py r0.pt r1.pt m0.pt m1.pt --label relic/s0 --label relic/s1 \\
         --label memo/s0 --label memo/s1      # name/seed labels: also a per-name summary over seeds
 
 For each checkpoint: trials on held-out tasks (``--split test``), each ``--steps`` long
@@ -26,7 +26,7 @@ held-out houses; success, SPL and steps per in-context episode with 95% CIs and 
 rise from episode 1 to episodes 10-20 (``icrl_ros/training/house_eval.py``); writes ``curves.json`` and
 ``icl_curve.png``::
 
-    python training/evaluate.py checkpoints/house_memo.pt bundles/house_memo --label torch --label bundle \
+    python training/evaluate.py checkpoints/house_memo.pt bundles/house_memo --label torch --label bundle \\
         --trials 100 --episodes 20 --seed 7 --out eval/house
 
 Defaults: a checkpoint samples at temperature 1 with a window of its training context (ReLIC);

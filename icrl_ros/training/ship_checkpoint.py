@@ -9,12 +9,11 @@ by SHA-256 at load): a 7 MB house checkpoint becomes about 2.6 MB. ``--encoder F
 file instead (the same weights, e.g. a candidate's encoder moved from ``checkpoints/resume/`` into
 ``checkpoints/`` when it ships); the policy's arguments then name it.
 
-    python training/ship_checkpoint.py runs/x/house_relic_scan.pt checkpoints/house_relic_scan.pt --share-encoder \
+    python training/ship_checkpoint.py runs/x/house_relic_scan.pt checkpoints/house_relic_scan.pt --share-encoder \\
         --encoder checkpoints/house_encoder_pooled64.pt
 """
 
 from __future__ import annotations
-
 
 import argparse
 
