@@ -317,9 +317,14 @@ def main(argv=None) -> int:
                                     "finished": finished, "runs": runs}
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(record, indent=1))
+        sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0
+        if sig:
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
+            fail(f"stage {s.name!r} was stopped by {name} after {wall:.0f} s; run the same command again to go on "
+                 f"(done stages are skipped{'; this one resumes' if s.resume else ''})", code=128 + sig)
         if rc != 0:
             fail(f"stage {s.name!r} exited with {rc} after {wall:.0f} s; its log: {pipe.run_dir}/logs/{s.name}.log. "
-                 f"Fix it and run the same command again: done stages are skipped", code=1 if rc < 128 else rc)
+                 f"Fix it and run the same command again: done stages are skipped", code=1)
         missing = [c for c in s.creates if not (REPO_ROOT / pipe.expand(c)).exists()]
         if missing:
             fail(f"stage {s.name!r} ended without writing {pipe.expand(missing[0])}: check {pipe.run_dir}/logs/{s.name}.log",

@@ -67,6 +67,15 @@ def test_pipeline_refuses_mistakes_in_one_line(tmp_path):
     assert r.returncode == 2 and "not a file of this repository" in r.stderr
 
 
+def test_a_stage_stopped_by_a_signal_says_to_run_again(tmp_path):
+    f = tmp_path / "sig.yaml"
+    f.write_text(PIPE.replace("{run}/a.pt {run}/b.pt", "--signal 15"))
+    r = run(f, "--run-dir", tmp_path / "run")
+    assert r.returncode == 143 and "[1/2] ship: done in" in r.stdout, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert "stage 'copy' was stopped by SIGTERM" in last and "run the same command again to go on" in last, last
+
+
 def test_every_pipeline_file_lists_stages_of_scripts_that_exist():
     """The repository's pipeline files read (--dry-run) and every stage runs a script of the repository."""
     import shlex

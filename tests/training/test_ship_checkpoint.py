@@ -61,3 +61,22 @@ def test_ship_refers_to_a_moved_encoder_file_with_the_same_weights(tmp_path, cap
             ship_checkpoint.main(["checkpoints/house_relic.pt", str(tmp_path / "x.pt"), *argv])
     err = capsys.readouterr().err
     assert "differs from" in err and "give it with --share-encoder" in err
+
+
+def test_ship_sets_a_runtime_option_and_refuses_one_that_changes_the_weights(tmp_path, capsys) -> None:
+    """--set: a model argument the weights do not depend on (the forgetting rule) is changed in the arguments
+    and the training config; a field that is not one, a bad value and a change of the weights' shapes are refused."""
+    dst = tmp_path / "d.pt"
+    src = "checkpoints/house_relic_scan.pt"
+    shutil.copy("checkpoints/house_encoder.pt", tmp_path)
+    assert ship_checkpoint.main([src, str(dst), "--share-encoder", "--set", "house.forget_contradicted=5"]) == 0
+    a, _ = load_checkpoint(src)
+    b, blob = load_checkpoint(str(dst))
+    assert a.args.house.forget_contradicted == 3 and b.args.house.forget_contradicted == 5
+    assert blob["config"]["model"]["house"]["forget_contradicted"] == 5
+    assert all(torch.equal(a.state_dict()[k], v) for k, v in b.state_dict().items())
+    for bad, words in (("house.no_such=1", "unknown fields ['no_such']"), ("house.forget_contradicted=-1", "steps >= 0"),
+                       ("d_mlp=64", "changes the model's weights")):
+        with pytest.raises(SystemExit):
+            ship_checkpoint.main([src, str(tmp_path / "x.pt"), "--set", bad])
+        assert words in capsys.readouterr().err
