@@ -107,8 +107,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--pool", metavar="DIR", help="online DAgger with unbounded aggregation: the trials saved in DIR "
                    "plus every iteration collected in this run form the dataset; each iteration takes --updates "
                    "steps on minibatches half from the trials just collected, half from the rest; the same DIR as "
-                   "--save-trials starts from an empty pool; on --resume, the run's own iterations saved under --save-trials "
-                   "rejoin the pool")
+                   "--save-trials starts from an empty pool; on --resume, the run's own iterations saved under "
+                   "--save-trials rejoin the pool")
     p.add_argument("--val-files", type=int, default=1, help="--offline: trial files held out for validation")
     p.add_argument("--resume", help="an imitation checkpoint of this run (latest.pt) to continue from: weights, "
                    "optimiser, iteration (the teacher-mixing and learning-rate schedules go on where they were)")

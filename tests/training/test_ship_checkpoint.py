@@ -75,8 +75,8 @@ def test_ship_sets_a_runtime_option_and_refuses_one_that_changes_the_weights(tmp
     assert a.args.house.forget_contradicted == 3 and b.args.house.forget_contradicted == 5
     assert blob["config"]["model"]["house"]["forget_contradicted"] == 5
     assert all(torch.equal(a.state_dict()[k], v) for k, v in b.state_dict().items())
-    for bad, words in (("house.no_such=1", "unknown fields ['no_such']"), ("house.forget_contradicted=-1", "steps >= 0"),
-                       ("d_mlp=64", "changes the model's weights")):
+    for bad, words in (("house.no_such=1", "unknown fields ['no_such']"),
+                       ("house.forget_contradicted=-1", "steps >= 0"), ("d_mlp=64", "changes the model's weights")):
         with pytest.raises(SystemExit):
             ship_checkpoint.main([src, str(tmp_path / "x.pt"), "--set", bad])
         assert words in capsys.readouterr().err
