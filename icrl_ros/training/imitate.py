@@ -599,18 +599,21 @@ def main(argv=None) -> int:
     batch = max(1, cfg.env.num_envs // cfg.ppo.num_minibatches)
     pool = None
     if args.pool:
-        files = sorted(Path(args.pool).glob("trials_*.pt"))
-        own = bool(args.save_trials) and Path(args.pool).resolve() == Path(args.save_trials).resolve()
+        mine = Path(args.save_trials) if args.save_trials else None
+        own = mine is not None and Path(args.pool).resolve() == mine.resolve()
+        files = [] if own else sorted(Path(args.pool).glob("trials_*.pt"))  # the pool: trials saved by other runs
         if not files and not own:
             fail(f"--pool {args.pool}: no trials_*.pt files (write them with --save-trials, or give the same "
                  f"directory as --save-trials to aggregate this run's own iterations from an empty pool)")
-        if args.resume and args.save_trials and not own:
+        if args.resume and mine is not None:
             # the iterations this run collected before it stopped rejoin the dataset, as if it had not stopped
-            files += [Path(args.save_trials) / f"trials_{i:04d}.pt" for i in range(imitator.it)]
-            if missing := [str(f) for f in files if not f.exists()]:
+            # (only those: a later file in the directory is one the resumed run collects again)
+            earlier = [mine / f"trials_{i:04d}.pt" for i in range(imitator.it)]
+            if missing := [str(f) for f in earlier if not f.exists()]:
                 fail(f"--resume with --save-trials {args.save_trials}: this run's iterations {', '.join(missing)} "
                      f"are gone, so its dataset cannot be rebuilt; resume without --save-trials to aggregate "
                      f"with --pool alone")
+            files += earlier
         pool = [imitator.with_returns(torch.load(f, map_location="cpu", weights_only=False)) for f in files]
         print(f"aggregating with {len(files)} saved files ({sum(int(t['label'].numel()) for t in pool):,} labelled "
               f"steps); {args.updates} updates of {batch} trials per iteration", flush=True)

@@ -319,9 +319,13 @@ def main(argv=None) -> int:
         record_path.write_text(json.dumps(record, indent=1))
         sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0
         if sig:
-            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = f"signal {sig}"
             fail(f"stage {s.name!r} was stopped by {name} after {wall:.0f} s; run the same command again to go on "
-                 f"(done stages are skipped{'; this one resumes' if s.resume else ''})", code=128 + sig)
+                 f"(done stages are skipped{'; this one resumes if it saved its state' if s.resume else ''})",
+                 code=128 + sig)
         if rc != 0:
             fail(f"stage {s.name!r} exited with {rc} after {wall:.0f} s; its log: {pipe.run_dir}/logs/{s.name}.log. "
                  f"Fix it and run the same command again: done stages are skipped", code=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -124,6 +125,14 @@ def test_house_offline_imitation_from_saved_trials(tmp_path, capsys):
     r = run(resume)
     assert r.returncode == 0, r.stderr
     assert "aggregating with 3 saved files (288 labelled steps)" in r.stdout and "iteration 2/2" in r.stdout
+    # the same with the pool its own directory: only the iterations before the checkpoint come back, not a later file
+    solo = ["training/imitate.py", "--config", cfg, "--run-dir", str(tmp_path / "solo"), *TINY, "--updates", "1",
+            "--pool", str(tmp_path / "solo_trials"), "--save-trials", str(tmp_path / "solo_trials")]
+    r = run([*solo, "--set", "total_steps=96"])
+    assert r.returncode == 0 and "aggregating with 0 saved files" in r.stdout, r.stderr
+    shutil.copy(tmp_path / "solo_trials" / "trials_0000.pt", tmp_path / "solo_trials" / "trials_0001.pt")
+    r = run([*solo, "--set", "total_steps=192", "--resume", str(tmp_path / "solo" / "checkpoints" / "latest.pt")])
+    assert r.returncode == 0 and "aggregating with 1 saved files (96 labelled steps)" in r.stdout, r.stderr
     (tmp_path / "own" / "trials_0000.pt").unlink()
     from icrl_ros.training.imitate import main
 
