@@ -66,6 +66,22 @@ def perceiver(encoder: str, image_size: int):
     return _PERCEIVERS[(encoder, image_size)]
 
 
+def depth_bands(env, perceive):
+    """``perceive`` with the floor distance per band cast from the env's pose (what a depth camera or a laser
+    at the camera's field of view gives) in place of the heads' estimate."""
+    from icrl_ros.models.encoders import FREE_BANDS
+    from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
+    from icrl_ros.sim.house_view import cast_view, obstacle_bands
+
+    def seen(rgb, pose):
+        p, xy, dist, _ = perceive(rgb, pose)
+        view = cast_view(env.layout, env.nav.walls, env.x, env.z, env.yaw, 64, CAMERA_HEIGHT, CAMERA_PITCH_DEG,
+                         FOV_Y_DEG)
+        return p, xy, dist, obstacle_bands(view, FREE_BANDS, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
+
+    return seen
+
+
 def run_trial(job: tuple) -> dict[str, list]:
     agent, trial_seed, episodes, max_steps, split, task, extra, seeing = job
     os.environ.setdefault("LP_NUM_THREADS", "1")
@@ -88,10 +104,13 @@ def run_trial(job: tuple) -> dict[str, list]:
             from icrl_ros.experiments.house_input_searcher import InputSearcher
 
             opts.pop("whole_map", None)  # it plans over no map of the house
+            if opts.pop("bands", "heads") == "depth":
+                perceive = depth_bands(env, perceive)
             searcher = InputSearcher(env, perceive, memory=agent == "inputs", **opts)
         else:
             from icrl_ros.sim.house_teacher import PerceivingTeacher
 
+            opts.pop("bands", None)  # it sweeps the floor by ray casting
             searcher = PerceivingTeacher(env, perceive, memory=agent == "seeing", **opts)
     for _ in range(episodes):
         if searcher is not None:
@@ -130,7 +149,9 @@ def main(argv=None) -> int:
     p.add_argument("--agents", default=",".join(AGENTS[:3]))
     p.add_argument("--encoder", help="the frozen encoder file the seeing agents perceive with (house_encoder.py's encoder.pt)")
     p.add_argument("--searcher", action="append", default=[], metavar="KEY=VALUE",
-                   help="a setting of the seeing and input agents: present, stop_p, stop_m, whole_map (seeing only)")
+                   help="a setting of the seeing and input agents: present, stop_p, stop_m, whole_map (seeing only), "
+                   "bands=heads|depth (inputs only: the frontier memory's floor distances from the encoder's heads, "
+                   "or cast from the pose as a depth camera gives them)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="docs/results/house_teacher")
     p.add_argument("--resume", action="store_true",
@@ -157,8 +178,10 @@ def main(argv=None) -> int:
         seeing = {"encoder": args.encoder}
         for kv in args.searcher:
             k, _, v = kv.partition("=")
-            if k not in ("present", "stop_p", "stop_m", "whole_map") or not v:
-                p.error(f"--searcher: expected present|stop_p|stop_m|whole_map=VALUE, got {kv!r}")
+            if k not in ("present", "stop_p", "stop_m", "whole_map", "bands") or not v:
+                p.error(f"--searcher: expected present|stop_p|stop_m|whole_map|bands=VALUE, got {kv!r}")
+            if k == "bands" and v not in ("heads", "depth"):
+                p.error(f"--searcher bands: expected heads or depth, got {v!r}")
             seeing[k] = yaml.safe_load(v)
     raw, curves = {}, {}
     same = ("trials", "episodes", "max_steps", "split", "seed", "task", "env")

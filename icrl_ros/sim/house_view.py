@@ -37,9 +37,6 @@ _FAR = 1e6
 WALL_BINS = 720  # azimuth samples for the wall test (about 0.15 degree apart)
 
 
-WALL_BINS = 720  # azimuth samples for the wall test (about 0.15 degree apart)
-
-
 @lru_cache(maxsize=8)
 def _camera_rays(size: int, fov_y_deg: float, pitch_deg: float) -> tuple[np.ndarray, ...]:
     """Unit rays of every pixel (row 0 at the top) for a camera at yaw 0, split into what a
@@ -84,6 +81,20 @@ class View:
         area of a 64x64 frame), as a bool mask over ``layout.objects``."""
         k = MIN_PIXELS * (self.size / 64) ** 2 if min_pixels is None else min_pixels
         return self.pixels >= k
+
+
+def obstacle_bands(view: View, bands: int, camera_height: float, pitch_deg: float, fov_y_deg: float,
+                   cap_m: float = 12.0) -> np.ndarray:
+    """Per column band of the image (left first), the floor distance (m) to the nearest wall or object pixel in
+    it, capped at ``cap_m`` (bands,): what a depth camera says of the free floor ahead (the encoder's free-space
+    labels)."""
+    size = view.size
+    _, hn, dy = _camera_rays(size, fov_y_deg, pitch_deg)
+    horiz = (view.depth * hn).reshape(size, size)
+    # walls and floor both hit no instance; floor hits end at height 0
+    on_floor = (view.instance < 0) & (np.abs(camera_height + view.depth * dy) < 1e-3)
+    col = np.where((~on_floor).reshape(size, size), horiz, np.inf).min(axis=0)
+    return np.minimum(col.reshape(bands, -1).min(axis=1), cap_m)
 
 
 def _segment_hits(ox: float, oz: float, dx: np.ndarray, dz: np.ndarray, walls: np.ndarray) -> np.ndarray:

@@ -47,7 +47,7 @@ assert len(DIST_EDGES) + 1 == DIST_BINS
 def _labels(env, view) -> dict[str, np.ndarray]:
     """Labels of one frame from its cast ``view``."""
     from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
-    from icrl_ros.sim.house_view import _camera_rays
+    from icrl_ros.sim.house_view import obstacle_bands
 
     present = np.zeros(N_CAT, np.float32)
     size_px = np.zeros(N_CAT, np.float32)  # the category's largest instance, pixels of a 64x64 frame
@@ -74,15 +74,7 @@ def _labels(env, view) -> dict[str, np.ndarray]:
         bearing[c] = int(np.clip((half - b) / (2 * half) * BEARING_BINS, 0, BEARING_BINS - 1))  # 0 = left
         d = math.hypot(o.x - env.x, o.z - env.z) - o.cat.radius
         dist[c] = int(np.searchsorted(DIST_EDGES, d))
-    size = view.size
-    _, hn, dy = _camera_rays(size, FOV_Y_DEG, CAMERA_PITCH_DEG)
-    horiz = (view.depth * hn).reshape(size, size)
-    # Obstacle pixels: walls and objects. Floor and wall hits both have instance -1; floor
-    # hits are the ones that end at height 0.
-    on_floor = (view.instance < 0) & (np.abs(CAMERA_HEIGHT + view.depth * dy) < 1e-3)
-    obstacle = (~on_floor).reshape(size, size)
-    col = np.where(obstacle, horiz, np.inf).min(axis=0)
-    band = np.minimum(col.reshape(BANDS, -1).min(axis=1), 12.0)
+    band = obstacle_bands(view, BANDS, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
     step = 0.25
     blocked = env.nav.collides(env.x + step * math.cos(env.yaw), env.z - step * math.sin(env.yaw))
     return {"present": present, "size_px": size_px, "metres": metres, "bearing": bearing, "dist": dist,
