@@ -66,15 +66,19 @@ def perceiver(encoder: str, image_size: int):
     return _PERCEIVERS[(encoder, image_size)]
 
 
-def depth_bands(env, perceive):
-    """``perceive`` with the floor distance per band cast from the env's pose (what a depth camera or a laser
-    at the camera's field of view gives) in place of the heads' estimate."""
+def sensed_bands(env, perceive, sensor: str):
+    """``perceive`` with the floor distance per band measured rather than the heads' estimate: ``depth``, cast
+    from the env's pose (a depth camera over the image); ``laser``, from the env's planar laser scan."""
+    from icrl_ros.house.frontier import bands_from_scan
     from icrl_ros.models.encoders import FREE_BANDS
     from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
     from icrl_ros.sim.house_view import cast_view, obstacle_bands
 
     def seen(rgb, pose):
         p, xy, dist, _ = perceive(rgb, pose)
+        if sensor == "laser":
+            a0, inc, ranges, cap = env.laser_scan()
+            return p, xy, dist, bands_from_scan(ranges, a0 + inc * np.arange(len(ranges)), cap, FOV_Y_DEG)
         view = cast_view(env.layout, env.nav.walls, env.x, env.z, env.yaw, 64, CAMERA_HEIGHT, CAMERA_PITCH_DEG,
                          FOV_Y_DEG)
         return p, xy, dist, obstacle_bands(view, FREE_BANDS, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
@@ -104,8 +108,9 @@ def run_trial(job: tuple) -> dict[str, list]:
             from icrl_ros.experiments.house_input_searcher import InputSearcher
 
             opts.pop("whole_map", None)  # it plans over no map of the house
-            if opts.pop("bands", "heads") == "depth":
-                perceive = depth_bands(env, perceive)
+            bands = opts.pop("bands", "heads")
+            if bands != "heads":
+                perceive = sensed_bands(env, perceive, bands)
             searcher = InputSearcher(env, perceive, memory=agent == "inputs", **opts)
         else:
             from icrl_ros.sim.house_teacher import PerceivingTeacher
@@ -150,8 +155,8 @@ def main(argv=None) -> int:
     p.add_argument("--encoder", help="the frozen encoder file the seeing agents perceive with (house_encoder.py's encoder.pt)")
     p.add_argument("--searcher", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting of the seeing and input agents: present, stop_p, stop_m, whole_map (seeing only), "
-                   "bands=heads|depth (inputs only: the frontier memory's floor distances from the encoder's heads, "
-                   "or cast from the pose as a depth camera gives them)")
+                   "bands=heads|depth|laser (inputs only: the frontier memory's floor distances from the encoder's "
+                   "heads, cast from the pose as a depth camera gives them, or from the laser scan)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="docs/results/house_teacher")
     p.add_argument("--resume", action="store_true",
@@ -180,8 +185,8 @@ def main(argv=None) -> int:
             k, _, v = kv.partition("=")
             if k not in ("present", "stop_p", "stop_m", "whole_map", "bands") or not v:
                 p.error(f"--searcher: expected present|stop_p|stop_m|whole_map|bands=VALUE, got {kv!r}")
-            if k == "bands" and v not in ("heads", "depth"):
-                p.error(f"--searcher bands: expected heads or depth, got {v!r}")
+            if k == "bands" and v not in ("heads", "depth", "laser"):
+                p.error(f"--searcher bands: expected heads, depth or laser, got {v!r}")
             seeing[k] = yaml.safe_load(v)
     raw, curves = {}, {}
     same = ("trials", "episodes", "max_steps", "split", "seed", "task", "env")

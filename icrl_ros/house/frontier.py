@@ -87,6 +87,18 @@ def band_edges(fov_deg: float = VIEW_FOV_DEG, bands: int = FREE_BANDS) -> np.nda
     return np.arctan((1.0 - 2.0 * np.arange(bands + 1) / bands) * t)
 
 
+def bands_from_scan(ranges: np.ndarray, angles: np.ndarray, cap_m: float, fov_deg: float = VIEW_FOV_DEG,
+                    bands: int = FREE_BANDS) -> np.ndarray:
+    """A planar laser's reading as the floor distance per column band of the camera image (bands,), left first: the
+    nearest return among the beams whose bearing (radians, counter-clockwise from straight ahead) falls in the band;
+    no return (``inf``, NaN or past ``cap_m``) counts as ``cap_m``. What the heads' ``free_metres`` estimate from the
+    image, measured (objects below the laser's plane excepted)."""
+    edges = band_edges(fov_deg, bands)
+    r = np.where(np.isfinite(ranges), np.minimum(ranges, cap_m), cap_m)
+    inside = (angles[None, :] <= edges[:-1, None]) & (angles[None, :] >= edges[1:, None])  # (bands, beams)
+    return np.where(inside, r[None, :], cap_m).min(axis=1)
+
+
 def frontier_struct(free_m: Tensor, scale_m: float) -> Tensor:
     """The token entries the frontier memory reads: the heads' floor distance per band (..., FREE_BANDS) in
     metres, clipped to [0, ``LOOK_M``] + a cell (so a band that ends beyond the look range says so), in units

@@ -569,29 +569,25 @@ def test_recognition_counts_pixels_the_render_shows():
 
 def test_obstacle_bands_are_the_floor_a_laser_finds_free():
     """The floor distance per image band (the encoder's free-space labels, a depth camera's reading) against
-    the planar laser from the same pose: where a band shows no object, its nearest wall is the laser's
-    nearest return over the band's bearings (both are horizontal distances from the robot)."""
-    from icrl_ros.house.frontier import band_edges
+    the planar laser from the same pose read per band (``bands_from_scan``): where a band shows no object, both
+    give the nearest wall's horizontal distance from the robot."""
+    from icrl_ros.house.frontier import bands_from_scan
     from icrl_ros.models.encoders import FREE_BANDS
     from icrl_ros.sim.house_view import cast_view, obstacle_bands
 
     e = HouseEnv(split="test")
     try:
         e.reset(seed=7)
-        edges = band_edges(FOV_Y_DEG, FREE_BANDS)
         gaps = []
         for _ in range(30):
             e.reset()
             v = cast_view(e.layout, e.nav.walls, e.x, e.z, e.yaw, 64, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
-            bands = obstacle_bands(v, FREE_BANDS, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)
-            a0, inc, ranges, _ = e.laser_scan()
-            bearing = a0 + inc * np.arange(len(ranges))
+            cast = obstacle_bands(v, FREE_BANDS, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG, cap_m=10.0)
+            a0, inc, ranges, cap = e.laser_scan()
+            laser = bands_from_scan(ranges, a0 + inc * np.arange(len(ranges)), cap, FOV_Y_DEG)
             objects = (v.instance >= 0).reshape(64, 64).any(axis=0).reshape(FREE_BANDS, -1).any(axis=1)
-            for k in np.flatnonzero(~objects):
-                inside = (bearing <= edges[k]) & (bearing >= edges[k + 1])
-                if inside.any() and np.isfinite(ranges[inside]).all():
-                    gaps.append(bands[k] - float(ranges[inside].min()))
-        assert len(gaps) >= 50, len(gaps)
+            gaps += list((cast - laser)[~objects])
+        assert len(gaps) >= 100, len(gaps)
         assert np.percentile(np.abs(gaps), 90) < 0.15, np.percentile(np.abs(gaps), [50, 90, 100])
     finally:
         e.close()
