@@ -55,6 +55,21 @@ def _rank(item) -> int:
     return 0 if rel.split("/")[0] in FIRST_DIRS else 1 if rel in LONG_FILES else 2
 
 
+# Fixtures a test module builds once for both workers (tests/runtime/test_runtime.py's `built_once`): the first
+# test that needs one keeps its place, the others go last, so the other worker does not wait on the lock while
+# the first builds it (pytest-xdist's own groups no longer work with pytest 9).
+SHARED = ("rollouts",)
+
+
 def pytest_collection_modifyitems(config, items):
-    keyed = sorted(enumerate(items), key=lambda k: (_rank(k[1]), k[0]))
+    first: set[str] = set()
+
+    def rank(item) -> int:
+        shared = [f for f in SHARED if f in getattr(item, "fixturenames", ())]
+        if any(f in first for f in shared):
+            return 3
+        first.update(shared)
+        return _rank(item)
+
+    keyed = sorted(enumerate(items), key=lambda k: (rank(k[1]), k[0]))
     items[:] = [item for _, item in keyed]

@@ -7,6 +7,7 @@ steps. For every exact memory policy: full context, sink + window (against a win
 full-sequence forward), Memo; streaming Memo (not exact by design) ORT vs torch.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -50,33 +51,59 @@ def decisive(policy):
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+@contextlib.contextmanager
+def built_once(tmp_path_factory, worker_id: str, name: str):
+    """A directory shared by `make test`'s xdist workers (the run's temp root) and whether it still has to be
+    built: the first worker builds it while holding a lock, the other waits and reads it (the 2,000-step
+    rollouts cost ~20 s of CPU each time)."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base if worker_id == "master" else base.parent) / name
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            done = root / ".done"
+            yield root, not done.exists()
+            done.touch()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+SPECS = {
+    "relic": dict(sink="kv0"),
+    "relic_token_noiea": dict(sink="token", iea=False),
+    "memo": dict(kind="memo", sink="kv", l_seg=16, l_sum=4),
+}
+
+
 @pytest.fixture(scope="module")
-def bundles(tmp_path_factory, one_thread):
-    torch.manual_seed(0)
-    root = tmp_path_factory.mktemp("bundles")
-    specs = {
-        "relic": small_args(sink="kv0"),
-        "relic_token_noiea": small_args(sink="token", iea=False),
-        "memo": small_args(kind="memo", sink="kv", l_seg=16, l_sum=4),
-    }
-    out = {}
-    for name, args in specs.items():
-        policy = decisive(build_policy(args).eval())
-        out[name] = export_bundle(policy, root / name, env={"action_names": ["up", "down", "left", "right", "stay"]})
-    out["relic_fp16"] = export_bundle(load_bundle(out["relic"]).load_policy(), root / "relic_fp16", precision="fp16")
-    out["memo_fp16"] = export_bundle(load_bundle(out["memo"]).load_policy(), root / "memo_fp16", precision="fp16")
+def bundles(tmp_path_factory, worker_id, one_thread):
+    with built_once(tmp_path_factory, worker_id, "runtime_bundles") as (root, build):
+        out = {name: root / name for name in [*SPECS, "relic_fp16", "memo_fp16"]}
+        if build:
+            torch.manual_seed(0)
+            for name, kw in SPECS.items():
+                policy = decisive(build_policy(small_args(**kw)).eval())
+                export_bundle(policy, out[name], env={"action_names": ["up", "down", "left", "right", "stay"]})
+            for name in ("relic", "memo"):
+                export_bundle(load_bundle(out[name]).load_policy(), out[f"{name}_fp16"], precision="fp16")
     return out
 
 
 @pytest.fixture(scope="module")
-def rollouts(bundles):
+def rollouts(bundles, tmp_path_factory, worker_id):
     """One recorded 2,000-step rollout + torch full-sequence reference per model."""
-    out = {}
-    for name in ("relic", "relic_token_noiea", "memo"):
-        policy = load_bundle(bundles[name]).load_policy()
-        inp = record_rollout(policy, STEPS, EPISODE, seed=3)
-        out[name] = (inp, *reference_outputs(policy, inp))
-    return out
+    with built_once(tmp_path_factory, worker_id, "runtime_rollouts") as (root, build):
+        if build:
+            out = {}
+            for name in SPECS:
+                policy = load_bundle(bundles[name]).load_policy()
+                inp = record_rollout(policy, STEPS, EPISODE, seed=3)
+                out[name] = (inp, *reference_outputs(policy, inp))
+            torch.save(out, root / "rollouts.pt")
+        return torch.load(root / "rollouts.pt", weights_only=False)
 
 
 def run(bundle_path, backend, inp, memory=None, precision_check=None):
