@@ -151,6 +151,9 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     if teacher is not None:
         options["teacher"] = teacher
     max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))
+    size = int(options.pop("image_size", a.image_size))  # a checkpoint's env options may name its camera
+    if size != a.image_size:
+        raise ValueError(f"env image_size {size} is not the policy's camera ({a.image_size} px)")
     if pose_errors is not None and not pose_errors.active:
         pose_errors = None
     if pose_errors is not None and options.get("pose_frame", "house") != "house":

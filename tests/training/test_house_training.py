@@ -248,6 +248,11 @@ def test_house_trials_record_each_episodes_goal_and_the_report_splits_by_it(tmp_
 
     r = run_house_trials(st, 2, 3, seed=3, batch=1, env_options={**opts, "max_episode_steps": 12}, observer=Watch())
     assert r["goal"].tolist() == asked, (r["goal"], asked)
+    # a checkpoint whose env options name its camera (a 128 px model's do) runs; another camera is refused
+    short = {**opts, "max_episode_steps": 12, "image_size": st.args.image_size}
+    assert run_house_trials(st, 2, 3, seed=3, batch=1, env_options=short)["goal"].tolist() == asked
+    with pytest.raises(ValueError, match="not the policy's camera"):
+        run_house_trials(st, 1, 1, env_options={**short, "image_size": 2 * st.args.image_size})
     assert ((r["goal"] >= 0) & (r["goal"] < len(GOAL_NAMES))).all()
     # the goals do not depend on the policy: a run that did not record them gets them back by replaying the envs
     assert episode_goals("checkpoints/house_relic.pt", 2, 3, seed=3, batch=1)["goal"].tolist() == asked
