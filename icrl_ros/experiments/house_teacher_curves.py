@@ -41,29 +41,15 @@ SEEING = ("seeing", "seeing_wiped", "inputs", "inputs_wiped")
 
 
 _ENVS: dict = {}  # one env per worker process and setting (its renderer is reused across trials)
-_PERCEIVERS: dict = {}  # one loaded encoder per worker process and file
 
 
 def perceiver(encoder: str, image_size: int):
     """The seeing and input agents' detector from an encoder file (``house_encoder.py``): its label heads'
     P(in view) per category, the position each implies, the expected distance and the floor distance per
-    column band."""
-    if (encoder, image_size) not in _PERCEIVERS:
-        import torch
+    column band (:func:`~icrl_ros.house.perception.encoder_perceiver`)."""
+    from icrl_ros.house.perception import encoder_perceiver
 
-        from icrl_ros.training.encoder_recall import load_encoder
-
-        torch.set_num_threads(1)
-        enc, heads = load_encoder(encoder, image_size)
-
-        @torch.no_grad()
-        def perceive(rgb, pose):
-            f = enc(torch.as_tensor(np.ascontiguousarray(rgb))[None])
-            p, xy, dist = heads.object_estimates(f, torch.tensor([pose], dtype=torch.float32))
-            return p[0].numpy(), xy[0].numpy(), dist[0].numpy(), heads.free_metres(f)[0].numpy()
-
-        _PERCEIVERS[(encoder, image_size)] = perceive
-    return _PERCEIVERS[(encoder, image_size)]
+    return encoder_perceiver(encoder, image_size)
 
 
 def sensed_bands(env, perceive, sensor: str):

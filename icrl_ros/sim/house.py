@@ -38,6 +38,7 @@ action carries across episodes of a trial (4 = none at the trial start).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -57,7 +58,7 @@ NO_ACTION = 4
 POSE_FRAMES = ("episode", "house")
 LASER_BEAMS = 360  # the laser_scan: one beam per degree
 LASER_RANGE_M = 10.0
-TEACHERS = ("memory", "wiped")
+TEACHERS = ("memory", "wiped", "seeing", "seeing_wiped")
 # The task before memory was made to matter (goals of any category, starts 1 m away, anywhere).
 OLD_TASK = {"goal_instances": 0, "start_away": False, "min_start_distance": 1.0}
 
@@ -124,6 +125,8 @@ class HouseEnv(gym.Env):
         teacher: str | None = None,
         teacher_pixels: float = MIN_PIXELS,
         teacher_noise: float = 0.0,
+        teacher_encoder: str | None = None,
+        teacher_present: float = 0.8,
         scan: bool = False,
     ) -> None:
         check_split(split)
@@ -150,12 +153,21 @@ class HouseEnv(gym.Env):
                              f"got {teacher_pixels!r}")
         if not teacher_noise >= 0:
             raise ValueError(f"teacher_noise must be >= 0 (metres per axis), got {teacher_noise!r}")
+        if (teacher in ("seeing", "seeing_wiped")) != (teacher_encoder is not None):
+            raise ValueError(f"teacher_encoder: the seeing teachers need a frozen encoder file (and only they read "
+                             f"one), got teacher={teacher!r}, teacher_encoder={teacher_encoder!r}")
+        if teacher_encoder is not None and not Path(teacher_encoder).is_file():
+            raise ValueError(f"teacher_encoder: {teacher_encoder} does not exist (an encoder.pt of house_encoder.py)")
+        if not 0.0 < teacher_present <= 1.0:
+            raise ValueError(f"teacher_present must be a probability in (0, 1], got {teacher_present!r}")
         self.pose_frame = pose_frame
         self.goal_instances, self.start_away = int(goal_instances), bool(start_away)
         self.min_start_distance = float(min_start_distance)
         self.teacher_mode, self.teacher_pixels = teacher, float(teacher_pixels)
         self.teacher_noise = float(teacher_noise)
+        self.teacher_encoder, self.teacher_present = teacher_encoder, float(teacher_present)
         self.scan = bool(scan)
+        self._frame_key, self._frame = None, None
         self.teacher = None
         self.split, self.image_size = split, int(image_size)
         self.max_episode_steps = int(max_episode_steps)
@@ -192,6 +204,7 @@ class HouseEnv(gym.Env):
 
     def _new_trial(self, house_seed: int) -> None:
         self.layout = generate_layout(house_seed)
+        self._frame_key = None
         self.nav = NavGrid(self.layout, self.agent_radius)
         if self._renderer is None:
             from icrl_ros.sim.house_render import HouseRenderer  # imports MiniWorld / EGL
@@ -217,7 +230,13 @@ class HouseEnv(gym.Env):
             limit = max(self.goal_instances, min(count.values()))
             reachable = [c for c in reachable if count[c] <= limit]
         self.goal_categories = tuple(reachable)
-        if self.teacher_mode is not None:
+        if self.teacher_mode in ("seeing", "seeing_wiped"):
+            from icrl_ros.house.perception import encoder_perceiver
+            from icrl_ros.sim.house_teacher import PerceivingTeacher
+
+            self.teacher = PerceivingTeacher(self, encoder_perceiver(self.teacher_encoder, self.image_size),
+                                             memory=self.teacher_mode == "seeing", present=self.teacher_present)
+        elif self.teacher_mode is not None:
             from icrl_ros.sim.house_teacher import HouseTeacher
 
             self.teacher = HouseTeacher(self, memory=self.teacher_mode == "memory", min_pixels=self.teacher_pixels,
@@ -259,6 +278,7 @@ class HouseEnv(gym.Env):
         self.success, self.spl = False, 0.0
         self._episode_over = False
         if self.teacher is not None:
+            self._teacher_sees()
             self.teacher.episode_start()
 
     def _start_rooms(self, category: int) -> np.ndarray:
@@ -300,6 +320,7 @@ class HouseEnv(gym.Env):
             if self.success:
                 self.spl = self.shortest_path / max(self.shortest_path, self.path_length, 1e-9)
         elif self.teacher is not None:
+            self._teacher_sees()
             self.teacher.observe()
         self.episode_return += reward
         return self.observe(), float(reward), terminated, truncated, self._labelled(self._info())
@@ -349,12 +370,25 @@ class HouseEnv(gym.Env):
             raise ValueError(f"frame must be one of {POSE_FRAMES}, got {frame!r}")
         return self.start_pose if frame == "episode" else self.house_origin
 
+    def _rgb(self) -> np.ndarray:
+        """The camera image of the current pose (rendered once per pose: a seeing teacher and the observation
+        share it)."""
+        key = (id(self.layout), self.x, self.z, self.yaw)
+        if key != self._frame_key:
+            self._frame_key, self._frame = key, self._renderer.render(self.x, self.z, self.yaw)
+        return self._frame
+
+    def _teacher_sees(self) -> None:
+        """A teacher that perceives through an encoder reads the image the robot now faces."""
+        if hasattr(self.teacher, "see"):
+            self.teacher.see(self._rgb())
+
     def observe(self) -> dict[str, np.ndarray]:
         """Observation of the current state, without stepping."""
         if self.layout is None:
             raise RuntimeError("call reset() before observe()")
         obs = {
-            "rgb": self._renderer.render(self.x, self.z, self.yaw),
+            "rgb": self._rgb().copy(),
             "goal": np.int64(self.goal),
             "odom": self.odometry(),
             "prev_action": np.int64(self.prev_action),

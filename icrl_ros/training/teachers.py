@@ -34,6 +34,7 @@ from icrl_ros.models.checkpoint import load_checkpoint
 from icrl_ros.models.stepping import make_memory
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.sim.gridworlds import DarkKeyToDoorVecEnv, DarkroomVecEnv, VecTrialEnv
+from icrl_ros.sim.house import TEACHERS as HOUSE_TEACHERS
 from icrl_ros.sim.house_oracle import TURN_LEFT
 
 # Action indices of the grid moves (icrl_ros.sim.gridworlds._MOVES_5): +y, -y, -x, +x, stay (Darkroom only).
@@ -214,16 +215,23 @@ class RoomExplorer(_GridTeacher):
         self.searching[done] = False
 
 
+ENV_MODES = HOUSE_TEACHERS
+"""The house env's teacher modes (``env.options.teacher``): the in-context teacher with its memory or wiped every
+episode, and ``seeing`` / ``seeing_wiped``, its search on a frozen encoder's eyes
+(:class:`~icrl_ros.sim.house_teacher.PerceivingTeacher`, with ``env.options.teacher_encoder``): it recognises only
+what the student's heads recognise."""
+
+
 class HouseEnvTeacher:
-    """The house teacher (:class:`icrl_ros.sim.house_teacher.HouseTeacher`) runs inside the env
-    workers, where the geometry and the camera model are; the env is built with
-    ``teacher=memory`` (or ``wiped``) and reports its label of every env's current state in
+    """The house teacher (:class:`icrl_ros.sim.house_teacher.HouseTeacher`, or with ``teacher=seeing`` its
+    search on an encoder's eyes) runs inside the env workers, where the geometry and the camera model are; the env
+    is built with ``teacher`` one of :data:`ENV_MODES` and reports its label of every env's current state in
     ``HouseVecEnv.teacher_action``. This reads it, with the grid teachers' interface."""
 
     def __init__(self, env) -> None:
-        if env.task.get("teacher") not in ("memory", "wiped"):
-            raise ValueError("the house teacher runs in the env: build HouseVecEnv with teacher='memory' or 'wiped' "
-                             "(env.options.teacher in the config)")
+        if env.task.get("teacher") not in ENV_MODES:
+            raise ValueError(f"the house teacher runs in the env: build HouseVecEnv with teacher= one of {ENV_MODES} "
+                             f"(env.options.teacher in the config)")
         self.env = env
 
     def reset(self, idx: np.ndarray | None = None) -> None:
@@ -255,7 +263,7 @@ class RouteFollower:
     reads_inputs = True
 
     def __init__(self, env, scale_m: float) -> None:
-        if env.task.get("teacher") not in ("memory", "wiped"):
+        if env.task.get("teacher") not in ENV_MODES:
             raise ValueError("teacher 'route' labels off the route with the in-env teacher: "
                              "set env.options.teacher=memory")
         self.env, self.scale_m, self.fallback = env, scale_m, HouseEnvTeacher(env)
@@ -342,12 +350,12 @@ class PolicyTeacher:
         """Nothing to do: the next step's inputs carry the reward, the action and the episode's end."""
 
 
-TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer, "room": RoomExplorer, "memory": HouseEnvTeacher,
-            "wiped": HouseEnvTeacher, "route": RouteFollower}
-# The first is the default. The house's "memory" and "wiped" name the env's teacher mode; "route" reads
-# the policy's route input (and the env's "memory" teacher off the route).
+TEACHERS = {"explorer": KeyDoorExplorer, "cycle": CycleExplorer, "room": RoomExplorer,
+            **{mode: HouseEnvTeacher for mode in ENV_MODES}, "route": RouteFollower}
+# The first is the default. The house's ENV_MODES name the env's teacher mode; "route" reads the policy's route
+# input (and the env's "memory" teacher off the route).
 ENV_TEACHERS = {"darkroom": ("room",), "dark_key_to_door": ("cycle", "explorer"),
-                "house": ("memory", "wiped", "route", "frontier")}
+                "house": (*ENV_MODES, "route", "frontier")}
 FOLLOWERS = {"route": (RouteFollower, "route_memory"), "frontier": (FrontierFollower, "frontier_memory")}
 """The house teachers that label from the policy's own input: name -> (class, the ``model.house`` option the input
 needs)."""

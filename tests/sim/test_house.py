@@ -593,6 +593,51 @@ def test_obstacle_bands_are_the_floor_a_laser_finds_free():
         e.close()
 
 
+def test_the_seeing_teacher_in_the_env_labels_as_the_scripted_searcher_acts():
+    """``teacher=seeing`` runs the teacher's search on a frozen encoder's eyes inside the env (labels a student on
+    that encoder can follow): driven by its labels, a trial takes the same actions as the searcher run beside an env
+    without a teacher (as the benchmark's ``seeing`` agent); the option is refused without an encoder file, and an
+    encoder for another mode."""
+    from icrl_ros.house.perception import encoder_perceiver
+    from icrl_ros.sim.house_teacher import PerceivingTeacher
+
+    enc, seed, episodes = "checkpoints/house_encoder.pt", 4, 2
+    plain = HouseEnv(split="test")
+    seeing = HouseEnv(split="test", teacher="seeing", teacher_encoder=enc, teacher_present=0.8)
+    try:
+        obs, _ = plain.reset(seed=seed)
+        searcher = PerceivingTeacher(plain, encoder_perceiver(enc, 64), memory=True, present=0.8)
+        ref, got, found = [], [], []
+        for _ in range(episodes):
+            searcher.see(obs["rgb"])
+            searcher.episode_start()
+            while True:
+                ref.append(searcher.act())
+                obs, _, term, trunc, info = plain.step(ref[-1])
+                if term or trunc:
+                    break
+                searcher.see(obs["rgb"])
+                searcher.observe()
+            found.append(info["success"])
+            obs, _ = plain.reset()
+        _, info = seeing.reset(seed=seed)
+        for _ in range(episodes):
+            while True:
+                got.append(int(info["teacher_action"]))
+                _, _, term, trunc, info = seeing.step(got[-1])
+                if term or trunc:
+                    break
+            _, info = seeing.reset()
+    finally:
+        plain.close()
+        seeing.close()
+    assert got == ref and any(found), (len(got), len(ref), found)
+    with pytest.raises(ValueError, match="teacher_encoder"):
+        HouseEnv(split="test", teacher="seeing")
+    with pytest.raises(ValueError, match="teacher_encoder"):
+        HouseEnv(split="test", teacher="memory", teacher_encoder=enc)
+
+
 @pytest.mark.parametrize("memory", [True, False])
 def test_in_context_teacher_finds_goals_and_memory_makes_it_faster(memory):
     e = HouseEnv(split="test", teacher="memory" if memory else "wiped")
