@@ -599,27 +599,13 @@ def test_the_seeing_teacher_in_the_env_labels_as_the_scripted_searcher_acts():
     without a teacher (as the benchmark's ``seeing`` agent); the option is refused without an encoder file, and an
     encoder for another mode."""
     from icrl_ros.house.perception import encoder_perceiver
-    from icrl_ros.sim.house_teacher import PerceivingTeacher
 
     enc, seed, episodes = "checkpoints/house_encoder.pt", 4, 2
-    plain = HouseEnv(split="test")
+    found, _, _, ref = _run_perceiving(lambda e: encoder_perceiver(enc, e.image_size), episodes, seed=seed,
+                                       present=0.8)
     seeing = HouseEnv(split="test", teacher="seeing", teacher_encoder=enc, teacher_present=0.8)
     try:
-        obs, _ = plain.reset(seed=seed)
-        searcher = PerceivingTeacher(plain, encoder_perceiver(enc, 64), memory=True, present=0.8)
-        ref, got, found = [], [], []
-        for _ in range(episodes):
-            searcher.see(obs["rgb"])
-            searcher.episode_start()
-            while True:
-                ref.append(searcher.act())
-                obs, _, term, trunc, info = plain.step(ref[-1])
-                if term or trunc:
-                    break
-                searcher.see(obs["rgb"])
-                searcher.observe()
-            found.append(info["success"])
-            obs, _ = plain.reset()
+        got = []
         _, info = seeing.reset(seed=seed)
         for _ in range(episodes):
             while True:
@@ -629,7 +615,6 @@ def test_the_seeing_teacher_in_the_env_labels_as_the_scripted_searcher_acts():
                     break
             _, info = seeing.reset()
     finally:
-        plain.close()
         seeing.close()
     assert got == ref and any(found), (len(got), len(ref), found)
     with pytest.raises(ValueError, match="teacher_encoder"):
@@ -813,28 +798,29 @@ def test_a_teacher_that_maps_only_the_floor_it_stood_on_and_never_the_whole_map(
         e.close()
 
 
-def _run_perceiving(perceive_for, episodes: int, seed: int = 3):
+def _run_perceiving(perceive_for, episodes: int, seed: int = 3, **opts):
+    """A ``PerceivingTeacher`` (``opts``) on ``perceive_for(env)`` driving a test house: (success per episode, stops,
+    the teacher, its actions)."""
     from icrl_ros.sim.house_teacher import PerceivingTeacher
 
     e = HouseEnv(split="test")
     try:
         obs, _ = e.reset(seed=seed)
-        t = PerceivingTeacher(e, perceive_for(e))
-        found, stops = [], 0
+        t = PerceivingTeacher(e, perceive_for(e), **opts)
+        found, actions = [], []
         for _ in range(episodes):
             t.see(obs["rgb"])
             t.episode_start()
             while True:
-                a = t.act()
-                stops += a == 0
-                obs, _, term, trunc, info = e.step(a)
+                actions.append(t.act())
+                obs, _, term, trunc, info = e.step(actions[-1])
                 if term or trunc:
                     break
                 t.see(obs["rgb"])
                 t.observe()
             found.append(info["success"])
             obs, _ = e.reset()
-        return found, stops, t
+        return found, actions.count(0), t, actions
     finally:
         e.close()
 
@@ -863,9 +849,9 @@ def test_perceiving_teacher_searches_with_a_detector_and_never_stops_blind():
             return p, xy, dist
         return perceive
 
-    found, stops, t = _run_perceiving(truthful, 4)
+    found, stops, t, _ = _run_perceiving(truthful, 4)
     assert sum(found) >= 3 and stops == sum(found), (found, stops)
     assert t.sightings > 0 and t.known.any()
     blind = lambda e: lambda rgb, pose: (np.zeros(n_cat), np.zeros((n_cat, 2)), np.full(n_cat, 9.0))  # noqa: E731
-    found, stops, t = _run_perceiving(blind, 2)
+    found, stops, t, _ = _run_perceiving(blind, 2)
     assert stops == 0 and not any(found) and t.seen.sum() > 50 and not t.known.any()
