@@ -150,6 +150,9 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     options.pop("teacher", None)
     if teacher is not None:
         options["teacher"] = teacher
+    if teacher not in ("seeing", "seeing_wiped"):  # a checkpoint imitated from the seeing teacher names its eyes
+        options.pop("teacher_encoder", None)
+        options.pop("teacher_present", None)
     max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))
     size = int(options.pop("image_size", a.image_size))  # a checkpoint's env options may name its camera
     if size != a.image_size:

@@ -251,6 +251,9 @@ def test_house_trials_record_each_episodes_goal_and_the_report_splits_by_it(tmp_
     # a checkpoint whose env options name its camera (a 128 px model's do) runs; another camera is refused
     short = {**opts, "max_episode_steps": 12, "image_size": st.args.image_size}
     assert run_house_trials(st, 2, 3, seed=3, batch=1, env_options=short)["goal"].tolist() == asked
+    # so does one imitated from the seeing teacher (its options name the teacher's encoder; no teacher runs here)
+    seeing = {**short, "teacher": "seeing", "teacher_encoder": "checkpoints/house_encoder.pt", "teacher_present": 0.8}
+    assert run_house_trials(st, 1, 1, seed=3, batch=1, env_options=seeing)["goal"].tolist() == [asked[0][:1]]
     with pytest.raises(ValueError, match="not the policy's camera"):
         run_house_trials(st, 1, 1, env_options={**short, "image_size": 2 * st.args.image_size})
     assert ((r["goal"] >= 0) & (r["goal"] < len(GOAL_NAMES))).all()
