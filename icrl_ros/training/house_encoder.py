@@ -2,6 +2,7 @@
 
     python training/house_encoder.py --frames 120000 --out runs/house_encoder
     python training/house_encoder.py --data runs/house_encoder/frames.npz ...   # reuse collected frames
+    python training/house_encoder.py ... --out runs/house_encoder --resume       # go on after a stop
 
 Frames are rendered at random free poses of training houses (half of them facing an object
 a few metres away, so objects are common); every frame is labelled by ray casting the layout
@@ -221,6 +222,11 @@ def _save(enc: FeatureEncoder, probe: Probe, folder: Path) -> None:
     torch.save({**enc.state_dict(), **{f"heads.{k}": v for k, v in probe.state_dict().items()}}, folder / "encoder.pt")
 
 
+def _run_settings(args) -> dict:
+    """The options that make a run what it is (a resumed run must be given the same)."""
+    return {k: v for k, v in vars(args).items() if k not in ("resume", "data", "workers", "threads", "out")}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--frames", type=int, default=120_000, help="training frames (train houses)")
@@ -245,9 +251,21 @@ def main(argv=None) -> int:
     p.add_argument("--data", help="frames.npz from an earlier run (skips collection)")
     p.add_argument("--init", help="a run directory whose encoder.pt (encoder + heads) to continue training from")
     p.add_argument("--out", default="runs/house_encoder")
+    p.add_argument("--resume", action="store_true",
+                   help="go on with the run in --out that stopped: its frames, and its state after the last finished "
+                        "epoch (weights, optimiser, schedule, random streams), so it ends as an unstopped run would; "
+                        "give the run's other options again")
     args = p.parse_args(argv)
     if args.init and not (Path(args.init) / "encoder.pt").is_file():
         p.error(f"--init: {args.init}/encoder.pt does not exist (a run directory of this script, or its last_epoch/)")
+    if args.resume:
+        if args.init or args.data:
+            p.error("--resume goes on with the run in --out (its frames and state): drop --init / --data")
+        for need in ("frames.npz", "last_epoch/state.pt"):
+            if not (Path(args.out) / need).is_file():
+                p.error(f"--resume: {args.out}/{need} does not exist (no epoch of a run there finished before it "
+                        f"stopped: start it again without --resume)")
+        args.data = str(Path(args.out) / "frames.npz")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
@@ -283,8 +301,22 @@ def main(argv=None) -> int:
     steps = args.epochs * (n // args.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=steps, pct_start=0.1)
     g = np.random.default_rng(args.seed)
-    t0, step = time.perf_counter(), 0
-    for epoch in range(args.epochs):
+    t0, step, first = time.perf_counter(), 0, 0
+    step0 = 0  # steps before this process (a resumed run's): throughput counts this process's own
+    if args.resume:
+        state = torch.load(out / "last_epoch" / "state.pt", weights_only=False)
+        if state["settings"] != _run_settings(args):
+            raise SystemExit(f"--resume: the run in {out} had other options ({state['settings']}); give the same")
+        load_state(enc, probe, torch.load(out / "last_epoch" / "encoder.pt", weights_only=True))
+        opt.load_state_dict(state["optimiser"])
+        sched.load_state_dict(state["schedule"])
+        g.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+        first, step = state["epochs_done"], state["step"]
+        step0 = step
+        report["resumed_at_epoch"] = first
+        print(f"resumed {out} after epoch {first} of {args.epochs} (step {step})", flush=True)
+    for epoch in range(first, args.epochs):
         enc.train()
         perm = g.permutation(n)
         for s in range(0, n - args.batch + 1, args.batch):
@@ -305,13 +337,16 @@ def main(argv=None) -> int:
             if step % 100 == 0:
                 print(f"epoch {epoch} step {step}/{steps} loss {loss.item():.3f} " +
                       " ".join(f"{k}={v.item():.3f}" for k, v in ls.items()) +
-                      f" {step * args.batch / (time.perf_counter() - t0):.0f} frames/s", flush=True)
+                      f" {(step - step0) * args.batch / (time.perf_counter() - t0):.0f} frames/s", flush=True)
         acc = accuracy(enc, probe, test)
         print(f"epoch {epoch}: held-out {json.dumps({k: round(v, 3) for k, v in acc.items()})}", flush=True)
-        if epoch + 1 < args.epochs:  # a run stopped later continues from here: --init OUT/last_epoch
+        if epoch + 1 < args.epochs:  # a run stopped later goes on from here (--resume)
             _save(enc, probe, out / "last_epoch")
+            torch.save({"epochs_done": epoch + 1, "step": step, "optimiser": opt.state_dict(),
+                        "schedule": sched.state_dict(), "rng": g.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                        "settings": _run_settings(args)}, out / "last_epoch" / "state.pt")
             (out / "last_epoch" / "epoch.json").write_text(json.dumps({"epochs_done": epoch + 1, "held_out": acc}))
-    report["train_frames_per_s"] = step * args.batch / (time.perf_counter() - t0)
+    report["train_frames_per_s"] = (step - step0) * args.batch / (time.perf_counter() - t0)
     report["held_out"] = acc
     report["train_fit"] = accuracy(enc, probe, {k: v[:10_000] for k, v in train.items()})
     enc.eval()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -123,8 +124,9 @@ def test_a_policy_on_a_pooled_encoder_loads_it_and_exports_with_its_outputs(tmp_
 
 @pytest.mark.slow  # renders and trains two tiny encoders (~15 s on an idle machine)
 def test_encoder_training_saves_each_epoch_and_continues_from_it(tmp_path, capsys):
-    """house_encoder.py writes ``last_epoch/encoder.pt`` after every epoch but the last (a stopped run goes on with
-    ``--init OUT/last_epoch``), and refuses an --init folder without an encoder in one line."""
+    """house_encoder.py writes ``last_epoch/`` after every epoch but the last: its weights (``--init OUT/last_epoch``
+    starts a new run from them) and its state (``--resume`` goes on with the stopped run exactly); an --init folder
+    without an encoder, a --resume with other options or with nothing to resume is refused."""
     from icrl_ros.training.house_encoder import main
 
     out = tmp_path / "enc"
@@ -142,6 +144,19 @@ def test_encoder_training_saves_each_epoch_and_continues_from_it(tmp_path, capsy
     with pytest.raises(SystemExit) as e:
         main(["--data", str(out / "frames.npz"), "--init", str(tmp_path / "nowhere"), "--out", str(more), *common])
     assert e.value.code == 2 and "--init" in capsys.readouterr().err
+    # a run stopped after its first epoch goes on with --resume and ends as the unstopped run did, bit for bit
+    stopped = tmp_path / "stopped"
+    shutil.copytree(out / "last_epoch", stopped / "last_epoch")
+    shutil.copy(out / "frames.npz", stopped / "frames.npz")
+    assert main(["--frames", "32", "--epochs", "2", "--out", str(stopped), "--resume", *common]) == 0
+    again = torch.load(stopped / "encoder.pt", weights_only=True)
+    assert all(torch.equal(final[k], again[k]) for k in final)
+    assert json.loads((stopped / "encoder.json").read_text())["resumed_at_epoch"] == 1
+    with pytest.raises(SystemExit, match="other options"):  # the schedule depends on them
+        main(["--frames", "32", "--epochs", "3", "--out", str(stopped), "--resume", *common])
+    with pytest.raises(SystemExit) as e:
+        main(["--epochs", "2", "--out", str(tmp_path / "empty"), "--resume", *common])
+    assert e.value.code == 2 and "start it again without --resume" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("size,patch", [(64, 2), (96, 3), (128, 4)])
