@@ -25,7 +25,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from icrl_ros.training._cli import fail
 
