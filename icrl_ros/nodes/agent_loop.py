@@ -358,10 +358,14 @@ class AgentLoop:
                     self._ended = True
 
     def _about_current(self, event: dict[str, Any]) -> bool:
-        """Whether an ``episode_end`` event ends the episode the runner is in: its step count is the
-        runner's (the usual order, event before the next goal), not the one before it. Ambiguous only when
-        the next episode has as many steps as the ended one had when the event comes."""
+        """Whether an ``episode_end`` event ends the episode the runner is in: it names the runner's goal and
+        its step count is the runner's (the usual order, event before the next goal), not the one before it.
+        Ambiguous only when the next episode has the ended one's goal and as many steps as it had when the event
+        comes (a 1-step episode whose event comes after the next one's first frame)."""
         info = self.last_info
+        goal = event.get("goal")
+        if isinstance(goal, str) and goal and self.goal is not None and goal != self.goal:
+            return False  # it names another goal: the episode before (its event came after the next goal's frame)
         return "step" in info and int(info.get("step", -1)) + 1 == int(event.get("steps", -1))
 
     def _tell_return(self, event: dict[str, Any], current: bool) -> None:

@@ -126,6 +126,7 @@ class SimBridgeNode(Node):
         self.episode = -1
         self.episode_step = 0
         self.episode_return = 0.0
+        self._episode_goal = ""  # the running episode's goal, as published
         self.episodes_done = 0
         self.counters = {"steps": 0, "bad_actions": 0, "episodes": 0, "episodes_ended": 0, "trials": 0}
         self._obs: Any = None
@@ -250,6 +251,7 @@ class SimBridgeNode(Node):
         self._done = False
         self.counters["episodes"] += 1
         goal = self._goal_name(obs, info)
+        self._episode_goal = goal  # the episode_end event names it as the goal topic did
         start = info.get("agent_pose")  # world (x, z, yaw): what replay_episodes takes
         if options:
             self._check_replayed(options, start, goal)
@@ -317,7 +319,7 @@ class SimBridgeNode(Node):
             "event": "episode_end",
             "trial": self.trial,
             "episode": self.episode,
-            "goal": str(info.get("goal_name", "")),
+            "goal": str(info.get("goal_name", self._episode_goal)),
             "success": bool(info.get("success", False)),
             "spl": float(info.get("spl", 0.0)),
             "steps": int(info.get("episode_step", self.episode_step)),

@@ -126,6 +126,16 @@ def test_a_frame_after_the_bridge_ended_the_episode_waits_for_the_next_goal() ->
     step(loop, clock, 5.0)
     assert len(host.actions) == 6 and runner.calls[-1] == ("act", 2, 1)
     assert loop.counters["image_after_episode_end"] == 1
+    # a 1-step episode whose event comes after the next goal's first frame: by step count it would end the new
+    # episode (and the frames would wait for a goal that already came); the goal it names says it is the old one's
+    loop.goal_message("table")
+    step(loop, clock, 6.0)  # episode 3, its only step (the bridge ends it)
+    loop.goal_message("sofa")
+    step(loop, clock, 7.0)  # episode 4, step 0: 0 + 1 steps, as the late event counts
+    loop.event(json.dumps({"event": "episode_end", "episode": 3, "steps": 1, "return": 0.0, "goal": "table"}))
+    step(loop, clock, 8.0)
+    assert len(host.actions) == 9 and runner.calls[-1] == ("act", 4, 1)
+    assert loop.counters["image_after_episode_end"] == 1
 
 
 def test_house_frame_keeps_the_trials_first_origin_until_the_memory_is_reset() -> None:
