@@ -58,7 +58,8 @@ NO_ACTION = 4
 POSE_FRAMES = ("episode", "house")
 LASER_BEAMS = 360  # the laser_scan: one beam per degree
 LASER_RANGE_M = 10.0
-TEACHERS = ("memory", "wiped", "seeing", "seeing_wiped")
+SEEING_TEACHERS = ("seeing", "seeing_wiped")  # the teacher's search on a frozen encoder's eyes (teacher_encoder)
+TEACHERS = ("memory", "wiped", *SEEING_TEACHERS)
 # The task before memory was made to matter (goals of any category, starts 1 m away, anywhere).
 OLD_TASK = {"goal_instances": 0, "start_away": False, "min_start_distance": 1.0}
 
@@ -153,7 +154,7 @@ class HouseEnv(gym.Env):
                              f"got {teacher_pixels!r}")
         if not teacher_noise >= 0:
             raise ValueError(f"teacher_noise must be >= 0 (metres per axis), got {teacher_noise!r}")
-        if (teacher in ("seeing", "seeing_wiped")) != (teacher_encoder is not None):
+        if (teacher in SEEING_TEACHERS) != (teacher_encoder is not None):
             raise ValueError(f"teacher_encoder: the seeing teachers need a frozen encoder file (and only they read "
                              f"one), got teacher={teacher!r}, teacher_encoder={teacher_encoder!r}")
         if teacher_encoder is not None and not Path(teacher_encoder).is_file():
@@ -230,7 +231,7 @@ class HouseEnv(gym.Env):
             limit = max(self.goal_instances, min(count.values()))
             reachable = [c for c in reachable if count[c] <= limit]
         self.goal_categories = tuple(reachable)
-        if self.teacher_mode in ("seeing", "seeing_wiped"):
+        if self.teacher_mode in SEEING_TEACHERS:
             from icrl_ros.house.perception import encoder_perceiver
             from icrl_ros.sim.house_teacher import PerceivingTeacher
 
@@ -373,14 +374,14 @@ class HouseEnv(gym.Env):
     def _rgb(self) -> np.ndarray:
         """The camera image of the current pose (rendered once per pose: a seeing teacher and the observation
         share it)."""
-        key = (id(self.layout), self.x, self.z, self.yaw)
+        key = (self.x, self.z, self.yaw)  # cleared at every new house
         if key != self._frame_key:
             self._frame_key, self._frame = key, self._renderer.render(self.x, self.z, self.yaw)
         return self._frame
 
     def _teacher_sees(self) -> None:
         """A teacher that perceives through an encoder reads the image the robot now faces."""
-        if hasattr(self.teacher, "see"):
+        if self.teacher_mode in SEEING_TEACHERS:
             self.teacher.see(self._rgb())
 
     def observe(self) -> dict[str, np.ndarray]:

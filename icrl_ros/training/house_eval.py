@@ -29,7 +29,7 @@ from icrl_ros.families import family_of
 from icrl_ros.models import load_checkpoint, make_memory
 from icrl_ros.runtime.control import ControlStep
 from icrl_ros.runtime.runner_base import choose_actions
-from icrl_ros.sim.house import STOP
+from icrl_ros.sim.house import SEEING_TEACHERS, STOP
 from icrl_ros.sim.house_vec import HouseVecEnv
 from icrl_ros.training.ppo import next_step_inputs, trial_start_inputs
 
@@ -150,7 +150,7 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     options.pop("teacher", None)
     if teacher is not None:
         options["teacher"] = teacher
-    if teacher not in ("seeing", "seeing_wiped"):  # a checkpoint imitated from the seeing teacher names its eyes
+    if teacher not in SEEING_TEACHERS:  # a checkpoint imitated from the seeing teacher names its eyes
         options.pop("teacher_encoder", None)
         options.pop("teacher_present", None)
     max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))

@@ -76,15 +76,12 @@ def ros2_kit() -> str:
 @contextlib.contextmanager
 def venv_lock(name: str):
     """An exclusive file lock in the venv (pytest-xdist workers installing into it one at a time)."""
-    import fcntl
     import sys
 
-    with open(os.path.join(sys.prefix, f".{name}.lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    from tests.locks import file_lock
+
+    with file_lock(os.path.join(sys.prefix, f".{name}.lock")):
+        yield
 
 
 @pytest.fixture(scope="session")

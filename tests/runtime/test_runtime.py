@@ -25,6 +25,7 @@ from icrl_ros.models.core import sequence_mask
 from icrl_ros.runtime import PolicyRunner, available_backends, build_memory, load_bundle, make_engine
 from icrl_ros.runtime.selfcheck import compare, exact_memory, replay
 from icrl_ros.training.export import export_bundle, record_rollout, reference_outputs
+from tests.locks import file_lock
 
 STEPS = 2000
 EPISODE = 37  # episodes of 37 steps: 54 episode boundaries in 2,000 steps
@@ -56,19 +57,13 @@ def built_once(tmp_path_factory, worker_id: str, name: str):
     """A directory shared by `make test`'s xdist workers (the run's temp root) and whether it still has to be
     built: the first worker builds it while holding a lock, the other waits and reads it (the 2,000-step
     rollouts cost ~20 s of CPU each time)."""
-    import fcntl
-
     base = tmp_path_factory.getbasetemp()
     root = (base if worker_id == "master" else base.parent) / name
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            done = root / ".done"
-            yield root, not done.exists()
-            done.touch()
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with file_lock(root / ".lock"):
+        done = root / ".done"
+        yield root, not done.exists()
+        done.touch()
 
 
 SPECS = {
@@ -96,14 +91,15 @@ def bundles(tmp_path_factory, worker_id, one_thread):
 def rollouts(bundles, tmp_path_factory, worker_id):
     """One recorded 2,000-step rollout + torch full-sequence reference per model."""
     with built_once(tmp_path_factory, worker_id, "runtime_rollouts") as (root, build):
-        if build:
-            out = {}
-            for name in SPECS:
-                policy = load_bundle(bundles[name]).load_policy()
-                inp = record_rollout(policy, STEPS, EPISODE, seed=3)
-                out[name] = (inp, *reference_outputs(policy, inp))
-            torch.save(out, root / "rollouts.pt")
-        return torch.load(root / "rollouts.pt", weights_only=False)
+        if not build:
+            return torch.load(root / "rollouts.pt", weights_only=False)
+        out = {}
+        for name in SPECS:
+            policy = load_bundle(bundles[name]).load_policy()
+            inp = record_rollout(policy, STEPS, EPISODE, seed=3)
+            out[name] = (inp, *reference_outputs(policy, inp))
+        torch.save(out, root / "rollouts.pt")
+        return out
 
 
 def run(bundle_path, backend, inp, memory=None, precision_check=None):
