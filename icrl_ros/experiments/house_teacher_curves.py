@@ -14,7 +14,7 @@ seeded per trial, and none of the agents draws random numbers):
   stop from a frozen encoder's label heads on the camera image, with and without the trial's memory.
   What separates it from ``teacher`` is perception; what separates a student from it is the policy.
 * ``inputs`` / ``inputs_wiped`` (with ``--encoder``): a scripted searcher on a student's own inputs
-  (:class:`~icrl_ros.experiments.house_input_searcher.InputSearcher`): the runtime's route and frontier
+  (:class:`~icrl_ros.house.input_searcher.InputSearcher`): the runtime's route and frontier
   memories fed from the same heads, no ray casting, no map of the house. Beside ``seeing`` it says what the
   teacher's privileged floor map is worth; beside a student on those inputs, what the learnt policy adds.
 
@@ -91,7 +91,7 @@ def run_trial(job: tuple) -> dict[str, list]:
         opts = dict(seeing)
         perceive = perceiver(opts.pop("encoder"), env.image_size)
         if agent.startswith("inputs"):
-            from icrl_ros.experiments.house_input_searcher import InputSearcher
+            from icrl_ros.house.input_searcher import InputSearcher
 
             opts.pop("whole_map", None)  # it plans over no map of the house
             bands = opts.pop("bands", "heads")

@@ -58,7 +58,10 @@ NO_ACTION = 4
 POSE_FRAMES = ("episode", "house")
 LASER_BEAMS = 360  # the laser_scan: one beam per degree
 LASER_RANGE_M = 10.0
-SEEING_TEACHERS = ("seeing", "seeing_wiped")  # the teacher's search on a frozen encoder's eyes (teacher_encoder)
+SEEING_TEACHERS = ("seeing", "seeing_wiped", "inputs", "inputs_wiped")
+"""Teachers on a frozen encoder's eyes (``teacher_encoder``): ``seeing``, the teacher's search with recognition from
+the encoder's heads; ``inputs``, a rule on what a student on that encoder is handed (its route and frontier
+memories, the free headings); ``_wiped``: memory wiped every episode."""
 TEACHERS = ("memory", "wiped", *SEEING_TEACHERS)
 # The task before memory was made to matter (goals of any category, starts 1 m away, anywhere).
 OLD_TASK = {"goal_instances": 0, "start_away": False, "min_start_distance": 1.0}
@@ -155,7 +158,7 @@ class HouseEnv(gym.Env):
         if not teacher_noise >= 0:
             raise ValueError(f"teacher_noise must be >= 0 (metres per axis), got {teacher_noise!r}")
         if (teacher in SEEING_TEACHERS) != (teacher_encoder is not None):
-            raise ValueError(f"teacher_encoder: the seeing teachers need a frozen encoder file (and only they read "
+            raise ValueError(f"teacher_encoder: the teachers {SEEING_TEACHERS} need a frozen encoder file (and only they read "
                              f"one), got teacher={teacher!r}, teacher_encoder={teacher_encoder!r}")
         if teacher_encoder is not None and not Path(teacher_encoder).is_file():
             raise ValueError(f"teacher_encoder: {teacher_encoder} does not exist (an encoder.pt of house_encoder.py)")
@@ -233,10 +236,13 @@ class HouseEnv(gym.Env):
         self.goal_categories = tuple(reachable)
         if self.teacher_mode in SEEING_TEACHERS:
             from icrl_ros.house.perception import encoder_perceiver
-            from icrl_ros.sim.house_teacher import PerceivingTeacher
 
-            self.teacher = PerceivingTeacher(self, encoder_perceiver(self.teacher_encoder, self.image_size),
-                                             memory=self.teacher_mode == "seeing", present=self.teacher_present)
+            if self.teacher_mode.startswith("inputs"):
+                from icrl_ros.house.input_searcher import InputSearcher as searcher
+            else:
+                from icrl_ros.sim.house_teacher import PerceivingTeacher as searcher
+            self.teacher = searcher(self, encoder_perceiver(self.teacher_encoder, self.image_size),
+                                    memory=not self.teacher_mode.endswith("_wiped"), present=self.teacher_present)
         elif self.teacher_mode is not None:
             from icrl_ros.sim.house_teacher import HouseTeacher
 

@@ -219,7 +219,8 @@ ENV_MODES = HOUSE_TEACHERS
 """The house env's teacher modes (``env.options.teacher``): the in-context teacher with its memory or wiped every
 episode, and ``seeing`` / ``seeing_wiped``, its search on a frozen encoder's eyes
 (:class:`~icrl_ros.sim.house_teacher.PerceivingTeacher`, with ``env.options.teacher_encoder``): it recognises only
-what the student's heads recognise."""
+what the student's heads recognise; ``inputs`` / ``inputs_wiped``, a rule on what a student on that encoder is handed
+(:class:`~icrl_ros.house.input_searcher.InputSearcher`: its route and frontier memories, the free headings)."""
 
 
 class HouseEnvTeacher:
@@ -292,7 +293,7 @@ class FrontierFollower(RouteFollower):
     """Labels for a frontier model (``model.house.frontier_memory``, :mod:`icrl_ros.house.frontier`): as
     :class:`RouteFollower` where the policy's route has a way to the goal; where it has none and the in-env teacher
     has not seen the goal either (it is exploring), the same follower toward the policy's own ``frontier``
-    waypoint, turning on the spot at a frontier (as :class:`~icrl_ros.experiments.house_input_searcher.
+    waypoint, turning on the spot at a frontier (as :class:`~icrl_ros.house.input_searcher.
     InputSearcher` does); elsewhere the in-env teacher's label. The teacher explores by a map of the house the
     student does not have; these labels explore by the one the student is handed. :meth:`goal_known` is True on
     the followers' steps."""

@@ -593,17 +593,19 @@ def test_obstacle_bands_are_the_floor_a_laser_finds_free():
         e.close()
 
 
-def test_the_seeing_teacher_in_the_env_labels_as_the_scripted_searcher_acts():
-    """``teacher=seeing`` runs the teacher's search on a frozen encoder's eyes inside the env (labels a student on
-    that encoder can follow): driven by its labels, a trial takes the same actions as the searcher run beside an env
-    without a teacher (as the benchmark's ``seeing`` agent); the option is refused without an encoder file, and an
-    encoder for another mode."""
+@pytest.mark.parametrize("mode", ["seeing", "inputs"])
+def test_the_seeing_teacher_in_the_env_labels_as_the_scripted_searcher_acts(mode):
+    """``teacher=seeing`` runs the teacher's search on a frozen encoder's eyes inside the env, ``teacher=inputs`` the
+    rule on a student's own inputs (labels a student on that encoder can follow): driven by its labels, a trial takes
+    the same actions as the searcher run beside an env without a teacher (as the benchmark's ``seeing`` / ``inputs``
+    agent); the option is refused without an encoder file, and an encoder for another mode."""
+    from icrl_ros.house.input_searcher import InputSearcher
     from icrl_ros.house.perception import encoder_perceiver
 
-    enc, seed, episodes = "checkpoints/house_encoder.pt", 4, 2
+    enc, seed, episodes = "checkpoints/house_encoder.pt", 5 if mode == "inputs" else 4, 2  # a trial with a find
     found, _, _, ref = _run_perceiving(lambda e: encoder_perceiver(enc, e.image_size), episodes, seed=seed,
-                                       present=0.8)
-    seeing = HouseEnv(split="test", teacher="seeing", teacher_encoder=enc, teacher_present=0.8)
+                                       present=0.8, searcher=InputSearcher if mode == "inputs" else None)
+    seeing = HouseEnv(split="test", teacher=mode, teacher_encoder=enc, teacher_present=0.8)
     try:
         got = []
         _, info = seeing.reset(seed=seed)
@@ -618,7 +620,7 @@ def test_the_seeing_teacher_in_the_env_labels_as_the_scripted_searcher_acts():
         seeing.close()
     assert got == ref and any(found), (len(got), len(ref), found)
     with pytest.raises(ValueError, match="teacher_encoder"):
-        HouseEnv(split="test", teacher="seeing")
+        HouseEnv(split="test", teacher=mode)
     with pytest.raises(ValueError, match="teacher_encoder"):
         HouseEnv(split="test", teacher="memory", teacher_encoder=enc)
 
@@ -798,15 +800,15 @@ def test_a_teacher_that_maps_only_the_floor_it_stood_on_and_never_the_whole_map(
         e.close()
 
 
-def _run_perceiving(perceive_for, episodes: int, seed: int = 3, **opts):
-    """A ``PerceivingTeacher`` (``opts``) on ``perceive_for(env)`` driving a test house: (success per episode, stops,
-    the teacher, its actions)."""
+def _run_perceiving(perceive_for, episodes: int, seed: int = 3, searcher=None, **opts):
+    """A ``PerceivingTeacher`` (or ``searcher``, the same interface; ``opts``) on ``perceive_for(env)`` driving a
+    test house: (success per episode, stops, the teacher, its actions)."""
     from icrl_ros.sim.house_teacher import PerceivingTeacher
 
     e = HouseEnv(split="test")
     try:
         obs, _ = e.reset(seed=seed)
-        t = PerceivingTeacher(e, perceive_for(e), **opts)
+        t = (searcher or PerceivingTeacher)(e, perceive_for(e), **opts)
         found, actions = [], []
         for _ in range(episodes):
             t.see(obs["rgb"])

@@ -1,4 +1,5 @@
-"""A scripted searcher that acts on what a house student is handed, with no learning.
+"""A scripted searcher that acts on what a house student is handed, with no learning; with ``teacher=inputs`` the
+house env's teacher (its labels are then a rule on a student's own inputs).
 
 The student reads, per step, the frozen encoder's features of the image, the route memory's way back to
 its goal (:mod:`icrl_ros.memory.route`), the frontier memory's way to the nearest unlooked floor
@@ -56,6 +57,7 @@ class InputSearcher:
         self.front = FrontierMemory(1, OBJECT_SCALE_M, goal_gate=False)
         self.episode = -1
         self._seen = None
+        self._known = False
 
     def _pose(self) -> np.ndarray:
         """The robot's pose in the trial's house frame (the odometry of ``pose_frame: house``)."""
@@ -81,6 +83,10 @@ class InputSearcher:
             self.front.reset()
         self.episode += 1
         self.dropped = False
+
+    def goal_known(self) -> bool:
+        """Whether the last :meth:`act` headed for the goal (in view, or by the route to where it was seen)."""
+        return self._known
 
     def observe(self) -> None:
         """(The memories take the step's reading in :meth:`act`, after acting, as the runtime does.)"""
@@ -110,6 +116,7 @@ class InputSearcher:
     def _decide(self, g: int, route: np.ndarray, front: np.ndarray, pose: np.ndarray) -> int:
         env = self.env
         p, xy, dist, _ = self._seen
+        self._known = True
         if p[g] >= self.stop_p and dist[g] <= self.stop_m:
             return STOP
         if p[g] >= self.present and dist[g] <= CLOSE_IN_M:
@@ -120,6 +127,7 @@ class InputSearcher:
                 self.dropped = True  # where it was remembered, and not in view: search on
             else:
                 return steer(env, *robot_frame_to_world(env, route[1] * OBJECT_SCALE_M, route[2] * OBJECT_SCALE_M))
+        self._known = False
         if front[0] > 0:
             if at_frontier(front, OBJECT_SCALE_M):
                 return TURN_LEFT  # look round
