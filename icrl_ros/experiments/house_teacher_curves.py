@@ -87,8 +87,10 @@ def run_trial(job: tuple) -> dict[str, list]:
     obs, info = env.reset(seed=trial_seed)
     out["house_seed"] = info["house_seed"]
     searcher = None
+    slip, rng = 0.0, np.random.default_rng([trial_seed, 0x511])
     if agent in SEEING:
         opts = dict(seeing)
+        slip = float(opts.pop("slip", 0.0))  # a random movement replaces the searcher's action this often
         perceive = perceiver(opts.pop("encoder"), env.image_size)
         if agent.startswith("inputs"):
             from icrl_ros.house.input_searcher import InputSearcher
@@ -112,6 +114,8 @@ def run_trial(job: tuple) -> dict[str, list]:
                 a = env.oracle_action()
             elif searcher is not None:
                 a = searcher.act()
+                if slip and rng.random() < slip:
+                    a = int(rng.integers(1, 4))  # forward, left or right: what an imitator's error looks like
             else:
                 a = info["teacher_action"]
             obs, _, term, trunc, info = env.step(a)
@@ -142,7 +146,8 @@ def main(argv=None) -> int:
     p.add_argument("--searcher", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting of the seeing and input agents: present, stop_p, stop_m, whole_map (seeing only), "
                    "bands=heads|depth|laser (inputs only: the frontier memory's floor distances from the encoder's "
-                   "heads, cast from the pose as a depth camera gives them, or from the laser scan)")
+                   "heads, cast from the pose as a depth camera gives them, or from the laser scan), slip=P (a random "
+                   "forward / left / right replaces the searcher's action with probability P: an imitator's errors)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="docs/results/house_teacher")
     p.add_argument("--resume", action="store_true",
@@ -169,11 +174,13 @@ def main(argv=None) -> int:
         seeing = {"encoder": args.encoder}
         for kv in args.searcher:
             k, _, v = kv.partition("=")
-            if k not in ("present", "stop_p", "stop_m", "whole_map", "bands") or not v:
-                p.error(f"--searcher: expected present|stop_p|stop_m|whole_map|bands=VALUE, got {kv!r}")
+            if k not in ("present", "stop_p", "stop_m", "whole_map", "bands", "slip") or not v:
+                p.error(f"--searcher: expected present|stop_p|stop_m|whole_map|bands|slip=VALUE, got {kv!r}")
             if k == "bands" and v not in ("heads", "depth", "laser"):
                 p.error(f"--searcher bands: expected heads, depth or laser, got {v!r}")
             seeing[k] = yaml.safe_load(v)
+            if k == "slip" and not (isinstance(seeing[k], (int, float)) and 0.0 <= seeing[k] <= 1.0):
+                p.error(f"--searcher slip: a probability in [0, 1], got {v!r}")
     raw, curves = {}, {}
     same = ("trials", "episodes", "max_steps", "split", "seed", "task", "env")
     settings = {k: v for k, v in vars(args).items() if k != "resume"}

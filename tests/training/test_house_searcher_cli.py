@@ -9,6 +9,7 @@ import pytest
     (["--agents", "seeing"], "need --encoder"),
     (["--agents", "seeing", "--encoder", "nowhere.pt"], "does not exist"),
     (["--agents", "seeing", "--encoder", "checkpoints/house_encoder.pt", "--searcher", "speed=2"], "--searcher"),
+    (["--agents", "inputs", "--encoder", "checkpoints/house_encoder.pt", "--searcher", "slip=2"], "probability"),
     (["--agents", "teacher,psychic"], "is not one of"),
 ])
 def test_teacher_curves_refuses_bad_searcher_settings(argv, words, capsys, tmp_path):
