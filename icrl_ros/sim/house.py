@@ -158,8 +158,8 @@ class HouseEnv(gym.Env):
         if not teacher_noise >= 0:
             raise ValueError(f"teacher_noise must be >= 0 (metres per axis), got {teacher_noise!r}")
         if (teacher in SEEING_TEACHERS) != (teacher_encoder is not None):
-            raise ValueError(f"teacher_encoder: the teachers {SEEING_TEACHERS} need a frozen encoder file (and only they read "
-                             f"one), got teacher={teacher!r}, teacher_encoder={teacher_encoder!r}")
+            raise ValueError(f"teacher_encoder: the teachers {SEEING_TEACHERS} need a frozen encoder file (and only "
+                             f"they read one), got teacher={teacher!r}, teacher_encoder={teacher_encoder!r}")
         if teacher_encoder is not None and not Path(teacher_encoder).is_file():
             raise ValueError(f"teacher_encoder: {teacher_encoder} does not exist (an encoder.pt of house_encoder.py)")
         if not 0.0 < teacher_present <= 1.0:
