@@ -93,18 +93,15 @@ def run_trial(job: tuple) -> dict[str, list]:
         slip = float(opts.pop("slip", 0.0))  # a random movement replaces the searcher's action this often
         perceive = perceiver(opts.pop("encoder"), env.image_size)
         if agent.startswith("inputs"):
-            from icrl_ros.house.input_searcher import InputSearcher
-
             opts.pop("whole_map", None)  # it plans over no map of the house
             bands = opts.pop("bands", "heads")
             if bands != "heads":
                 perceive = sensed_bands(env, perceive, bands)
-            searcher = InputSearcher(env, perceive, memory=agent == "inputs", **opts)
         else:
-            from icrl_ros.sim.house_teacher import PerceivingTeacher
-
             opts.pop("bands", None)  # it sweeps the floor by ray casting
-            searcher = PerceivingTeacher(env, perceive, memory=agent == "seeing", **opts)
+        from icrl_ros.sim.house_teacher import encoder_searcher
+
+        searcher = encoder_searcher(agent, env, perceive, **opts)
     for _ in range(episodes):
         if searcher is not None:
             searcher.see(obs["rgb"])

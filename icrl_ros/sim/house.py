@@ -236,13 +236,10 @@ class HouseEnv(gym.Env):
         self.goal_categories = tuple(reachable)
         if self.teacher_mode in SEEING_TEACHERS:
             from icrl_ros.house.perception import encoder_perceiver
+            from icrl_ros.sim.house_teacher import encoder_searcher
 
-            if self.teacher_mode.startswith("inputs"):
-                from icrl_ros.house.input_searcher import InputSearcher as searcher
-            else:
-                from icrl_ros.sim.house_teacher import PerceivingTeacher as searcher
-            self.teacher = searcher(self, encoder_perceiver(self.teacher_encoder, self.image_size),
-                                    memory=not self.teacher_mode.endswith("_wiped"), present=self.teacher_present)
+            perceive = encoder_perceiver(self.teacher_encoder, self.image_size)
+            self.teacher = encoder_searcher(self.teacher_mode, self, perceive, present=self.teacher_present)
         elif self.teacher_mode is not None:
             from icrl_ros.sim.house_teacher import HouseTeacher
 

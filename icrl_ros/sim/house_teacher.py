@@ -391,3 +391,15 @@ class PerceivingTeacher(HouseTeacher):
             if near is not None:
                 return near
         return super().act()
+
+
+def encoder_searcher(mode: str, env: HouseEnv, perceive, **opts):
+    """The scripted searcher of an encoder teacher mode (:data:`~icrl_ros.sim.house.SEEING_TEACHERS`) on ``perceive``:
+    ``seeing*`` a :class:`PerceivingTeacher`, ``inputs*`` the input searcher
+    (:class:`~icrl_ros.house.input_searcher.InputSearcher`); ``*_wiped`` without memory across episodes. ``opts``
+    go to its constructor."""
+    if mode.startswith("inputs"):
+        from icrl_ros.house.input_searcher import InputSearcher as searcher
+    else:
+        searcher = PerceivingTeacher
+    return searcher(env, perceive, memory=not mode.endswith("_wiped"), **opts)
