@@ -1,7 +1,9 @@
 """`make demo`: the shipped house bundle (house_relic_scan, ReLIC) searching an unseen MiniWorld house over ROS 2.
 
 Starts two processes, as on a robot: ``sim_bridge_node`` (the house env, test split, fixed
-seed, lockstep) and ``agent_node`` (the bundle on ONNX Runtime, autostart). They talk over
+seed, lockstep) and ``agent_node`` (the bundle on ONNX Runtime; activated through its lifecycle
+once this process's recorder and camera watcher hear every topic the run starts with, so the recording
+holds the whole run; autostart with ``--no-record``). They talk over
 ROS 2 with DDS on loopback only (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and a private
 ``ROS_DOMAIN_ID`` drawn from 100-200, set here before anything starts). This process watches
 the bridge's episode events, the agent's status and the camera; it prints a line per episode
@@ -48,6 +50,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -151,6 +154,46 @@ def interrupt(procs, timeout: float = 20.0) -> None:
             proc.kill()
 
 
+def recorded_start_topics(bundle: Path) -> list[str]:
+    """The topics a replay of the run needs from its first message: the agent's inputs (the scan where the bundle
+    reads one) and its actions."""
+    import yaml
+
+    manifest = yaml.safe_load((bundle / "manifest.yaml").read_text()) or {}
+    reads = (manifest.get("observation") or {}).get("from_observation") or []
+    return ["episode_events", "goal", "odom", "camera/image_raw", "action", *(["scan"] if "scan" in reads else [])]
+
+
+class AgentActivation:
+    """Configure the agent (its action publisher appears), wait until the recorder and the camera watcher are
+    matched to every publisher of ``topics``, then activate it. A volatile topic's messages sent before a
+    subscriber matches never reach it: activated at once, a loaded machine's recording could begin steps into
+    the run, which no replay reproduces. ``poll()`` from the demo's loop; True once activation is requested
+    (a failed configure shows in the agent's status, which the loop reports)."""
+
+    def __init__(self, monitor: Any, recorder: Any, topics: list[str]) -> None:
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+
+        self.monitor, self.recorder, self.topics = monitor, recorder, topics
+        self._request = lambda tid: ChangeState.Request(transition=Transition(id=tid))
+        self._ids = (Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE)
+        self.client = monitor.create_client(ChangeState, f"{NAMESPACE}/icrl_agent/change_state")
+        self.configure = None
+
+    def poll(self) -> bool:
+        if self.configure is None:
+            if self.client.service_is_ready():
+                self.configure = self.client.call_async(self._request(self._ids[0]))
+            return False
+        if not self.configure.done() or not self.configure.result().success:
+            return False
+        if self.recorder.unmatched(self.topics) or self.monitor.camera.get_publisher_count() == 0:
+            return False
+        self.client.call_async(self._request(self._ids[1]))
+        return True
+
+
 def make_monitor(context_args=None):
     """A node recording episode events, the agent's per-episode status and camera frames."""
     from diagnostic_msgs.msg import DiagnosticArray
@@ -173,7 +216,7 @@ def make_monitor(context_args=None):
             self.frames: dict[float, np.ndarray] = {}  # camera stamp -> rgb
             self.create_subscription(String, "episode_events", self._on_event, latched)
             self.create_subscription(DiagnosticArray, "agent_status", self._on_status, reliable)
-            self.create_subscription(Image, "camera/image_raw", self._on_image, reliable)
+            self.camera = self.create_subscription(Image, "camera/image_raw", self._on_image, reliable)
             self._stamp = stamp_to_seconds
 
         def _on_event(self, msg) -> None:
@@ -482,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "lockstep", "max_episode_steps": args.max_steps, "max_episodes": args.episodes,
         "episode_start_delay_s": 0.05})
     agent_overrides = {
-        "bundle_path": str(bundle.resolve()), "backend": args.backend, "autostart": True, "action_mode": "discrete",
+        "bundle_path": str(bundle.resolve()), "backend": args.backend, "action_mode": "discrete",
+        "autostart": args.no_record,  # recorded: activated once the recorder hears the run (AgentActivation)
         "action_selection": "", "sample_seed": args.sample_seed, "status_rate_hz": 2.0,  # "": the bundle's choice
         "input_timeout_s": 30.0, "memory_path": str((out / "memory.npz").resolve()),
         # the memory on ~/memory after every step, for the pictures (sent after the action: acting never waits)
@@ -523,10 +567,13 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: dict[int, dict] = {}
     started = False
+    activation = None if recorder is None else AgentActivation(monitor, recorder, recorded_start_topics(bundle))
     try:
         deadline = time.monotonic() + args.timeout
         while len(rows) < args.episodes:
             time.sleep(0.05)
+            if activation is not None and activation.poll():
+                activation = None
             for name, proc in procs.items():
                 if proc.poll() is not None:
                     log = (out / "logs" / f"{name}.log").read_text(errors="replace")[-3000:]

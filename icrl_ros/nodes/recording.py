@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import json
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 #: (topic relative to the namespace, ROS 2 type) of a run of the agent against the bridge or a robot
@@ -146,6 +147,7 @@ def make_recorder(path: str | None, *, namespace: str | None = None, topics: lis
             self.declare_parameter("best_effort_topics", ",".join(best_effort))
             self.path = str(self.get_parameter("path").value)
             sensors = {t.strip() for t in str(self.get_parameter("best_effort_topics").value).split(",") if t.strip()}
+            self._topic_subs: dict[str, Any] = {}
             self.writer = McapWriter(self.path, {**(metadata or {}), "namespace": self.get_namespace(),
                                                  "topics": json.dumps([t for t, _ in (topics or RUN_TOPICS)])})
             for topic, type_name in topics or RUN_TOPICS:
@@ -164,8 +166,15 @@ def make_recorder(path: str | None, *, namespace: str | None = None, topics: lis
                                   info["source_timestamp"])
 
             sub = self.create_subscription(message_class(type_name), topic, on_message, qos, raw=True)
+            self._topic_subs[topic] = sub
             holder["name"] = sub.topic_name
             self.writer.channel(sub.topic_name, type_name)
+
+        def unmatched(self, topics: Iterable[str]) -> list[str]:
+            """Those of ``topics`` (as recorded, relative names) that no publisher is matched to yet. What a
+            publisher sends on a volatile topic before it matches is not in the file: a run started then is
+            recorded from its middle."""
+            return [t for t in topics if self._topic_subs[t].get_publisher_count() == 0]
 
         def close(self) -> None:
             self.writer.close()

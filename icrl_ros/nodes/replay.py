@@ -105,10 +105,12 @@ def replay(rows: list[tuple[int, str, Any]], runner: Any, params: Any) -> tuple[
                 twist=params.action_mode == "twist", scan=setup.reads_scan)
     loop.activate()
     recorded: list[int] = []
+    framed = False  # actions before the first recorded frame answer frames the recording lacks: not compared
     for log_time, topic, msg in rows:
         now[0] = log_time * 1e-9
         if topic == "action":
-            recorded.append(int(msg.data))
+            if framed:
+                recorded.append(int(msg.data))
         elif topic == "episode_events":
             loop.event(msg.data)
         elif topic == "goal":
@@ -127,6 +129,7 @@ def replay(rows: list[tuple[int, str, Any]], runner: Any, params: Any) -> tuple[
                     continue
                 loop.scan(free, stamp_to_seconds(msg.header.stamp))
         else:
+            framed = True
             loop.image(msg, stamp_to_seconds(msg.header.stamp), check=check_image_msg)
     # replayed actions beyond the recorded ones are the answers to inputs the recording ends with
     steps = [Step(i, info["episode"], info["step"], stamp, recorded[i] if i < len(recorded) else None, action)
@@ -225,8 +228,24 @@ def main(argv: list[str] | None = None) -> int:
     selection = params.action_selection or "the bundle's"
     print(f"replay of {path} ({n_recorded} recorded actions) through {bundle} "
           f"({params.backend}, {selection} actions, seed {params.sample_seed})")
+    early = actions_before_first_frame(rows)
+    if early:
+        print(f"note: {early} recorded action(s) precede the recording's first camera frame: it begins steps into "
+              "the run (the recorder matched the topics late): they are not compared, and the replay lacks those "
+              "steps' memory, so later actions may part too; start the recorder before the agent acts")
     differ = report(steps, _names(runner), args.steps)
     return 1 if differ else 0
+
+
+def actions_before_first_frame(rows: list[tuple[int, str, Any]]) -> int:
+    """How many recorded actions come before the first recorded camera frame (in log time): answers to frames
+    the recording does not hold."""
+    count = 0
+    for _, topic, _ in rows:
+        if topic == "camera/image_raw":
+            break
+        count += topic == "action"
+    return count
 
 
 if __name__ == "__main__":

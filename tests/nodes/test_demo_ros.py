@@ -125,6 +125,11 @@ def check_replay(path, bundle: str, steps: int) -> None:
     out = subprocess.run([*replay, "--bundle", bundle], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert f"{steps} of {steps} actions agree: the replay reproduces every recorded action" in out.stdout, out.stdout
+    late = recording_from_its_third_frame(path)
+    out = subprocess.run([*replay[:2], str(late), "--bundle", bundle], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert "note: 2 recorded action(s) precede the recording's first camera frame" in out.stdout, out.stdout
+    assert f"of {steps - 2} actions agree" in out.stdout, out.stdout  # the two are left out, not paired wrongly
     other = os.path.join(REPO, "bundles", "house_memo")
     out = subprocess.run([*replay, "--bundle", other, "--seed", "7"], cwd=REPO, capture_output=True, text=True,
                          timeout=300)
@@ -135,6 +140,28 @@ def check_replay(path, bundle: str, steps: int) -> None:
         out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and what in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr
+
+
+def recording_from_its_third_frame(path):
+    """A copy of the recording without the camera, odometry and scan logged before its second action: what a
+    recorder matched late to the bridge (but not to the agent) writes."""
+    from mcap.reader import make_reader
+
+    from icrl_ros.nodes.recording import METADATA_NAME, McapWriter
+
+    late = path.with_name("late.mcap")
+    with open(path, "rb") as f:
+        reader = make_reader(f)
+        metadata = {m.name: dict(m.metadata) for m in reader.iter_metadata()}[METADATA_NAME]
+        messages = list(reader.iter_messages(log_time_order=True))
+    cut = [m.log_time for _s, c, m in messages if c.topic.endswith("/action")][1]
+    writer = McapWriter(str(late), metadata)
+    for schema, channel, message in messages:
+        if message.log_time <= cut and channel.topic.endswith(("/camera/image_raw", "/odom", "/scan")):
+            continue
+        writer.write(channel.topic, schema.name, message.data, message.log_time, message.publish_time)
+    writer.close()
+    return late
 
 
 def test_demo_with_a_broken_bundle_stops_at_once_with_the_agents_reason(tmp_path) -> None:
