@@ -72,8 +72,45 @@ def sensed_bands(env, perceive, sensor: str):
     return seen
 
 
+CENSUS = ("success", "wrong_stop", "never_saw", "saw_not_recognised", "recognised_not_reached", "reached_no_stop")
+"""Where a perceiving agent's episode ended (``--census``), first match wins: found it; stopped elsewhere; timed out
+with the goal never covering MIN_PIXELS of a frame (exploration), covering them but never called present by the
+agent's heads at its ``present`` threshold (perception), called but never within reach and view (navigation),
+within reach and view but no stop."""
+
+
+class EpisodeSight:
+    """What one episode of a perceiving agent showed it (ray cast: the goal's pixels, whether in reach and view)
+    and what its heads called, frame by frame; :meth:`verdict` gives its :data:`CENSUS` class."""
+
+    def __init__(self) -> None:
+        self.max_px, self.recognised, self.reached = 0.0, False, False
+
+    def look(self, env, searcher) -> None:
+        from icrl_ros.sim.house_view import MIN_PIXELS
+
+        cat_px, reach = env.goal_sight()
+        g = int(env.goal)
+        px = float(cat_px[g])
+        self.max_px = max(self.max_px, px)
+        self.recognised |= px >= MIN_PIXELS and float(searcher.heads_p(g)) >= searcher.present
+        self.reached |= bool(reach)
+
+    def verdict(self, success: bool, last_action: int) -> int:
+        from icrl_ros.sim.house_oracle import STOP
+        from icrl_ros.sim.house_view import MIN_PIXELS
+
+        if success:
+            return 0
+        if last_action == STOP:
+            return 1
+        if self.max_px < MIN_PIXELS:
+            return 2
+        return 3 if not self.recognised else (4 if not self.reached else 5)
+
+
 def run_trial(job: tuple) -> dict[str, list]:
-    agent, trial_seed, episodes, max_steps, split, task, extra, seeing = job
+    agent, trial_seed, episodes, max_steps, split, task, extra, seeing, census = job
     os.environ.setdefault("LP_NUM_THREADS", "1")
     from icrl_ros.sim.house import OLD_TASK, HouseEnv
 
@@ -83,7 +120,7 @@ def run_trial(job: tuple) -> dict[str, list]:
         teacher = {"teacher": "memory", "wiped": "wiped"}.get(agent)
         _ENVS[key] = HouseEnv(split=split, max_episode_steps=max_steps, teacher=teacher, **kw)
     env = _ENVS[key]
-    out = {"success": [], "spl": [], "steps": [], "house_seed": None}
+    out = {"success": [], "spl": [], "steps": [], "house_seed": None, "census": []}
     obs, info = env.reset(seed=trial_seed)
     out["house_seed"] = info["house_seed"]
     searcher = None
@@ -99,6 +136,7 @@ def run_trial(job: tuple) -> dict[str, list]:
                 perceive = sensed_bands(env, perceive, bands)
         else:
             opts.pop("bands", None)  # it sweeps the floor by ray casting
+            opts.pop("approach", None)  # it plans over that floor
         from icrl_ros.sim.house_teacher import encoder_searcher
 
         searcher = encoder_searcher(agent, env, perceive, **opts)
@@ -106,7 +144,10 @@ def run_trial(job: tuple) -> dict[str, list]:
         if searcher is not None:
             searcher.see(obs["rgb"])
             searcher.episode_start()
+        sight = EpisodeSight()
         while True:
+            if census and searcher is not None:
+                sight.look(env, searcher)
             if agent == "oracle":
                 a = env.oracle_action()
             elif searcher is not None:
@@ -124,8 +165,17 @@ def run_trial(job: tuple) -> dict[str, list]:
         out["success"].append(float(info["success"]))
         out["spl"].append(float(info["spl"]))
         out["steps"].append(float(info["episode_step"]))
+        if census and searcher is not None:
+            out["census"].append(sight.verdict(bool(info["success"]), a))
         obs, info = env.reset()
     return out
+
+
+def print_census(agent: str, classes: np.ndarray) -> None:
+    """Shares of each :data:`CENSUS` class in episode 1 and over all episodes."""
+    print(f"{agent}: census (share of episodes)  " + "  ".join(
+        f"{name} {np.mean(classes[:, 0] == k):.2f}/{np.mean(classes == k):.2f}" for k, name in enumerate(CENSUS))
+        + "  (episode 1 / all)", flush=True)
 
 
 def main(argv=None) -> int:
@@ -144,7 +194,13 @@ def main(argv=None) -> int:
                    help="a setting of the seeing and input agents: present, stop_p, stop_m, whole_map (seeing only), "
                    "bands=heads|depth|laser (inputs only: the frontier memory's floor distances from the encoder's "
                    "heads, cast from the pose as a depth camera gives them, or from the laser scan), slip=P (a random "
-                   "forward / left / right replaces the searcher's action with probability P: an imitator's errors)")
+                   "forward / left / right replaces the searcher's action with probability P: an imitator's errors), "
+                   "approach=route|looked (inputs only: the way to a remembered goal over the floor stood on, or over "
+                   "the floor the camera looked at)")
+    p.add_argument("--census", action="store_true",
+                   help="the perceiving agents' failure census: per episode, where it ended (success, wrong stop, "
+                   "never saw the goal, saw it but its heads did not call it, called it but never reached it, reached "
+                   "it but no stop); in curves.json raw[agent]['census'] as indices into CENSUS")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default="docs/results/house_teacher")
     p.add_argument("--resume", action="store_true",
@@ -171,10 +227,12 @@ def main(argv=None) -> int:
         seeing = {"encoder": args.encoder}
         for kv in args.searcher:
             k, _, v = kv.partition("=")
-            if k not in ("present", "stop_p", "stop_m", "whole_map", "bands", "slip") or not v:
-                p.error(f"--searcher: expected present|stop_p|stop_m|whole_map|bands|slip=VALUE, got {kv!r}")
+            if k not in ("present", "stop_p", "stop_m", "whole_map", "bands", "slip", "approach") or not v:
+                p.error(f"--searcher: expected present|stop_p|stop_m|whole_map|bands|slip|approach=VALUE, got {kv!r}")
             if k == "bands" and v not in ("heads", "depth", "laser"):
                 p.error(f"--searcher bands: expected heads, depth or laser, got {v!r}")
+            if k == "approach" and v not in ("route", "looked"):
+                p.error(f"--searcher approach: expected route or looked, got {v!r}")
             seeing[k] = yaml.safe_load(v)
             if k == "slip" and not (isinstance(seeing[k], (int, float)) and 0.0 <= seeing[k] <= 1.0):
                 p.error(f"--searcher slip: a probability in [0, 1], got {v!r}")
@@ -209,10 +267,13 @@ def main(argv=None) -> int:
                 continue
             t = time.perf_counter()
             jobs = [(agent, args.seed + k, args.episodes, args.max_steps, args.split, args.task, extra,
-                     seeing if agent in SEEING else None) for k in range(args.trials)]
+                     seeing if agent in SEEING else None, args.census) for k in range(args.trials)]
             res = pool.map(run_trial, jobs, chunksize=1)
             raw[agent] = {k: np.array([r[k] for r in res]) for k in house_curves.METRICS}
             raw[agent]["house_seed"] = np.array([r["house_seed"] for r in res])
+            if args.census and agent in SEEING:
+                raw[agent]["census"] = np.array([r["census"] for r in res], np.int8)
+                print_census(agent, raw[agent]["census"])
             curves[agent] = house_curves.summarise(raw[agent])
             steps = raw[agent]["steps"].sum()
             print(f"{agent}: {args.trials} trials x {args.episodes} episodes, {steps:.0f} steps in "

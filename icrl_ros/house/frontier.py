@@ -314,6 +314,36 @@ class FrontierMemory(GridWays):
         return self._features(odom, waypoint, length)
 
 
+def way_over_looked(memory: FrontierMemory, b: int, odom: np.ndarray, xy: np.ndarray, radius_m: float) -> np.ndarray:
+    """The way (:data:`FRONTIER_DIM` entries, as the ``frontier`` input's) from pose ``odom`` over env b's looked-at
+    floor to within ``radius_m`` of the point ``xy`` (odometry frame, metres): zeros when no looked-at floor lies
+    there or none joins it. A sighting's way over the floor the camera swept, where the route memory's runs over
+    the floor the robot stood on."""
+    feats = np.zeros(FRONTIER_DIM, dtype=np.float32)
+    crop = memory.frontier(b)
+    if crop is None:
+        return feats
+    _front, passable, _unknown, origin = crop
+    ii, jj = np.mgrid[0:passable.shape[0], 0:passable.shape[1]]
+    centre = memory._centre(np.stack([ii, jj], -1) + origin)
+    seeds = passable & (np.hypot(*(centre - np.asarray(xy, np.float64)).transpose(2, 0, 1)) <= radius_m)
+    if not seeds.any():
+        return feats
+    start, D, D0 = memory._field(seeds, passable, origin, odom)
+    if start is None:
+        return feats
+    (i, j), length, joining = start
+    if joining:
+        waypoint = memory._centre(np.array([i, j]) + origin)
+    elif D[i, j] <= 0.0:  # there: straight on to the point
+        waypoint = np.asarray(xy, np.float64)
+    else:
+        grid = np.zeros((CELLS, CELLS), dtype=bool)
+        grid[origin[0]:origin[0] + D.shape[0], origin[1]:origin[1] + D.shape[1]] = passable
+        waypoint = memory._pursuit(grid, D, D0, origin, i, j, odom)
+    return memory._features(odom, waypoint, length)
+
+
 def at_frontier(way: np.ndarray, scale_m: float) -> np.ndarray:
     """Whether ``frontier`` inputs (..., FRONTIER_DIM) say the robot stands at the frontier: a way shorter than
     ``ARRIVED_M`` to a waypoint within ``ARRIVED_M`` (there a follower turns on the spot to look)."""
@@ -334,4 +364,5 @@ class FrontierState(FrontierMemory):
 
 
 __all__ = ["ARRIVED_M", "FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory", "FrontierState",
-           "GOAL_IN_VIEW_P", "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M", "at_frontier", "band_edges", "frontier_struct"]
+           "GOAL_IN_VIEW_P", "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M", "at_frontier", "band_edges", "frontier_struct",
+           "way_over_looked"]

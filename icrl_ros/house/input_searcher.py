@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from icrl_ros.geometry import relative_pose
-from icrl_ros.house.frontier import FrontierMemory, at_frontier, frontier_struct
+from icrl_ros.house.frontier import FrontierMemory, at_frontier, frontier_struct, way_over_looked
 from icrl_ros.memory.route import RouteMemory
 from icrl_ros.models.encoders import OBJECT_SCALE_M
 from icrl_ros.models.object_memory import object_struct
@@ -38,6 +38,8 @@ from icrl_ros.sim.house_teacher import CLOSE_IN_M, STOP
 
 ARRIVED_M = 0.75
 """Within this of the remembered goal with the goal not in view, the way back is dropped for this episode."""
+APPROACH_M = 1.0
+"""``approach="looked"``: the way over looked-at floor ends within this of the remembered goal."""
 
 
 class InputSearcher:
@@ -48,7 +50,13 @@ class InputSearcher:
     it wipes both memories)."""
 
     def __init__(self, env, perceive, memory: bool = True, present: float = 0.8, stop_p: float = 0.5,
-                 stop_m: float = 1.0) -> None:
+                 stop_m: float = 1.0, approach: str = "route") -> None:
+        """``approach``: how rule 3 heads for the remembered goal: ``route``, the route memory's way (over the floor
+        the robot stood on); ``looked``, a way over the frontier memory's looked-at floor to within
+        ``APPROACH_M`` of it (the route memory's where none joins)."""
+        if approach not in ("route", "looked"):
+            raise ValueError(f"approach must be 'route' or 'looked', got {approach!r}")
+        self.approach = approach
         self.env, self.perceive, self.memory = env, perceive, bool(memory)
         self.present, self.stop_p, self.stop_m = float(present), float(stop_p), float(stop_m)
         n_cat = int(env.observation_space["goal"].n)
@@ -76,6 +84,10 @@ class InputSearcher:
     def see(self, rgb: np.ndarray) -> None:
         """The heads' reading of the image the robot now faces."""
         self._seen = tuple(np.asarray(a, np.float64) for a in self.perceive(rgb, tuple(self._pose())))
+
+    def heads_p(self, category: int) -> float:
+        """The heads' P(in view) of ``category`` in the image last seen."""
+        return float(self._seen[0][category])
 
     def episode_start(self) -> None:
         if not self.memory:
@@ -126,7 +138,11 @@ class InputSearcher:
             if math.hypot(*(goal_xy - pose[:2])) <= ARRIVED_M and p[g] < self.present:
                 self.dropped = True  # where it was remembered, and not in view: search on
             else:
-                return steer(env, *robot_frame_to_world(env, route[1] * OBJECT_SCALE_M, route[2] * OBJECT_SCALE_M))
+                way = route
+                if self.approach == "looked":
+                    looked = way_over_looked(self.front, 0, pose, goal_xy, APPROACH_M)
+                    way = looked if looked[0] > 0 else route
+                return steer(env, *robot_frame_to_world(env, way[1] * OBJECT_SCALE_M, way[2] * OBJECT_SCALE_M))
         self._known = False
         if front[0] > 0:
             if at_frontier(front, OBJECT_SCALE_M):
@@ -135,4 +151,4 @@ class InputSearcher:
         return TURN_LEFT
 
 
-__all__ = ["ARRIVED_M", "InputSearcher"]
+__all__ = ["APPROACH_M", "ARRIVED_M", "InputSearcher"]

@@ -329,6 +329,10 @@ class PerceivingTeacher(HouseTeacher):
         pose = planar((self.env.x, self.env.z, self.env.yaw))
         self._p, self._xy, self._dist = (np.asarray(a, np.float64) for a in self.perceive(rgb, pose)[:3])
 
+    def heads_p(self, category: int) -> float:
+        """The detector's P(in view) of ``category`` in the image last seen."""
+        return float(self._p[category])
+
     def recognise(self, view) -> None:
         if self._p is None:
             raise RuntimeError("PerceivingTeacher: call see(rgb) before observe()")

@@ -166,3 +166,24 @@ def test_no_way_while_the_goal_is_in_view_and_the_way_back_once_it_is_not():
     assert gated.way_input(0, np.zeros(3))[0] == 1.0
     gated.observe(token(1, GOAL_IN_VIEW_P - 0.2))  # the goal, but not sure enough
     assert gated.way_input(0, np.zeros(3))[0] == 1.0
+
+
+def test_the_way_to_a_point_goes_round_the_wall_over_looked_floor_and_none_where_nothing_was_looked_at():
+    """way_over_looked: a sighting beyond the corridor's wall is reached along the corridor and up its branch, not
+    straight at it; a point with no looked-at floor round it has no way."""
+    from icrl_ros.house.frontier import way_over_looked
+
+    mem = FrontierMemory(1, SCALE)
+    _corridor(mem)
+    for x in np.arange(2.25, 3.0, CELL_M / 2):  # a branch up from the corridor's end, x 2.25-3, y 0.5-3
+        for y in np.arange(0.5, 3.0, CELL_M / 2):
+            mem.looked[0][cell((x, y))] = True
+            mem.blocked[0][cell((x, y))] = 0
+    pose = np.array([0.0, 0.0, 0.0])
+    feats = way_over_looked(mem, 0, pose, np.array([2.6, 2.6]), 0.5)
+    assert feats[0] == 1.0
+    fwd, left = feats[1] * SCALE, feats[2] * SCALE
+    assert fwd > 0.5 and abs(left) < 0.3, (fwd, left)  # along the corridor first (the target lies 45 degrees left)
+    assert 4.0 <= feats[5] * SCALE <= 6.0, feats[5] * SCALE  # round the corner: ~2.6 + ~2.1, not the 3.7 m straight
+    assert not way_over_looked(mem, 0, pose, np.array([-3.0, 4.0]), 0.5).any()
+    assert not way_over_looked(FrontierMemory(1, SCALE), 0, pose, np.array([1.0, 0.0]), 0.5).any()
