@@ -5,7 +5,8 @@
   marks the map and the way back to the goal is written into the ``route`` input; each committed
   token's sightings enter the map; it is cleared with the memory and snapshotted with it. With
   ``model.house.forget_contradicted`` it forgets the goal's sightings that a fresh view contradicts, in the
-  map and in the KV cache's object memory keys.
+  map and in the KV cache's object memory keys; with ``model.house.route_over_looked`` the way runs over the floor
+  the camera looked at.
 * ``frontier``: the frontier memory (:mod:`icrl_ros.house.frontier`), a map of the floor the camera looked
   at, for models with ``model.house.frontier_memory``: before the encoder the way to its nearest edge is written
   into the ``frontier`` input; each committed token's band distances enter the map.
@@ -25,7 +26,7 @@ def _route_state(args, batch: int):
     from icrl_ros.models.encoders import OBJECT_SCALE_M
 
     return RouteState(batch, args.n_goals, OBJECT_SCALE_M, per_episode=not args.iea,
-                      forget_after=args.house.forget_contradicted)
+                      forget_after=args.house.forget_contradicted, over_looked=args.house.route_over_looked)
 
 
 def _frontier_state(args, batch: int):

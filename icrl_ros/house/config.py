@@ -61,6 +61,13 @@ class HouseArgs:
     """With ``route_skill``: the head also reads the ``scan`` input, which of the 12 headings around the robot a
     forward step can take (:data:`~icrl_ros.geometry.SCAN_BINS`; the env's ``scan`` option, a laser scan on a
     robot): following a route round walls needs what is free nearby."""
+    route_over_looked: bool = False
+    """With ``route_memory`` and ``frontier_memory``: the ``route`` input's way to a remembered goal runs over the
+    floor the camera looked at (the frontier memory's map, kept for the route alone) to within
+    :data:`~icrl_ros.house.frontier.APPROACH_M` of the goal, where that floor reaches it; elsewhere over the floor
+    the robot stood on. A goal seen across a room is then reached round what stands between (over stood floor the
+    way leads back to where it was seen from, and a follower stepping off it turns back). The input's meaning is
+    unchanged (a waypoint and a length), so a route-following head trained on either follows both."""
     forget_contradicted: int = 0
     """With ``route_memory``, when acting: after this many steps in a row with the goal's remembered position in
     front of the camera (within :data:`~icrl_ros.house.route_state.CHECK_M` and
@@ -100,6 +107,9 @@ class HouseArgs:
         if self.scan_input and not (self.route_skill or self.frontier_skill):
             raise ValueError("model.house.scan_input: the scan is read by the route- or frontier-following head; set "
                              "model.house.route_skill or model.house.frontier_skill > 0")
+        if self.route_over_looked and not (self.route_memory and self.frontier_memory):
+            raise ValueError("model.house.route_over_looked: plans the route memory's way over the frontier memory's "
+                             "floor; needs model.house.route_memory and model.house.frontier_memory")
         if self.forget_contradicted < 0 or (self.forget_contradicted and not self.route_memory):
             raise ValueError(f"model.house.forget_contradicted: steps >= 0 (0 = off), used with model.house.route_memory, "
                              f"got {self.forget_contradicted} (route_memory {self.route_memory})")

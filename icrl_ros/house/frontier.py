@@ -73,6 +73,8 @@ ARRIVED_M = 0.3
 robot stands at the frontier (:func:`at_frontier`)."""
 MIN_UNKNOWN = 4
 """A frontier cell has at least this many unknown cells in its 5x5 neighbourhood (as the teacher's)."""
+APPROACH_M = 1.0
+"""A way to a sighting over looked-at floor (:func:`way_over_looked`) ends within this of its position."""
 FRONTIER_DIM = ROUTE_DIM
 FREE_STRUCT = FREE_BANDS
 """Token entries before the object memory's that carry the band distances (:func:`frontier_struct`)."""
@@ -363,6 +365,7 @@ class FrontierState(FrontierMemory):
         self.observe(token)
 
 
-__all__ = ["ARRIVED_M", "FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory", "FrontierState",
+__all__ = ["APPROACH_M", "ARRIVED_M", "FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory",
+           "FrontierState",
            "GOAL_IN_VIEW_P", "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M", "at_frontier", "band_edges", "frontier_struct",
            "way_over_looked"]

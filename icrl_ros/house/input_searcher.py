@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from icrl_ros.geometry import relative_pose
-from icrl_ros.house.frontier import FrontierMemory, at_frontier, frontier_struct, way_over_looked
+from icrl_ros.house.frontier import (APPROACH_M, FrontierMemory, at_frontier, frontier_struct,
+                                     way_over_looked)
 from icrl_ros.memory.route import RouteMemory
 from icrl_ros.models.encoders import OBJECT_SCALE_M
 from icrl_ros.models.object_memory import object_struct
@@ -38,8 +39,6 @@ from icrl_ros.sim.house_teacher import CLOSE_IN_M, STOP
 
 ARRIVED_M = 0.75
 """Within this of the remembered goal with the goal not in view, the way back is dropped for this episode."""
-APPROACH_M = 1.0
-"""``approach="looked"``: the way over looked-at floor ends within this of the remembered goal."""
 
 
 class InputSearcher:
@@ -151,4 +150,4 @@ class InputSearcher:
         return TURN_LEFT
 
 
-__all__ = ["APPROACH_M", "ARRIVED_M", "InputSearcher"]
+__all__ = ["ARRIVED_M", "InputSearcher"]

@@ -8,6 +8,7 @@ import numpy as np
 from torch import Tensor
 
 from icrl_ros.geometry import relative_pose
+from icrl_ros.house.frontier import APPROACH_M, FrontierMemory, way_over_looked
 from icrl_ros.memory.quant import zero_code
 from icrl_ros.memory.route import RouteMemory
 from icrl_ros.models.object_memory import STRUCT_DIM
@@ -32,9 +33,12 @@ class RouteState(RouteMemory):
     _last: tuple[Tensor, Tensor] | None = None  # the step's odom and goal inputs, read only when shown
 
     def __init__(self, batch: int, n_cat: int, scale_m: float, per_episode: bool = False,
-                 forget_after: int = 0) -> None:
+                 forget_after: int = 0, over_looked: bool = False) -> None:
         super().__init__(batch, n_cat, scale_m, per_episode)
         self.forget_after = int(forget_after)
+        # over_looked: the floor the camera looked at (the tokens' band distances, as the frontier memory reads them)
+        self.floor = FrontierMemory(batch, scale_m, per_episode, goal_gate=False) if over_looked else None
+        self._looked_way = np.zeros(batch, dtype=bool)  # the last route came over looked-at floor
         self.contradicted = np.zeros(batch, dtype=np.int64)  # steps in a row the goal's place was in view, unseen
         self.forgotten = np.zeros(batch, dtype=np.int64)  # times a goal's sightings were forgotten
         self._forget: list[tuple[int, int]] = []  # (env, category) the next memory edit forgets
@@ -55,6 +59,8 @@ class RouteState(RouteMemory):
 
     def after_encode(self, token: Tensor) -> None:
         self.observe(token)
+        if self.floor is not None:
+            self.floor.observe(token)
         if self.forget_after:
             self._contradictions(token)
 
@@ -94,8 +100,33 @@ class RouteState(RouteMemory):
                 memory.k[0, b, 0, :, g] = zero_code(memory.kv_dtype)
         self._forget.clear()
 
+    def _route(self, b: int, odom: np.ndarray, cat: int) -> np.ndarray:
+        """With ``over_looked``: the way over the floor the camera looked at to within ``APPROACH_M`` of the
+        remembered goal, where that floor reaches it; else (and without) the way over the floor stood on."""
+        self._looked_way[b] = False
+        if self.floor is not None and 0 <= cat < self.n_cat:
+            goal_xy, mass = self.remembered(b, cat)
+            if mass > 0.5:
+                way = way_over_looked(self.floor, b, odom, goal_xy, APPROACH_M)
+                if way[0] > 0:
+                    self._looked_way[b] = True
+                    return way
+        return super()._route(b, odom, cat)
+
+    def tensors(self) -> dict[str, Tensor]:
+        out = super().tensors()
+        if self.floor is not None:
+            out.update({f"route_{k}": v for k, v in self.floor.tensors().items()})
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return super().nbytes + (self.floor.nbytes if self.floor is not None else 0)
+
     def reset(self, envs=None) -> None:
         super().reset(envs)
+        if self.floor is not None:
+            self.floor.reset(envs)
         gone = set(range(self.batch)) if envs is None else {int(b) for b in np.arange(self.batch)[envs]}
         self.contradicted[list(gone)] = 0
         self._forget = [(b, g) for b, g in self._forget if b not in gone]  # those envs' cache is cleared too
@@ -115,6 +146,13 @@ class RouteState(RouteMemory):
         if self.last_pose is None or self.last_goal is None:
             return None
         odom = self.last_pose[b]
+        if self._looked_way[b] and self.last_route is not None:  # over looked-at floor: to its waypoint, then the goal
+            r = self.last_route[b].detach().cpu().double().numpy()
+            c, s = math.cos(odom[2]), math.sin(odom[2])
+            fwd, left = r[1] * self.scale_m, r[2] * self.scale_m
+            waypoint = odom[:2] + np.array([c * fwd - s * left, s * fwd + c * left])
+            goal_xy, _ = self.remembered(b, int(self.last_goal[b]))
+            return np.stack([np.asarray(odom[:2], np.float64), waypoint, goal_xy]), float(r[5] * self.scale_m)
         way = self._way(b, odom, int(self.last_goal[b]))
         if way is None:
             return None

@@ -375,6 +375,9 @@ def main(argv=None) -> int:
                    help="house models with the route memory: forget the goal's sightings after STEPS steps in a row "
                         "with its remembered place in front of the camera and the goal not recognised "
                         "(model.house.forget_contradicted; default 0: the model's own setting)")
+    p.add_argument("--route-over-looked", action="store_true",
+                   help="house models with the route and frontier memories: the route input's way to a remembered "
+                        "goal runs over the floor the camera looked at (model.house.route_over_looked)")
     p.add_argument("--memory", choices=["window", "full"],
                    help="ReLIC memory: window = sink + sliding window of the training context (checkpoints' "
                         "default); full = whole trial. Memo always keeps its summaries (see --max-sets), HCAM its "
@@ -438,6 +441,8 @@ def main(argv=None) -> int:
         fail("--wipe-memory is the house no-memory ablation; grid-world checkpoints have no_iea configs instead")
     if args.forget_contradicted and (args.forget_contradicted < 0 or not all(house)):
         fail("--forget-contradicted: a number of steps >= 1, for house policies with the route memory")
+    if args.route_over_looked and not all(house):
+        fail("--route-over-looked: for house policies with the route and frontier memories")
     pose_errors = parse_pose_errors(args)
     if pose_errors is not None and not all(house):
         fail("--loc-noise / --odom-drift are for house policies (their odometry input)")
@@ -537,9 +542,10 @@ def evaluate_house(args, labels: list[str], pose_errors=None) -> int:
     for path, lab in zip(args.checkpoints, labels):
         try:
             memory = args.memory if Path(path).is_dir() else None
+            house_opts = {**({"forget_contradicted": args.forget_contradicted} if args.forget_contradicted else {}),
+                          **({"route_over_looked": True} if args.route_over_looked else {})}
             stepper, options, desc = stepper_for(path, args.backend, memory, wipe=args.wipe_memory,
-                                                 house={"forget_contradicted": args.forget_contradicted}
-                                                 if args.forget_contradicted else None)
+                                                 house=house_opts or None)
             if memory is not None:  # refused here, not in the middle of the trials, when it does not apply
                 from icrl_ros.runtime.runner import build_memory
 

@@ -168,17 +168,23 @@ def test_no_way_while_the_goal_is_in_view_and_the_way_back_once_it_is_not():
     assert gated.way_input(0, np.zeros(3))[0] == 1.0
 
 
+def corridor_and_branch(mem: FrontierMemory) -> None:
+    """The corridor, and a branch up from its end (x 2.25-3, y 0.5-3): a point at (2.6, 2.6) lies 45 degrees left
+    of a robot at the origin facing +x, behind the corridor's wall."""
+    _corridor(mem)
+    for x in np.arange(2.25, 3.0, CELL_M / 2):
+        for y in np.arange(0.5, 3.0, CELL_M / 2):
+            mem.looked[0][cell((x, y))] = True
+            mem.blocked[0][cell((x, y))] = 0
+
+
 def test_the_way_to_a_point_goes_round_the_wall_over_looked_floor_and_none_where_nothing_was_looked_at():
     """way_over_looked: a sighting beyond the corridor's wall is reached along the corridor and up its branch, not
     straight at it; a point with no looked-at floor round it has no way."""
     from icrl_ros.house.frontier import way_over_looked
 
     mem = FrontierMemory(1, SCALE)
-    _corridor(mem)
-    for x in np.arange(2.25, 3.0, CELL_M / 2):  # a branch up from the corridor's end, x 2.25-3, y 0.5-3
-        for y in np.arange(0.5, 3.0, CELL_M / 2):
-            mem.looked[0][cell((x, y))] = True
-            mem.blocked[0][cell((x, y))] = 0
+    corridor_and_branch(mem)
     pose = np.array([0.0, 0.0, 0.0])
     feats = way_over_looked(mem, 0, pose, np.array([2.6, 2.6]), 0.5)
     assert feats[0] == 1.0

@@ -178,3 +178,24 @@ def test_a_sighting_a_fresh_view_contradicts_is_forgotten_in_the_map_and_the_cac
     for _ in range(5):
         off.after_encode(seen(0, 0.2, (0.0, 0.0), (1.0, 0.0)))
     assert off.remembered(0, 1)[1] > 0.5 and off.forgotten[0] == 0
+
+
+def test_over_looked_floor_the_way_to_a_sighting_goes_round_the_wall_where_over_stood_floor_it_goes_straight():
+    """model.house.route_over_looked: the route input leads along the looked-at corridor to a goal seen behind its
+    wall; the default route state (only the robot's own cell stood on) heads straight at it."""
+    from icrl_ros.house.route_state import RouteState
+    from tests.house.test_frontier import corridor_and_branch
+
+    ways, mems = {}, {}
+    for over in (True, False):
+        mem = mems[over] = RouteState(1, N_CAT, SCALE, over_looked=over)
+        if over:
+            corridor_and_branch(mem.floor)
+        mem.observe(token(1, 0.95, (2.6, 2.6), (0.0, 0.0)))
+        ways[over] = step(mem, 0.0, 0.0)
+        assert ways[over][0] == 1.0
+    fwd, left = ways[True][1] * SCALE, ways[True][2] * SCALE
+    assert fwd > 0.5 and abs(left) < 0.3, (fwd, left)
+    assert ways[False][2] > 0.3 * ways[False][1] > 0  # straight at the goal, 45 degrees left
+    mems[True].reset()
+    assert not mems[True].floor.looked.any() and "route_frontier_looked" in mems[True].tensors()
