@@ -55,16 +55,17 @@ def perceiver(encoder: str, image_size: int):
 def sensed_bands(env, perceive, sensor: str):
     """``perceive`` with the floor distance per band measured rather than the heads' estimate: ``depth``, cast
     from the env's pose (a depth camera over the image); ``laser``, from the env's planar laser scan."""
-    from icrl_ros.house.frontier import bands_from_scan
     from icrl_ros.models.encoders import FREE_BANDS
     from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG
     from icrl_ros.sim.house_view import cast_view, obstacle_bands
 
+    if sensor == "laser":
+        from icrl_ros.house.perception import with_laser_bands
+
+        return with_laser_bands(env, perceive)
+
     def seen(rgb, pose):
         p, xy, dist, _ = perceive(rgb, pose)
-        if sensor == "laser":
-            a0, inc, ranges, cap = env.laser_scan()
-            return p, xy, dist, bands_from_scan(ranges, a0 + inc * np.arange(len(ranges)), cap, FOV_Y_DEG)
         view = cast_view(env.layout, env.nav.walls, env.x, env.z, env.yaw, 64, CAMERA_HEIGHT, CAMERA_PITCH_DEG,
                          FOV_Y_DEG)
         return p, xy, dist, obstacle_bands(view, FREE_BANDS, CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG)

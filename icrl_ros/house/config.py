@@ -53,6 +53,11 @@ class HouseArgs:
     the token, the runtime keeps a bounded map of the floor the camera looked at and hands the policy, as the
     ``frontier`` input, the way to the nearest edge of it (:mod:`icrl_ros.house.frontier`): search without
     memory of the house walks to floor it has not looked at."""
+    frontier_from_scan: bool = False
+    """With ``frontier_memory``: the floor distance per band the step encoder writes into the token (what the frontier
+    memory, and the route memory's ``route_over_looked``, map the looked-at floor from) is the laser's, the
+    ``scan_bands`` input (the env's ``scan_bands`` option; on a robot its ``sensor_msgs/LaserScan``), not the frozen
+    heads' estimate from the image."""
     frontier_skill: int = 0
     """``frontier_memory``: > 0 adds a frontier-following head, an MLP with this many hidden units from the
     ``frontier`` input (and the ``scan`` with ``scan_input``) to action logits that add to the actor's, gated by
@@ -107,6 +112,9 @@ class HouseArgs:
         if self.scan_input and not (self.route_skill or self.frontier_skill):
             raise ValueError("model.house.scan_input: the scan is read by the route- or frontier-following head; set "
                              "model.house.route_skill or model.house.frontier_skill > 0")
+        if self.frontier_from_scan and not self.frontier_memory:
+            raise ValueError("model.house.frontier_from_scan: the frontier memory's floor from the laser; needs "
+                             "model.house.frontier_memory")
         if self.route_over_looked and not (self.route_memory and self.frontier_memory):
             raise ValueError("model.house.route_over_looked: plans the route memory's way over the frontier memory's "
                              "floor; needs model.house.route_memory and model.house.frontier_memory")

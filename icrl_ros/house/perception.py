@@ -37,4 +37,16 @@ def encoder_perceiver(path: str, image_size: int):
     return _LOADED[key]
 
 
-__all__ = ["encoder_perceiver"]
+def with_laser_bands(env, perceive):
+    """``perceive`` with the floor distance per band taken from ``env``'s planar laser (its
+    :meth:`~icrl_ros.sim.house.HouseEnv.laser_bands`, what a robot's laser scan gives) instead of the heads'
+    estimate from the image."""
+
+    def seen(rgb, pose):
+        p, xy, dist, _ = perceive(rgb, pose)
+        return p, xy, dist, env.laser_bands().astype(np.float64)
+
+    return seen
+
+
+__all__ = ["encoder_perceiver", "with_laser_bands"]

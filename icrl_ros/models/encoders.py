@@ -380,6 +380,7 @@ class StepEncoder(nn.Module):
             if a.house.frontier_memory:  # and before them, what the frontier memory reads
                 from icrl_ros.house.frontier import frontier_struct
 
-                s = torch.cat([frontier_struct(self.heads.free_metres(feat.float()), OBJECT_SCALE_M), s], -1)
+                free = inp["scan_bands"].float() if a.house.frontier_from_scan else self.heads.free_metres(feat.float())
+                s = torch.cat([frontier_struct(free, OBJECT_SCALE_M), s], -1)
             x = torch.cat([x[..., :-s.shape[-1]], s.to(x.dtype)], -1)
         return x

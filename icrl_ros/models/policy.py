@@ -20,7 +20,7 @@ from icrl_ros.geometry import SCAN_BINS
 from icrl_ros.models.attention import RMSNorm
 from icrl_ros.models.config import ModelArgs
 from icrl_ros.models.core import TransformerCore, sequence_mask
-from icrl_ros.models.encoders import StepEncoder
+from icrl_ros.models.encoders import FREE_BANDS, StepEncoder
 from icrl_ros.models.object_memory import ROUTE_DIM
 
 STEP_KEYS = ("obs", "prev_action", "prev_reward", "episode_step", "episode_index")  # grid-world inputs
@@ -166,6 +166,8 @@ class ICLPolicy(nn.Module):
             spec["frontier"] = ((ROUTE_DIM,), torch.float32)
         if self.args.house.scan_input:  # the free headings around the robot (env option scan; a laser scan)
             spec["scan"] = ((SCAN_BINS,), torch.float32)
+        if self.args.house.frontier_from_scan:  # the laser's floor per image band (env option scan_bands)
+            spec["scan_bands"] = ((FREE_BANDS,), torch.float32)
         return spec
 
     def rollout_spec(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

@@ -160,6 +160,10 @@ class AgentIO:
     memory: Callable[[str], None] = lambda why: None
 
 
+SCAN_INPUTS = ("scan", "scan_bands")
+"""Encoder inputs a bundle may read from a laser scan (:func:`~icrl_ros.nodes.convert.scan_msg_to_inputs`)."""
+
+
 @dataclass
 class RunnerSetup:
     """What a loaded bundle tells the loop (the node's configure; replay of a recording does the same)."""
@@ -169,8 +173,9 @@ class RunnerSetup:
     action_names: list[str]
     kinds: list[ActionKind]
     pose_frame: str  # the odometry frame it was trained with (manifest observation.frame)
-    reads_scan: bool  # a 'scan' encoder input: free headings of a laser scan
+    reads_scan: bool  # encoder inputs from a laser scan (scan_inputs)
     scan_step_m: float  # the step the scan's free headings are tested for (manifest action.forward_m)
+    scan_inputs: tuple[str, ...] = ()  # of SCAN_INPUTS: 'scan' (free headings), 'scan_bands' (floor per image band)
 
     @classmethod
     def of(cls, runner: Any) -> "RunnerSetup":
@@ -181,14 +186,15 @@ class RunnerSetup:
         h, w = (int(v) for v in manifest.observation.image_size)
         action_names = [str(a) for a in manifest.action.names]
         specs = getattr(getattr(runner, "bundle", None), "specs", None) or {}
-        reads_scan = any(io["name"] == "scan" for io in specs.get("encoder", {}).get("inputs", []))
-        if reads_scan and not manifest.action.forward_m:
+        names = {io["name"] for io in specs.get("encoder", {}).get("inputs", [])}
+        scan_inputs = tuple(n for n in SCAN_INPUTS if n in names)
+        if "scan" in scan_inputs and not manifest.action.forward_m:
             raise ValueError("the bundle reads a laser scan ('scan' input) but its manifest has no "
                              "action.forward_m (the step the scan's free headings are tested for)")
         return cls(image_size=(h, w), goal_names=[str(g) for g in manifest.observation.goal_names],
                    action_names=action_names, kinds=[ActionKind.from_name(a) for a in action_names],
-                   pose_frame=str(manifest.observation.frame), reads_scan=reads_scan,
-                   scan_step_m=float(manifest.action.forward_m or 0.0))
+                   pose_frame=str(manifest.observation.frame), reads_scan=bool(scan_inputs),
+                   scan_step_m=float(manifest.action.forward_m or 0.0), scan_inputs=scan_inputs)
 
 
 class AgentLoop:
@@ -227,7 +233,8 @@ class AgentLoop:
         self._ended = False  # the bridge ended the running episode: frames wait for the next goal
         self._seen_image = False
         self._odom: tuple[Pose, float] | None = None  # (pose, stamp)
-        self._scan: tuple[np.ndarray, float] | None = None  # (free headings, stamp): a bundle that reads a scan
+        # (its encoder inputs, stamp): a bundle that reads a scan
+        self._scan: tuple[dict[str, np.ndarray], float] | None = None
         self.needs_scan = False
         self._pending: tuple[Any, float, float] | None = None  # (frame, stamp, t_in): converted only if used
         self.last_pose: Pose | None = None  # the policy's pose (odometry or localised) of the last step acted on
@@ -252,8 +259,8 @@ class AgentLoop:
                kinds: list[ActionKind], executor: ActionExecutor, twist: bool, scan: bool = False) -> None:
         """A configured runner and what its bundle says (the node's configure). ``twist``: the loop
         drives the base through ``executor`` and ``io.twist`` (else it publishes actions only). ``scan``: the
-        bundle reads a laser scan's free headings (``scan`` input); frames then wait for one, and a stale scan
-        stops the base as a stale camera does."""
+        bundle reads encoder inputs from a laser scan (:data:`SCAN_INPUTS`); frames then wait for one, and a stale
+        scan stops the base as a stale camera does."""
         with self.lock:
             self.reset_state()
             self.runner = runner
@@ -445,10 +452,11 @@ class AgentLoop:
             self._pose_stale = True
         self.count("stale_pose", message)
 
-    def scan(self, free: np.ndarray, stamp: float) -> None:
-        """A laser scan's free headings (:func:`~icrl_ros.geometry.free_headings_from_scan`; cheap, any group)."""
+    def scan(self, inputs: dict[str, np.ndarray], stamp: float) -> None:
+        """The encoder inputs of a laser scan (:func:`~icrl_ros.nodes.convert.scan_msg_to_inputs`; cheap, any
+        group)."""
         with self.lock:
-            self._scan = (free, stamp)
+            self._scan = (dict(inputs), stamp)
             self._scan_rx = self.clock()
             if self.active and self.needs_scan:
                 self.io.rearm("scan")
@@ -583,7 +591,7 @@ class AgentLoop:
         self.counters["images_converted"] += 1
         obs = {"rgb": rgb, "odom": relative_pose(self._origin, pose)}
         if self.needs_scan:
-            obs["scan"] = self._scan[0]
+            obs.update(self._scan[0])
         try:
             action, info = self.runner.act(obs)
             action = int(action)

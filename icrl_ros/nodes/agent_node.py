@@ -64,7 +64,7 @@ from std_srvs.srv import Trigger
 from icrl_ros.nodes.action_executor import ActionExecutor, ExecutorConfig
 from icrl_ros.nodes.agent_loop import COUNTERS, AgentIO, AgentLoop, RunnerSetup, clip, executor_config
 from icrl_ros.nodes.convert import (
-    InputError, check_image_msg, image_msg_to_rgb, odometry_msg_to_pose, pose_msg_to_pose, scan_msg_to_free,
+    InputError, check_image_msg, image_msg_to_rgb, odometry_msg_to_pose, pose_msg_to_pose, scan_msg_to_inputs,
     stamp_to_seconds,
 )
 from icrl_ros.nodes.dds import use_shipped_profile
@@ -118,6 +118,7 @@ class AgentNode(LifecycleNode):
         self._control_timer: Any = None
         self._watchdogs: dict[str, Any] = {}
         self._scan_step_m = 0.0  # the bundle's forward step (manifest action.forward_m), set at configure
+        self._scan_inputs: tuple[str, ...] = ()  # the encoder inputs the bundle reads from a scan, set at configure
         self._act_trigger: Any = None
         self._status_pubs: list[Any] = []
         self._memory_pubs: dict[str, Any] | None = None  # ~/memory/<name> publishers: introspection on a route memory
@@ -285,13 +286,15 @@ class AgentNode(LifecycleNode):
         with self.loop.lock:
             self.loop.attach(runner, pose_frame=trained_frame, image_size=(h, w), goal_names=goal_names, kinds=kinds,
                              executor=executor, twist=p.action_mode == "twist", scan=reads_scan)
-            self._scan_step_m = setup.scan_step_m
+            self._scan_step_m, self._scan_inputs = setup.scan_step_m, setup.scan_inputs
             self._create_entities(p)
         self.loop.last_error = ""
         if reads_scan:
+            what = {"scan": f"headings free for a {self._scan_step_m} m step with {p.scan_clearance_m} m clearance",
+                    "scan_bands": "the nearest return in each band of the camera image (the floor it looks at)"}
             self.get_logger().info(
-                f"the bundle reads a laser scan: sensor_msgs/LaserScan from {p.scan_topic!r} (base frame), headings "
-                f"free for a {self._scan_step_m} m step with {p.scan_clearance_m} m clearance")
+                f"the bundle reads a laser scan: sensor_msgs/LaserScan from {p.scan_topic!r} (base frame): "
+                + "; ".join(what[n] for n in setup.scan_inputs))
         self.get_logger().info(
             f"configured: bundle {bundle!r} ({p.backend} on {p.device}), input {h}x{w}, "
             f"goals {goal_names}, actions {action_names}, mode {p.action_mode}, {selection_words(runner, p)}")
@@ -537,12 +540,13 @@ class AgentNode(LifecycleNode):
         self.loop.localiser(pose, stamp_to_seconds(msg.header.stamp))
 
     def _on_scan(self, msg: LaserScan) -> None:
-        """Control group: the free headings now (cheap: a few hundred returns), the scan itself is not kept."""
-        free = self._converted(lambda m: scan_msg_to_free(m, self._scan_step_m, self.loop.params.scan_clearance_m),
-                               msg, "bad_scan", "laser scan")
-        if free is None:
+        """Control group: the bundle's scan inputs now (cheap: a few hundred returns), the scan itself is not kept."""
+        values = self._converted(lambda m: scan_msg_to_inputs(m, self._scan_inputs, self._scan_step_m,
+                                                              self.loop.params.scan_clearance_m),
+                                 msg, "bad_scan", "laser scan")
+        if values is None:
             return
-        self.loop.scan(free, stamp_to_seconds(msg.header.stamp))
+        self.loop.scan(values, stamp_to_seconds(msg.header.stamp))
 
     def _on_image(self, msg: Image) -> None:
         """Keeps the newest usable frame; only a frame the policy then acts on is converted."""

@@ -253,6 +253,29 @@ def scan_msg_to_free(msg: Any, step_m: float, clearance_m: float) -> np.ndarray:
     return geometry.free_headings_from_scan(ranges, float(msg.angle_min) + inc * np.arange(n), step_m, clearance_m)
 
 
+def scan_msg_to_inputs(msg: Any, names: tuple[str, ...], step_m: float, clearance_m: float) -> dict[str, np.ndarray]:
+    """``sensor_msgs/LaserScan`` -> the encoder inputs ``names`` a bundle reads from it: ``scan``
+    (:func:`scan_msg_to_free`) and ``scan_bands``, the nearest return in each column band of the policy's camera
+    image (:func:`~icrl_ros.house.frontier.bands_from_scan`; no return: the scan's ``range_max``). The scan is
+    assumed to be in the base's frame, the camera looking along its x axis."""
+    out = {}
+    if "scan" in names:
+        out["scan"] = scan_msg_to_free(msg, step_m, clearance_m)
+    if "scan_bands" in names:
+        from icrl_ros.house.frontier import bands_from_scan
+
+        ranges = np.asarray(msg.ranges, np.float64)
+        inc, hi = float(msg.angle_increment), float(msg.range_max)
+        if ranges.size == 0 or not (math.isfinite(inc) and math.isfinite(float(msg.angle_min)) and math.isfinite(hi)
+                                    and hi > 0) or (ranges.size > 1 and inc == 0.0):
+            raise InputError(f"laser scan: {ranges.size} ranges, angle_min {msg.angle_min}, angle_increment {inc}, "
+                             f"range_max {msg.range_max}: no floor per band from it", "scan")
+        ranges = np.where((ranges >= float(msg.range_min)) & (ranges <= hi), ranges, np.inf)
+        out["scan_bands"] = bands_from_scan(ranges, float(msg.angle_min) + inc * np.arange(ranges.size),
+                                            hi).astype(np.float32)
+    return out
+
+
 def stamp_to_seconds(stamp: Any) -> float:
     """``builtin_interfaces/Time`` -> float seconds."""
     return float(stamp.sec) + 1e-9 * float(stamp.nanosec)
@@ -266,6 +289,7 @@ __all__ = [
     "image_to_rgb",
     "image_msg_to_rgb",
     "rgb_to_image_fields",
+    "scan_msg_to_inputs",
     "resize_rgb",
     "yaw_from_quaternion",
     "quaternion_from_yaw",

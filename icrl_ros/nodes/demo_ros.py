@@ -161,7 +161,8 @@ def recorded_start_topics(bundle: Path) -> list[str]:
 
     manifest = yaml.safe_load((bundle / "manifest.yaml").read_text()) or {}
     reads = (manifest.get("observation") or {}).get("from_observation") or []
-    return ["episode_events", "goal", "odom", "camera/image_raw", "action", *(["scan"] if "scan" in reads else [])]
+    scan = "scan" in reads or "scan_bands" in reads
+    return ["episode_events", "goal", "odom", "camera/image_raw", "action", *(["scan"] if scan else [])]
 
 
 class AgentActivation:

@@ -85,7 +85,7 @@ def replay(rows: list[tuple[int, str, Any]], runner: Any, params: Any) -> tuple[
     from icrl_ros.nodes.action_executor import ActionExecutor
     from icrl_ros.nodes.agent_loop import AgentIO, AgentLoop, RunnerSetup, executor_config
     from icrl_ros.nodes.convert import (
-        InputError, check_image_msg, image_msg_to_rgb, odometry_msg_to_pose, scan_msg_to_free, stamp_to_seconds,
+        InputError, check_image_msg, image_msg_to_rgb, odometry_msg_to_pose, scan_msg_to_inputs, stamp_to_seconds,
     )
 
     setup = RunnerSetup.of(runner)
@@ -123,11 +123,11 @@ def replay(rows: list[tuple[int, str, Any]], runner: Any, params: Any) -> tuple[
         elif topic == "scan":
             if setup.reads_scan:
                 try:
-                    free = scan_msg_to_free(msg, setup.scan_step_m, params.scan_clearance_m)
+                    values = scan_msg_to_inputs(msg, setup.scan_inputs, setup.scan_step_m, params.scan_clearance_m)
                 except InputError:
                     loop.counters["bad_scan"] += 1
                     continue
-                loop.scan(free, stamp_to_seconds(msg.header.stamp))
+                loop.scan(values, stamp_to_seconds(msg.header.stamp))
         else:
             framed = True
             loop.image(msg, stamp_to_seconds(msg.header.stamp), check=check_image_msg)

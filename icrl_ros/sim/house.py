@@ -67,12 +67,19 @@ TEACHERS = ("memory", "wiped", *SEEING_TEACHERS)
 OLD_TASK = {"goal_instances": 0, "start_away": False, "min_start_distance": 1.0}
 
 
-def observation_space(image_size: int, n_goals: int, odom_limit_m: float, scan: bool = False) -> gym.spaces.Dict:
+def observation_space(image_size: int, n_goals: int, odom_limit_m: float, scan: bool = False,
+                      scan_bands: bool = False) -> gym.spaces.Dict:
     """The object-search observation (this env's and the Habitat backend's): RGB, goal category,
     odometry (x, y, yaw) from the episode start, previous action (``NO_ACTION`` = none); with ``scan``,
     which of the :data:`~icrl_ros.geometry.SCAN_BINS` headings around the robot a forward step can take
-    (1 free, 0 blocked: what a robot's laser scan says of its surroundings)."""
+    (1 free, 0 blocked: what a robot's laser scan says of its surroundings); with ``scan_bands``, the laser's
+    nearest return in each of the camera image's :data:`~icrl_ros.models.encoders.FREE_BANDS` column bands, in
+    metres (:func:`~icrl_ros.house.frontier.bands_from_scan`: the floor in view, measured)."""
+    from icrl_ros.models.encoders import FREE_BANDS
+
     extra = {"scan": gym.spaces.Box(0.0, 1.0, (SCAN_BINS,), np.float32)} if scan else {}
+    if scan_bands:
+        extra["scan_bands"] = gym.spaces.Box(0.0, LASER_RANGE_M, (FREE_BANDS,), np.float32)
     return gym.spaces.Dict({**extra,
         "rgb": gym.spaces.Box(0, 255, (image_size, image_size, 3), np.uint8),
         "goal": gym.spaces.Discrete(n_goals),
@@ -131,7 +138,10 @@ class HouseEnv(gym.Env):
         teacher_noise: float = 0.0,
         teacher_encoder: str | None = None,
         teacher_present: float = 0.8,
+        teacher_bands: str = "heads",
+        teacher_approach: str = "route",
         scan: bool = False,
+        scan_bands: bool = False,
     ) -> None:
         check_split(split)
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
@@ -164,12 +174,20 @@ class HouseEnv(gym.Env):
             raise ValueError(f"teacher_encoder: {teacher_encoder} does not exist (an encoder.pt of house_encoder.py)")
         if not 0.0 < teacher_present <= 1.0:
             raise ValueError(f"teacher_present must be a probability in (0, 1], got {teacher_present!r}")
+        if teacher_bands not in ("heads", "laser") or teacher_approach not in ("route", "looked"):
+            raise ValueError(f"teacher_bands: heads or laser, teacher_approach: route or looked (the input searcher's "
+                             f"floor and its way to a sighting), got {teacher_bands!r}, {teacher_approach!r}")
+        if (teacher_bands, teacher_approach) != ("heads", "route") and not str(teacher).startswith("inputs"):
+            raise ValueError(f"teacher_bands / teacher_approach: settings of the input searcher (teacher inputs or "
+                             f"inputs_wiped), got teacher={teacher!r}")
         self.pose_frame = pose_frame
         self.goal_instances, self.start_away = int(goal_instances), bool(start_away)
         self.min_start_distance = float(min_start_distance)
         self.teacher_mode, self.teacher_pixels = teacher, float(teacher_pixels)
         self.teacher_noise = float(teacher_noise)
         self.teacher_encoder, self.teacher_present = teacher_encoder, float(teacher_present)
+        self.teacher_bands, self.teacher_approach = teacher_bands, teacher_approach
+        self.scan_bands = bool(scan_bands)
         self.scan = bool(scan)
         self._frame_key, self._frame = None, None
         self.teacher = None
@@ -183,7 +201,8 @@ class HouseEnv(gym.Env):
         self.render_mode = render_mode
 
         self.action_space = gym.spaces.Discrete(4)
-        self.observation_space = observation_space(self.image_size, len(GOAL_NAMES), ODOM_LIMIT_M, self.scan)
+        self.observation_space = observation_space(self.image_size, len(GOAL_NAMES), ODOM_LIMIT_M, self.scan,
+                                                   self.scan_bands)
         self._rng = np.random.default_rng()
         self._renderer = None
         self.layout: HouseLayout | None = None
@@ -239,7 +258,14 @@ class HouseEnv(gym.Env):
             from icrl_ros.sim.house_teacher import encoder_searcher
 
             perceive = encoder_perceiver(self.teacher_encoder, self.image_size)
-            self.teacher = encoder_searcher(self.teacher_mode, self, perceive, present=self.teacher_present)
+            opts = {}
+            if self.teacher_mode.startswith("inputs"):
+                opts["approach"] = self.teacher_approach
+                if self.teacher_bands == "laser":
+                    from icrl_ros.house.perception import with_laser_bands
+
+                    perceive = with_laser_bands(self, perceive)
+            self.teacher = encoder_searcher(self.teacher_mode, self, perceive, present=self.teacher_present, **opts)
         elif self.teacher_mode is not None:
             from icrl_ros.sim.house_teacher import HouseTeacher
 
@@ -399,6 +425,8 @@ class HouseEnv(gym.Env):
         }
         if self.scan:
             obs["scan"] = self.free_headings()
+        if self.scan_bands:
+            obs["scan_bands"] = self.laser_bands()
         return obs
 
     def laser_scan(self) -> tuple[float, float, np.ndarray, float]:
@@ -409,6 +437,14 @@ class HouseEnv(gym.Env):
         inc = 2 * np.pi / LASER_BEAMS
         angles = -np.pi + inc * np.arange(LASER_BEAMS)
         return -np.pi, inc, self.nav.laser(self.x, self.z, self.yaw, angles, LASER_RANGE_M).astype(np.float32), LASER_RANGE_M
+
+    def laser_bands(self) -> np.ndarray:
+        """(FREE_BANDS,) float32: the :meth:`laser_scan`'s nearest return in each column band of the camera image,
+        metres (no return: the laser's range), left band first (:func:`~icrl_ros.house.frontier.bands_from_scan`)."""
+        from icrl_ros.house.frontier import bands_from_scan
+
+        a0, inc, ranges, cap = self.laser_scan()
+        return bands_from_scan(ranges, a0 + inc * np.arange(len(ranges)), cap, self.camera_fov_deg).astype(np.float32)
 
     def free_headings(self) -> np.ndarray:
         """(SCAN_BINS,) float32: 1 where a full forward step along that heading is collision-free (the test

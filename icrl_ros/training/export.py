@@ -167,6 +167,8 @@ def random_observations(policy: ICLPolicy, steps: int, g: torch.Generator) -> di
             out[name] = torch.randint(0, a.n_goals, full, generator=g)
         elif name == "scan":  # free / blocked per heading
             out[name] = torch.randint(0, 2, full, generator=g).float()
+        elif name == "scan_bands":  # metres to the laser's nearest return per image band
+            out[name] = 10.0 * torch.rand(full, generator=g)
         elif dt == torch.uint8:
             out[name] = torch.randint(0, 256, full, generator=g, dtype=torch.uint8)
         elif dt.is_floating_point:

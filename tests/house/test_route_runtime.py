@@ -180,3 +180,37 @@ def test_the_frontier_head_acts_where_no_route_exists_and_the_bundle_replays_its
     assert not front.looked.any()
     runner.restore(tmp_path / "f.npz")
     assert np.array_equal(front.looked, looked)
+
+
+def test_a_laser_fed_bundle_maps_the_floor_the_scan_bands_give_and_plans_its_route_over_it(tmp_path):
+    """model.house.frontier_from_scan + route_over_looked: the bundle reads a ``scan_bands`` observation, the token's
+    band entries are those distances (not the heads' estimate from the image), the frontier map and the route
+    state's own map grow as far as they say, and the exported graphs replay training's stepping."""
+    if not SHIPPED.is_file():
+        pytest.skip(f"{SHIPPED} is missing")
+    from icrl_ros.models.encoders import FREE_BANDS
+    from icrl_ros.runtime import PolicyRunner
+    from icrl_ros.runtime.bundle import load_bundle
+    from icrl_ros.runtime.selfcheck import check_sample
+    from icrl_ros.training.export import export_bundle
+
+    shipped, config = load_checkpoint(SHIPPED)
+    policy = ICLPolicy(shipped.args.replace_section("house", route_memory=True, frontier_memory=True,
+                                                    frontier_from_scan=True, route_over_looked=True))
+    policy.load_state_dict(shipped.state_dict(), strict=False)
+    out = export_bundle(policy, tmp_path / "bundle", config=config)
+    bundle = load_bundle(out)
+    assert "scan_bands" in bundle.manifest.observation.from_observation
+    assert check_sample(bundle)["ok"]
+    rgb = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    looked = {}
+    for near in (0.6, 3.0):  # the same image, the laser saying an obstacle 0.6 m or 3 m away in every band
+        runner = PolicyRunner.from_bundle(out)
+        runner.begin_episode(0)
+        for t in range(2):
+            runner.act({"rgb": rgb, "odom": np.zeros(3, np.float32),
+                        "scan_bands": np.full(FREE_BANDS, near, np.float32)})
+        states = runner.control.states
+        looked[near] = int(states["frontier"].looked.sum())
+        assert np.array_equal(states["route"].floor.looked, states["frontier"].looked)  # one map, kept twice
+    assert looked[3.0] > 2 * looked[0.6], looked

@@ -319,9 +319,9 @@ def test_a_bundle_that_reads_a_scan_waits_for_one_acts_on_it_and_stops_when_it_g
     free[3] = 0.0
     step(loop, clock, 1.0)
     assert host.actions == []  # no scan yet: the frame waits
-    loop.scan(free, 0.5)
+    loop.scan({"scan": free}, 0.5)
     assert host.actions == []  # a scan older than the frame: still waiting
-    loop.scan(free, 1.0)  # the matching scan: acts at once (no request_act hook)
+    loop.scan({"scan": free}, 1.0)  # the matching scan: acts at once (no request_act hook)
     assert host.actions == [1] and np.array_equal(seen[-1], free)
     assert "scan" in host.rearmed
     clock.t += 0.2
@@ -333,3 +333,27 @@ def test_a_bundle_that_reads_a_scan_waits_for_one_acts_on_it_and_stops_when_it_g
     loop.control_tick()
     assert loop.stale and host.twists[-1] == (0.0, 0.0) and loop.counters["watchdog_trips"] == 1
     assert any("scan 0.46 s" in m for _, m in host.logs)
+
+
+def test_the_setup_names_the_scan_inputs_a_bundle_reads() -> None:
+    """RunnerSetup.of: the encoder inputs a bundle reads from a laser scan, in SCAN_INPUTS order; free headings need
+    the manifest's forward step (what they are tested for), the floor per band does not; the scan then reaches the
+    runner as those inputs."""
+    from types import SimpleNamespace
+
+    from icrl_ros.nodes.agent_loop import RunnerSetup
+
+    def runner(inputs, forward_m):
+        manifest = SimpleNamespace(
+            observation=SimpleNamespace(image_size=[H, W], goal_names=["chair"], frame="house"),
+            action=SimpleNamespace(names=list(NAMES), forward_m=forward_m))
+        specs = {"encoder": {"inputs": [{"name": n} for n in ("rgb", "odom", *inputs)]}}
+        return SimpleNamespace(manifest=manifest, bundle=SimpleNamespace(specs=specs))
+
+    s = RunnerSetup.of(runner(["scan_bands", "scan"], 0.25))
+    assert s.scan_inputs == ("scan", "scan_bands") and s.reads_scan
+    s = RunnerSetup.of(runner(["scan_bands"], None))
+    assert s.scan_inputs == ("scan_bands",) and s.reads_scan
+    assert not RunnerSetup.of(runner([], None)).reads_scan
+    with pytest.raises(ValueError, match="forward_m"):
+        RunnerSetup.of(runner(["scan"], None))

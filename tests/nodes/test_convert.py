@@ -251,3 +251,35 @@ def test_a_laser_scan_becomes_the_free_headings_and_a_bad_one_is_refused() -> No
         with pytest.raises(InputError) as e:
             scan_msg_to_free(bad, 0.25, 0.25)
         assert e.value.field == "scan"
+
+
+def test_a_laser_scan_gives_the_nearest_return_per_camera_band_and_a_bad_one_is_refused() -> None:
+    """scan_msg_to_inputs: ``scan_bands`` is the nearest in-range return in each band of the camera's view (no return:
+    range_max), the env's laser_bands on the same ranges; only the inputs asked for are computed."""
+    from types import SimpleNamespace
+
+    from icrl_ros.house.frontier import bands_from_scan
+    from icrl_ros.models.encoders import FREE_BANDS
+    from icrl_ros.nodes.convert import scan_msg_to_inputs
+
+    def msg(ranges, angle_min=-math.pi, inc=math.radians(1.0), lo=0.05, hi=10.0):
+        return SimpleNamespace(ranges=ranges, angle_min=angle_min, angle_increment=inc, range_min=lo, range_max=hi)
+
+    ranges = [math.inf] * 360
+    for deg in range(177, 184):  # a post 1.5 m straight ahead
+        ranges[deg] = 1.5
+    ranges[180 + 30] = 0.01  # below range_min, 30 degrees left: ignored
+    out = scan_msg_to_inputs(msg(ranges), ("scan_bands",), 0.25, 0.25)
+    bands = out["scan_bands"]
+    assert list(out) == ["scan_bands"] and bands.dtype == np.float32 and bands.shape == (FREE_BANDS,)
+    middle = [FREE_BANDS // 2 - 1, FREE_BANDS // 2]
+    assert np.allclose(bands[middle], 1.5) and np.allclose(np.delete(bands, middle), 10.0)
+    angles = -math.pi + math.radians(1.0) * np.arange(360)
+    clean = np.where(np.asarray(ranges) >= 0.05, ranges, np.inf)
+    np.testing.assert_allclose(bands, bands_from_scan(clean, angles, 10.0))
+    both = scan_msg_to_inputs(msg(ranges), ("scan", "scan_bands"), 0.25, 0.25)
+    assert set(both) == {"scan", "scan_bands"} and both["scan"].shape == (12,)
+    for bad in (msg([]), msg([1.0, 2.0], inc=0.0), msg([1.0], hi=math.inf)):
+        with pytest.raises(InputError) as e:
+            scan_msg_to_inputs(bad, ("scan_bands",), 0.25, 0.25)
+        assert e.value.field == "scan"

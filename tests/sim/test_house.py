@@ -593,19 +593,25 @@ def test_obstacle_bands_are_the_floor_a_laser_finds_free():
         e.close()
 
 
-@pytest.mark.parametrize("mode", ["seeing", "inputs"])
+@pytest.mark.parametrize("mode", ["seeing", "inputs", "inputs+laser"])
 def test_the_seeing_teacher_in_the_env_labels_as_the_scripted_searcher_acts(mode):
     """``teacher=seeing`` runs the teacher's search on a frozen encoder's eyes inside the env, ``teacher=inputs`` the
     rule on a student's own inputs (labels a student on that encoder can follow): driven by its labels, a trial takes
     the same actions as the searcher run beside an env without a teacher (as the benchmark's ``seeing`` / ``inputs``
     agent); the option is refused without an encoder file, and an encoder for another mode."""
     from icrl_ros.house.input_searcher import InputSearcher
-    from icrl_ros.house.perception import encoder_perceiver
+    from icrl_ros.house.perception import encoder_perceiver, with_laser_bands
 
-    enc, seed, episodes = "checkpoints/house_encoder.pt", 5 if mode == "inputs" else 4, 2  # a trial with a find
-    found, _, _, ref = _run_perceiving(lambda e: encoder_perceiver(enc, e.image_size), episodes, seed=seed,
-                                       present=0.8, searcher=InputSearcher if mode == "inputs" else None)
-    seeing = HouseEnv(split="test", teacher=mode, teacher_encoder=enc, teacher_present=0.8)
+    laser = mode == "inputs+laser"  # the rule on the laser's floor, heading for a sighting over looked-at floor
+    mode = mode.split("+")[0]
+    enc, seed, episodes = "checkpoints/house_encoder.pt", (7 if laser else 5) if mode == "inputs" else 4, 2  # a find
+    extra = {"approach": "looked"} if laser else {}
+    found, _, _, ref = _run_perceiving(
+        lambda e: (with_laser_bands(e, encoder_perceiver(enc, e.image_size)) if laser else
+                   encoder_perceiver(enc, e.image_size)), episodes, seed=seed, present=0.8,
+        searcher=InputSearcher if mode == "inputs" else None, **extra)
+    seeing = HouseEnv(split="test", teacher=mode, teacher_encoder=enc, teacher_present=0.8,
+                      **({"teacher_bands": "laser", "teacher_approach": "looked"} if laser else {}))
     try:
         got = []
         _, info = seeing.reset(seed=seed)
@@ -623,6 +629,28 @@ def test_the_seeing_teacher_in_the_env_labels_as_the_scripted_searcher_acts(mode
         HouseEnv(split="test", teacher=mode)
     with pytest.raises(ValueError, match="teacher_encoder"):
         HouseEnv(split="test", teacher="memory", teacher_encoder=enc)
+    with pytest.raises(ValueError, match="input searcher"):
+        HouseEnv(split="test", teacher="seeing", teacher_encoder=enc, teacher_bands="laser")
+
+
+def test_scan_bands_are_the_lasers_floor_per_camera_band_in_the_observation():
+    """``scan_bands``: the observation carries the laser's nearest return per image band (what a robot's laser scan
+    gives through the agent's conversion), within the laser's range, in the observation space."""
+    from icrl_ros.house.frontier import bands_from_scan
+
+    e = HouseEnv(split="test", scan_bands=True)
+    try:
+        obs, _ = e.reset(seed=3)
+        for a in (FORWARD, TURN_LEFT, FORWARD):
+            assert e.observation_space.contains(obs)
+            a0, inc, ranges, cap = e.laser_scan()
+            want = bands_from_scan(ranges, a0 + inc * np.arange(len(ranges)), cap, e.camera_fov_deg)
+            np.testing.assert_allclose(obs["scan_bands"], want)
+            assert 0.0 < obs["scan_bands"].min() and obs["scan_bands"].min() < cap  # a wall or object in view
+            obs, *_ = e.step(a)
+    finally:
+        e.close()
+    assert "scan_bands" not in HouseEnv(split="test").observation_space.spaces
 
 
 @pytest.mark.parametrize("memory", [True, False])
