@@ -28,7 +28,7 @@ def env_seeds(seed: int | None, num_envs: int) -> list[int]:
 
 
 def _stack(obs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return {k: np.stack([o[k] for o in obs]) for k in (*OBS_KEYS, "scan") if k in obs[0]}
+    return {k: np.stack([o[k] for o in obs]) for k in (*OBS_KEYS, "scan", "scan_bands") if k in obs[0]}
 
 
 HOLD = -1
@@ -186,7 +186,7 @@ class HouseVecEnv:
 
         self.action_space = spaces.Discrete(4)
         self.observation_space = observation_space(self.image_size, len(GOAL_NAMES), ODOM_LIMIT_M,
-                                                   bool(task.get("scan", False)))
+                                                   bool(task.get("scan", False)), bool(task.get("scan_bands", False)))
 
     def model_fields(self) -> dict:
         """ModelArgs fields this env determines: RGB + odometry + goal, no reward input."""

@@ -299,8 +299,9 @@ def stepper_for(path: str, backend: str = "onnxruntime", memory: str | None = No
         args, m = st.bundle.args, st.bundle.manifest
         desc = {"bundle": str(p), "backend": backend, "memory": memory or m.memory.policy}
         opts = {"pose_frame": m.observation.frame}
-        if any(io["name"] == "scan" for io in st.bundle.specs["encoder"]["inputs"]):
-            opts["scan"] = True  # the bundle reads the env's laser-scan headings
+        for name in ("scan", "scan_bands"):  # the bundle reads the env's laser-scan headings / floor per band
+            if any(io["name"] == name for io in st.bundle.specs["encoder"]["inputs"]):
+                opts[name] = True
     else:
         policy, blob = load_checkpoint(p)
         st, args = TorchStepper(policy), policy.args

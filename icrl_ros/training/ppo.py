@@ -46,10 +46,11 @@ _EXTRA = {"episode_index": torch.long, "action": torch.long, "reward": torch.flo
 def env_inputs(obs, device, final_obs=None) -> dict[str, Tensor]:
     """Observation of a batched env -> policy inputs: a cell index array (with ``last_obs``,
     the cell the last step arrived in: ``final_obs`` where given, else ``obs``), or a dict
-    with ``rgb``, ``odom``, ``goal`` and ``scan`` where the env has one (the env's own ``prev_action`` is not used: the
-    trainer tracks it)."""
+    with ``rgb``, ``odom``, ``goal``, and ``scan`` / ``scan_bands`` where the env has them (the env's own
+    ``prev_action`` is not used: the trainer tracks it)."""
     if isinstance(obs, dict):
-        return {k: torch.as_tensor(np.asarray(obs[k]), device=device) for k in ("rgb", "odom", "goal", "scan") if k in obs}
+        return {k: torch.as_tensor(np.asarray(obs[k]), device=device)
+                for k in ("rgb", "odom", "goal", "scan", "scan_bands") if k in obs}
     return {"obs": torch.as_tensor(obs, device=device),
             "last_obs": torch.as_tensor(obs if final_obs is None else final_obs, device=device)}
 

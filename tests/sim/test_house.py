@@ -380,10 +380,14 @@ def test_the_scan_says_which_headings_a_forward_step_can_take():
         assert seen == {0.0, 1.0}  # walls were met: both values occur
     finally:
         e.close()
-    with HouseVecEnv(2, "test", seed=3, num_workers=1, scan=True) as v:
+    with HouseVecEnv(2, "test", seed=3, num_workers=1, scan=True, scan_bands=True) as v:
         obs = v.reset_trial()
         assert obs["scan"].shape == (2, 12) and obs["scan"].dtype == np.float32
         assert v.observation_space["scan"].shape == (12,)
+        assert obs["scan_bands"].shape == (2, 8) and v.observation_space["scan_bands"].shape == (8,)
+        from icrl_ros.training.ppo import env_inputs
+
+        assert set(env_inputs(obs, "cpu")) == {"rgb", "odom", "goal", "scan", "scan_bands"}  # the policy gets both
     plain = HouseEnv(split="test")
     try:
         assert "scan" not in plain.reset(seed=3)[0] and "scan" not in plain.observation_space.spaces
