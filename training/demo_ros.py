@@ -1,4 +1,4 @@
-"""`make demo`: the shipped house bundle (house_memo, Memo) searching an unseen MiniWorld house over
+"""`make demo`: the shipped house bundle (house_relic_scan, ReLIC) searching an unseen MiniWorld house over
 ROS 2.
 
 This file is the command line only (``python training/demo_ros.py ...``, the same as
