@@ -77,6 +77,32 @@ def episode_odometry(start: tuple[float, float, float], pose: tuple[float, float
     return relative_pose(planar(start), planar(pose))
 
 
+FREE_BANDS = 8
+"""Column bands of the house camera's image a floor distance is given for (the frozen heads' estimate, or a laser's
+nearest return per band: :func:`bands_from_scan`)."""
+VIEW_FOV_DEG = 79.0
+"""The house camera's horizontal field of view (``house_render.FOV_Y_DEG``; square images)."""
+
+
+def band_edges(fov_deg: float = VIEW_FOV_DEG, bands: int = FREE_BANDS) -> np.ndarray:
+    """Bearings (radians, counter-clockwise from straight ahead) of the band edges of a pinhole camera's
+    image, left edge first: (bands + 1,). Band k covers columns [k, k + 1) / bands of the image."""
+    t = math.tan(math.radians(fov_deg) / 2)
+    return np.arctan((1.0 - 2.0 * np.arange(bands + 1) / bands) * t)
+
+
+def bands_from_scan(ranges: np.ndarray, angles: np.ndarray, cap_m: float, fov_deg: float = VIEW_FOV_DEG,
+                    bands: int = FREE_BANDS) -> np.ndarray:
+    """A planar laser's reading as the floor distance per column band of the camera image (bands,), left first: the
+    nearest return among the beams whose bearing (radians, counter-clockwise from straight ahead) falls in the band;
+    no return (``inf``, NaN or past ``cap_m``) counts as ``cap_m``. What the heads' ``free_metres`` estimate from the
+    image, measured (objects below the laser's plane excepted)."""
+    edges = band_edges(fov_deg, bands)
+    r = np.where(np.isfinite(ranges), np.minimum(ranges, cap_m), cap_m)
+    inside = (angles[None, :] <= edges[:-1, None]) & (angles[None, :] >= edges[1:, None])  # (bands, beams)
+    return np.where(inside, r[None, :], cap_m).min(axis=1)
+
+
 SCAN_BINS = 12
 """Headings a free-space scan reports, 30 degrees apart from straight ahead, counter-clockwise (bin k at
 k x 30 degrees left): the headings a house robot can face by turning (``turn_step`` 30 degrees)."""

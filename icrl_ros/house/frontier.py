@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from icrl_ros.geometry import box5, grid_distances
+from icrl_ros.geometry import band_edges, bands_from_scan, box5, grid_distances
 from icrl_ros.memory.route import CELL_M, CELLS, GridWays
-from icrl_ros.models.encoders import FREE_BANDS, VIEW_FOV_DEG
+from icrl_ros.models.encoders import FREE_BANDS
 from icrl_ros.models.object_memory import ROUTE_DIM, SIGHTING_P, STRUCT_DIM
 
 LOOK_M = 3.5
@@ -80,25 +80,6 @@ FREE_STRUCT = FREE_BANDS
 """Token entries before the object memory's that carry the band distances (:func:`frontier_struct`)."""
 _RANGE_STEP = CELL_M / 2
 _BEARINGS_PER_BAND = 3
-
-
-def band_edges(fov_deg: float = VIEW_FOV_DEG, bands: int = FREE_BANDS) -> np.ndarray:
-    """Bearings (radians, counter-clockwise from straight ahead) of the band edges of a pinhole camera's
-    image, left edge first: (bands + 1,). Band k covers columns [k, k + 1) / bands of the image."""
-    t = math.tan(math.radians(fov_deg) / 2)
-    return np.arctan((1.0 - 2.0 * np.arange(bands + 1) / bands) * t)
-
-
-def bands_from_scan(ranges: np.ndarray, angles: np.ndarray, cap_m: float, fov_deg: float = VIEW_FOV_DEG,
-                    bands: int = FREE_BANDS) -> np.ndarray:
-    """A planar laser's reading as the floor distance per column band of the camera image (bands,), left first: the
-    nearest return among the beams whose bearing (radians, counter-clockwise from straight ahead) falls in the band;
-    no return (``inf``, NaN or past ``cap_m``) counts as ``cap_m``. What the heads' ``free_metres`` estimate from the
-    image, measured (objects below the laser's plane excepted)."""
-    edges = band_edges(fov_deg, bands)
-    r = np.where(np.isfinite(ranges), np.minimum(ranges, cap_m), cap_m)
-    inside = (angles[None, :] <= edges[:-1, None]) & (angles[None, :] >= edges[1:, None])  # (bands, beams)
-    return np.where(inside, r[None, :], cap_m).min(axis=1)
 
 
 def frontier_struct(free_m: Tensor, scale_m: float) -> Tensor:
@@ -365,7 +346,6 @@ class FrontierState(FrontierMemory):
         self.observe(token)
 
 
-__all__ = ["APPROACH_M", "ARRIVED_M", "FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory",
-           "FrontierState",
-           "GOAL_IN_VIEW_P", "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M", "at_frontier", "band_edges", "frontier_struct",
-           "way_over_looked"]
+__all__ = ["APPROACH_M", "ARRIVED_M", "FOOTPRINT_M", "FREE_STRUCT", "FRONTIER_DIM", "FrontierMemory", "FrontierState",
+           "GOAL_IN_VIEW_P", "LOOK_M", "MIN_UNKNOWN", "WALL_SURE_M", "at_frontier", "band_edges", "bands_from_scan",
+           "frontier_struct", "way_over_looked"]

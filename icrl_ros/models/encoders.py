@@ -140,8 +140,9 @@ def stem_of(state: dict) -> str:
 
 BEARING_BINS = 5  # left to right across the view
 DIST_BINS = 5  # < 1, 1-2, 2-3.5, 3.5-6, >= 6 m to the object's surface
-FREE_BANDS = 8  # column bands of the image: free distance ahead (log metres)
-VIEW_FOV_DEG = 79.0  # the house camera's horizontal field of view (house_render.FOV_Y_DEG; a test ties them)
+# FREE_BANDS: column bands of the image (free distance ahead, log metres); VIEW_FOV_DEG: the house camera's
+# horizontal field of view (house_render.FOV_Y_DEG; a test ties them). Numbers of the robot's geometry.
+from icrl_ros.geometry import FREE_BANDS, VIEW_FOV_DEG  # noqa: E402
 BEARING_CENTRES = tuple(math.radians(VIEW_FOV_DEG) * (0.5 - (k + 0.5) / BEARING_BINS) for k in range(BEARING_BINS))
 """Each bearing bin's centre (radians, counter-clockwise from straight ahead; bin 0 = left)."""
 DIST_CENTRES = (0.5, 1.5, 2.75, 4.75, 7.0)

@@ -256,14 +256,12 @@ def scan_msg_to_free(msg: Any, step_m: float, clearance_m: float) -> np.ndarray:
 def scan_msg_to_inputs(msg: Any, names: tuple[str, ...], step_m: float, clearance_m: float) -> dict[str, np.ndarray]:
     """``sensor_msgs/LaserScan`` -> the encoder inputs ``names`` a bundle reads from it: ``scan``
     (:func:`scan_msg_to_free`) and ``scan_bands``, the nearest return in each column band of the policy's camera
-    image (:func:`~icrl_ros.house.frontier.bands_from_scan`; no return: the scan's ``range_max``). The scan is
+    image (:func:`~icrl_ros.geometry.bands_from_scan`; no return: the scan's ``range_max``). The scan is
     assumed to be in the base's frame, the camera looking along its x axis."""
     out = {}
     if "scan" in names:
         out["scan"] = scan_msg_to_free(msg, step_m, clearance_m)
     if "scan_bands" in names:
-        from icrl_ros.house.frontier import bands_from_scan
-
         ranges = np.asarray(msg.ranges, np.float64)
         inc, hi = float(msg.angle_increment), float(msg.range_max)
         if ranges.size == 0 or not (math.isfinite(inc) and math.isfinite(float(msg.angle_min)) and math.isfinite(hi)
@@ -271,7 +269,7 @@ def scan_msg_to_inputs(msg: Any, names: tuple[str, ...], step_m: float, clearanc
             raise InputError(f"laser scan: {ranges.size} ranges, angle_min {msg.angle_min}, angle_increment {inc}, "
                              f"range_max {msg.range_max}: no floor per band from it", "scan")
         ranges = np.where((ranges >= float(msg.range_min)) & (ranges <= hi), ranges, np.inf)
-        out["scan_bands"] = bands_from_scan(ranges, float(msg.angle_min) + inc * np.arange(ranges.size),
+        out["scan_bands"] = geometry.bands_from_scan(ranges, float(msg.angle_min) + inc * np.arange(ranges.size),
                                             hi).astype(np.float32)
     return out
 

@@ -114,6 +114,7 @@ def _hello(env: gym.Env) -> dict:
         "pose_frame": getattr(base, "pose_frame", None), "move_continuous": hasattr(base, "move_continuous"),
         "pose_in": hasattr(base, "pose_in"), "observe": hasattr(base, "observe"),
         "laser_scan": callable(getattr(base, "laser_scan", None)), "scan": "scan" in space.spaces,
+        "scan_bands": "scan_bands" in space.spaces,
     }
 
 
@@ -198,7 +199,8 @@ class RemoteEnv(gym.Env):
         self.pose_frame = hello["pose_frame"]
         self.action_space = gym.spaces.Discrete(int(hello["n_actions"]))
         self.observation_space = observation_space(int(hello["image_size"]), int(hello["n_goals"]),
-                                                   float(hello["odom_limit"]), bool(hello.get("scan", False)))
+                                                   float(hello["odom_limit"]), bool(hello.get("scan", False)),
+                                                   bool(hello.get("scan_bands", False)))
         if hello.get("laser_scan", False):  # only where the served env has a laser (the bridge publishes it then)
             self.laser_scan = self._laser_scan
         self._closed = False

@@ -170,6 +170,7 @@ class HabitatExtObjNavEnv(gym.Env):
         render_mode: str | None = None,
         scene_navmesh: bool | None = None,
         scan: bool = False,
+        scan_bands: bool = False,
     ) -> None:
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
             raise ValueError(f"image_size must be an int in [16, 1024], got {image_size!r}")
@@ -227,8 +228,9 @@ class HabitatExtObjNavEnv(gym.Env):
         if not self.scene_ids:
             raise ValueError(f"habitat dataset of {config!r} split {split!r} has no episodes")
         self.action_space = gym.spaces.Discrete(len(ACTION_NAMES))
-        self.scan = bool(scan)
-        self.observation_space = observation_space(self.image_size, len(self.goal_names), ODOM_LIMIT_M, self.scan)
+        self.scan, self.scan_bands = bool(scan), bool(scan_bands)
+        self.observation_space = observation_space(self.image_size, len(self.goal_names), ODOM_LIMIT_M, self.scan,
+                                                   self.scan_bands)
         self._rng = np.random.default_rng()
         self.scene: str | None = None
         self.episode_index = -1
@@ -439,7 +441,11 @@ class HabitatExtObjNavEnv(gym.Env):
                "prev_action": np.int64(self.prev_action)}
         if self.scan:
             out["scan"] = self.free_headings()
+        if self.scan_bands:
+            out["scan_bands"] = self.laser_bands()
         return out
+
+    laser_bands = HouseEnv.laser_bands  # the laser's nearest return per camera band, as the house computes it
 
     # -- the laser -------------------------------------------------------------------------------
     def _clear(self, heading: float, distance: float) -> bool:

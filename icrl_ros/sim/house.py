@@ -47,7 +47,8 @@ from icrl_ros.sim.house_layout import (
     CATEGORIES, FORWARD_STEP_M, GOAL_NAMES, ODOM_LIMIT_M, TURN_STEP_DEG, HouseLayout, check_split, draw_house_seed,
     generate_layout, house_split,
 )
-from icrl_ros.geometry import SCAN_BINS, episode_odometry, scan_headings, wrap_angle
+from icrl_ros.geometry import (FREE_BANDS, SCAN_BINS, bands_from_scan, episode_odometry, scan_headings,
+                               wrap_angle)
 from icrl_ros.sim.house_nav import NavGrid, visible
 from icrl_ros.sim.house_render import CAMERA_HEIGHT, CAMERA_PITCH_DEG, FOV_Y_DEG  # constants only, no GL
 from icrl_ros.sim.house_topdown import draw_top_down
@@ -73,10 +74,8 @@ def observation_space(image_size: int, n_goals: int, odom_limit_m: float, scan: 
     odometry (x, y, yaw) from the episode start, previous action (``NO_ACTION`` = none); with ``scan``,
     which of the :data:`~icrl_ros.geometry.SCAN_BINS` headings around the robot a forward step can take
     (1 free, 0 blocked: what a robot's laser scan says of its surroundings); with ``scan_bands``, the laser's
-    nearest return in each of the camera image's :data:`~icrl_ros.models.encoders.FREE_BANDS` column bands, in
-    metres (:func:`~icrl_ros.house.frontier.bands_from_scan`: the floor in view, measured)."""
-    from icrl_ros.models.encoders import FREE_BANDS
-
+    nearest return in each of the camera image's :data:`~icrl_ros.geometry.FREE_BANDS` column bands, in
+    metres (:func:`~icrl_ros.geometry.bands_from_scan`: the floor in view, measured)."""
     extra = {"scan": gym.spaces.Box(0.0, 1.0, (SCAN_BINS,), np.float32)} if scan else {}
     if scan_bands:
         extra["scan_bands"] = gym.spaces.Box(0.0, LASER_RANGE_M, (FREE_BANDS,), np.float32)
@@ -440,9 +439,7 @@ class HouseEnv(gym.Env):
 
     def laser_bands(self) -> np.ndarray:
         """(FREE_BANDS,) float32: the :meth:`laser_scan`'s nearest return in each column band of the camera image,
-        metres (no return: the laser's range), left band first (:func:`~icrl_ros.house.frontier.bands_from_scan`)."""
-        from icrl_ros.house.frontier import bands_from_scan
-
+        metres (no return: the laser's range), left band first (:func:`~icrl_ros.geometry.bands_from_scan`)."""
         a0, inc, ranges, cap = self.laser_scan()
         return bands_from_scan(ranges, a0 + inc * np.arange(len(ranges)), cap, self.camera_fov_deg).astype(np.float32)
 

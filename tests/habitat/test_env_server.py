@@ -39,12 +39,13 @@ def test_remote_house_matches_the_house(tmp_path) -> None:
         pytest.skip("miniworld is not installed")
     from icrl_ros.sim.house import HouseEnv
 
-    local = HouseEnv(split="test", image_size=32, scan=True)
+    local = HouseEnv(split="test", image_size=32, scan=True, scan_bands=True)
     (tmp_path / "token").write_text("s3cret\n")
     ready = tmp_path / "port"
     server = subprocess.Popen([sys.executable, "-m", "icrl_ros.sim.env_server",
                                "--env-id", "icrl_ros/MiniWorldHouse-v0",
-                               "--env-kwargs", json.dumps({"split": "test", "image_size": 32, "scan": True}), "--port", "0",
+                               "--env-kwargs", json.dumps({"split": "test", "image_size": 32, "scan": True,
+                                                           "scan_bands": True}), "--port", "0",
                                "--token-file", str(tmp_path / "token"), "--ready-file", str(ready), "--forever"],
                               cwd=ROOT)
     try:

@@ -359,7 +359,10 @@ def test_the_navmesh_laser_gives_the_scan_the_house_gives(export) -> None:
     from icrl_ros.geometry import free_headings_from_scan, scan_headings
     from icrl_ros.sim.habitat_env import HabitatExtObjNavEnv
 
-    env = HabitatExtObjNavEnv.for_houses(export[0], scan=True)
+    from icrl_ros.geometry import bands_from_scan
+
+    env = HabitatExtObjNavEnv.for_houses(export[0], scan=True, scan_bands=True)
+    band_gap = []  # per pose and band: the laser's floor per camera band, navmesh minus the house's (within 3.5 m)
     try:
         house = 3
         nav = NavGrid(generate_layout(house), 0.25)
@@ -378,6 +381,11 @@ def test_the_navmesh_laser_gives_the_scan_the_house_gives(export) -> None:
             from_laser = free_headings_from_scan(ranges, angle_min + inc * np.arange(120), env.forward_step, 0.25)
             house_bits = [0.0 if nav.collides(x + 0.25 * math.cos(h), z - 0.25 * math.sin(h)) else 1.0
                           for h in scan_headings(yaw)]
+            np.testing.assert_allclose(obs["scan_bands"], bands_from_scan(ranges, angle_min + inc * np.arange(120),
+                                                                          range_max, env.camera_fov_deg), rtol=1e-6)
+            beams = -math.pi + np.deg2rad(np.arange(360.0))
+            house_bands = bands_from_scan(nav.laser(x, z, yaw, beams, 10.0), beams, 10.0, env.camera_fov_deg)
+            band_gap += (np.minimum(obs["scan_bands"], 3.5) - np.minimum(house_bands, 3.5)).tolist()
             same_laser += int((from_laser == obs["scan"]).sum())
             unsafe += int(((from_laser == 1) & (obs["scan"] == 0)).sum())
             same_house += int((np.array(house_bits) == obs["scan"]).sum())
@@ -391,6 +399,12 @@ def test_the_navmesh_laser_gives_the_scan_the_house_gives(export) -> None:
     assert same_laser >= 0.92 * n, f"laser -> scan agrees on {same_laser} of {n} headings"
     assert unsafe <= 0.01 * n, f"the laser reads {unsafe} of {n} blocked headings free"
     assert same_house >= 0.9 * n, f"the house's collision test agrees on {same_house} of {n} headings"
+    # scan_bands (what the frontier memory maps, within its 3.5 m look range): the two lasers agree on most bands; where
+    # they part the navmesh laser reads nearer (a doorway narrower than its walls), hardly ever farther
+    gap = np.array(band_gap)
+    print(f"scan_bands: navmesh within 0.3 m of the house's laser in {np.mean(np.abs(gap) <= 0.3):.2f} of "
+          f"{gap.size} bands, nearer by more in {np.mean(gap < -0.3):.2f}, farther in {np.mean(gap > 0.3):.2f}")
+    assert np.mean(np.abs(gap) <= 0.3) >= 0.7 and np.mean(gap > 0.3) <= 0.05  # measured: 0.76 and 0.00
 
 
 def test_the_unseen_look_keeps_the_house_and_changes_only_how_it_is_drawn(tmp_path) -> None:
