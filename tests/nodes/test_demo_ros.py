@@ -58,6 +58,7 @@ def test_short_demo_runs_two_episodes_and_writes_its_pictures(tmp_path) -> None:
 
     check_recording(out / "run.mcap", rows)
     check_replay(out / "run.mcap", bundle, sum(r["steps"] for r in rows))
+    check_laser_bundle_replay(out / "run.mcap", tmp_path, sum(r["steps"] for r in rows))
 
 
 def check_recording(path, rows) -> None:
@@ -140,6 +141,31 @@ def check_replay(path, bundle: str, steps: int) -> None:
         out = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and what in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr
+
+
+def check_laser_bundle_replay(path, tmp_path, steps: int) -> None:
+    """A bundle whose frontier memory maps the laser's floor per band (``scan_bands``, model.house.frontier_from_scan)
+    acts on every recorded frame of the demo: the bridge's LaserScan messages become its input as on the robot."""
+    from pathlib import Path
+
+    import pytest
+
+    shipped = Path(REPO) / "checkpoints" / "house_relic.pt"
+    if not shipped.is_file():
+        pytest.skip(f"{shipped} is missing")
+    from icrl_ros.models import load_checkpoint
+    from icrl_ros.models.policy import ICLPolicy
+    from icrl_ros.training.export import env_metadata, export_bundle
+
+    base, blob = load_checkpoint(shipped)
+    policy = ICLPolicy(base.args.replace_section("house", route_memory=True, frontier_memory=True,
+                                                  frontier_from_scan=True, route_over_looked=True))
+    policy.load_state_dict(base.state_dict(), strict=False)
+    laser = export_bundle(policy, tmp_path / "laser_bundle", config=blob["config"],
+                          env=env_metadata(blob["config"]["env"]["id"]))
+    out = subprocess.run([sys.executable, "training/replay.py", str(path), "--bundle", str(laser)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode in (0, 1) and f"of {steps} actions agree" in out.stdout, out.stdout[-3000:] + out.stderr
 
 
 def recording_from_its_third_frame(path):
