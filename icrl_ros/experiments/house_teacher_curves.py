@@ -18,6 +18,9 @@ seeded per trial, and none of the agents draws random numbers):
   memories fed from the same heads, no ray casting, no map of the house. Beside ``seeing`` it says what the
   teacher's privileged floor map is worth; beside a student on those inputs, what the learnt policy adds.
 
+``--census`` also says, per episode of a perceiving agent, where it ended (:data:`CENSUS`: found, stopped wrongly,
+never saw the goal, saw it without its heads calling it, called it without reaching it, reached it without stopping).
+
 Each trial is one house for ``--episodes`` episodes (capped at ``--max-steps`` steps). Prints
 the per-episode table and writes ``curves.json`` and ``icl_curve.png`` to ``--out`` after every
 agent; ``--resume`` keeps the agents an earlier run with the same settings already wrote there.

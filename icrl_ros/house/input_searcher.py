@@ -11,7 +11,9 @@ heads), and acts on them by rule:
 2. with the goal in view (P >= ``present``) within ``CLOSE_IN_M``: head for where the heads put it (forward
    while it lies within a turn of straight ahead);
 3. with a way to the remembered goal: head for its waypoint (until within ``ARRIVED_M`` of the remembered
-   place, with the goal not in view: then the memory is wrong here, and it searches on);
+   place, with the goal not in view: then the memory is wrong here, and it searches on); the route memory's way
+   over the floor stood on, or with ``approach="looked"`` a way over the floor the camera looked at
+   (:func:`~icrl_ros.house.frontier.way_over_looked`);
 4. with a frontier: head for the frontier way's waypoint (at the frontier, with the waypoint under a step
    away: turn on the spot);
 5. else turn on the spot.
