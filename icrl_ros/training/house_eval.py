@@ -153,6 +153,9 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     if teacher not in SEEING_TEACHERS:  # a checkpoint imitated from the seeing teacher names its eyes
         options.pop("teacher_encoder", None)
         options.pop("teacher_present", None)
+    if not str(teacher).startswith("inputs"):  # and from the input searcher, its floor and approach
+        options.pop("teacher_bands", None)
+        options.pop("teacher_approach", None)
     max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))
     size = int(options.pop("image_size", a.image_size))  # a checkpoint's env options may name its camera
     if size != a.image_size:

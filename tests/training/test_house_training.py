@@ -254,6 +254,8 @@ def test_house_trials_record_each_episodes_goal_and_the_report_splits_by_it(tmp_
     # so does one imitated from the seeing teacher (its options name the teacher's encoder; no teacher runs here)
     seeing = {**short, "teacher": "seeing", "teacher_encoder": "checkpoints/house_encoder.pt", "teacher_present": 0.8}
     assert run_house_trials(st, 1, 1, seed=3, batch=1, env_options=seeing)["goal"].tolist() == [asked[0][:1]]
+    laser = {**seeing, "teacher": "inputs", "teacher_bands": "laser", "teacher_approach": "looked"}  # the input rule's
+    assert run_house_trials(st, 1, 1, seed=3, batch=1, env_options=laser)["goal"].tolist() == [asked[0][:1]]
     with pytest.raises(ValueError, match="not the policy's camera"):
         run_house_trials(st, 1, 1, env_options={**short, "image_size": 2 * st.args.image_size})
     assert ((r["goal"] >= 0) & (r["goal"] < len(GOAL_NAMES))).all()
