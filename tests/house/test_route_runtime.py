@@ -186,19 +186,13 @@ def test_a_laser_fed_bundle_maps_the_floor_the_scan_bands_give_and_plans_its_rou
     """model.house.frontier_from_scan + route_over_looked: the bundle reads a ``scan_bands`` observation, the token's
     band entries are those distances (not the heads' estimate from the image), the frontier map and the route
     state's own map grow as far as they say, and the exported graphs replay training's stepping."""
-    if not SHIPPED.is_file():
-        pytest.skip(f"{SHIPPED} is missing")
     from icrl_ros.models.encoders import FREE_BANDS
     from icrl_ros.runtime import PolicyRunner
     from icrl_ros.runtime.bundle import load_bundle
     from icrl_ros.runtime.selfcheck import check_sample
-    from icrl_ros.training.export import export_bundle
+    from tests.house.laser_bundle import export_laser_bundle
 
-    shipped, config = load_checkpoint(SHIPPED)
-    policy = ICLPolicy(shipped.args.replace_section("house", route_memory=True, frontier_memory=True,
-                                                    frontier_from_scan=True, route_over_looked=True))
-    policy.load_state_dict(shipped.state_dict(), strict=False)
-    out = export_bundle(policy, tmp_path / "bundle", config=config)
+    out = export_laser_bundle(tmp_path / "bundle")
     bundle = load_bundle(out)
     assert "scan_bands" in bundle.manifest.observation.from_observation
     assert check_sample(bundle)["ok"]

@@ -72,8 +72,11 @@ def test_a_bridge_restarted_with_another_seed_starts_a_new_trial_in_the_agent(ro
         # the first house: the agent took its trial 0, acts, and its memory grows
         assert spin_until(ex, lambda: "trial_start event (trial 0): the trial this agent is in" in logs(), 90), logs()
         assert spin_until(ex, lambda: int(status().get("memory_tokens", 0)) >= 30, 120), logs()
+        # the probe hears the bridge's latched events on its own discovery, not when the agent does: wait for them
+        spin_until(ex, lambda: _events(probe, "trial_start"), 30)
         first = _events(probe, "trial_start")
-        assert first and first[-1]["trial"] == 0 and first[-1]["run"], first
+        assert first and first[-1]["trial"] == 0 and first[-1]["run"], (
+            [m.data for m in probe.got["episode_events"]], probe.get_publishers_info_by_topic(f"{NS}/episode_events"))
         resets_before = int(status()["memory_resets"])
         tokens_before = int(status()["memory_tokens"])
 

@@ -146,23 +146,9 @@ def check_replay(path, bundle: str, steps: int) -> None:
 def check_laser_bundle_replay(path, tmp_path, steps: int) -> None:
     """A bundle whose frontier memory maps the laser's floor per band (``scan_bands``, model.house.frontier_from_scan)
     acts on every recorded frame of the demo: the bridge's LaserScan messages become its input as on the robot."""
-    from pathlib import Path
+    from tests.house.laser_bundle import export_laser_bundle
 
-    import pytest
-
-    shipped = Path(REPO) / "checkpoints" / "house_relic.pt"
-    if not shipped.is_file():
-        pytest.skip(f"{shipped} is missing")
-    from icrl_ros.models import load_checkpoint
-    from icrl_ros.models.policy import ICLPolicy
-    from icrl_ros.training.export import env_metadata, export_bundle
-
-    base, blob = load_checkpoint(shipped)
-    policy = ICLPolicy(base.args.replace_section("house", route_memory=True, frontier_memory=True,
-                                                  frontier_from_scan=True, route_over_looked=True))
-    policy.load_state_dict(base.state_dict(), strict=False)
-    laser = export_bundle(policy, tmp_path / "laser_bundle", config=blob["config"],
-                          env=env_metadata(blob["config"]["env"]["id"]))
+    laser = export_laser_bundle(tmp_path / "laser_bundle")
     out = subprocess.run([sys.executable, "training/replay.py", str(path), "--bundle", str(laser)], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode in (0, 1) and f"of {steps} actions agree" in out.stdout, out.stdout[-3000:] + out.stderr
