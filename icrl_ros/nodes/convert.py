@@ -237,11 +237,10 @@ def pose_msg_to_pose(msg: Any) -> tuple[float, float, float]:
     return (float(p.x), float(p.y), yaw_from_quaternion(q.x, q.y, q.z, q.w))
 
 
-def scan_msg_to_free(msg: Any, step_m: float, clearance_m: float) -> np.ndarray:
-    """``sensor_msgs/LaserScan`` -> the policy's ``scan`` input (:func:`~icrl_ros.geometry.free_headings_from_scan`):
-    which of the 12 headings around the base a ``step_m`` forward step can take with ``clearance_m`` around it.
-    Returns outside ``[range_min, range_max]`` (and NaN / inf) are no return; the scan is assumed to be in the
-    base's frame (forward x, left y). InputError on an empty scan or a bad angle increment."""
+def _scan_returns(msg: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A ``sensor_msgs/LaserScan``'s (ranges, bearings), radians counter-clockwise from the base's x axis; returns
+    outside ``[range_min, range_max]`` (and NaN / inf) become ``inf``, no return. InputError on an empty scan or a bad
+    angle increment."""
     ranges = np.asarray(msg.ranges, np.float64)
     n, inc = ranges.size, float(msg.angle_increment)
     if n == 0:
@@ -249,8 +248,15 @@ def scan_msg_to_free(msg: Any, step_m: float, clearance_m: float) -> np.ndarray:
     if not (math.isfinite(inc) and math.isfinite(float(msg.angle_min))) or (n > 1 and inc == 0.0):
         raise InputError(f"laser scan: angle_min {msg.angle_min} / angle_increment {inc} unusable", "scan")
     lo, hi = float(msg.range_min), float(msg.range_max)
-    ranges = np.where((ranges >= lo) & (ranges <= hi), ranges, np.inf)
-    return geometry.free_headings_from_scan(ranges, float(msg.angle_min) + inc * np.arange(n), step_m, clearance_m)
+    return np.where((ranges >= lo) & (ranges <= hi), ranges, np.inf), float(msg.angle_min) + inc * np.arange(n)
+
+
+def scan_msg_to_free(msg: Any, step_m: float, clearance_m: float) -> np.ndarray:
+    """``sensor_msgs/LaserScan`` -> the policy's ``scan`` input (:func:`~icrl_ros.geometry.free_headings_from_scan`):
+    which of the 12 headings around the base a ``step_m`` forward step can take with ``clearance_m`` around it.
+    Returns outside ``[range_min, range_max]`` (and NaN / inf) are no return; the scan is assumed to be in the
+    base's frame (forward x, left y). InputError on an empty scan or a bad angle increment."""
+    return geometry.free_headings_from_scan(*_scan_returns(msg), step_m, clearance_m)
 
 
 def scan_msg_to_inputs(msg: Any, names: tuple[str, ...], step_m: float, clearance_m: float) -> dict[str, np.ndarray]:
@@ -258,19 +264,15 @@ def scan_msg_to_inputs(msg: Any, names: tuple[str, ...], step_m: float, clearanc
     (:func:`scan_msg_to_free`) and ``scan_bands``, the nearest return in each column band of the policy's camera
     image (:func:`~icrl_ros.geometry.bands_from_scan`; no return: the scan's ``range_max``). The scan is
     assumed to be in the base's frame, the camera looking along its x axis."""
+    ranges, angles = _scan_returns(msg)
     out = {}
     if "scan" in names:
-        out["scan"] = scan_msg_to_free(msg, step_m, clearance_m)
+        out["scan"] = geometry.free_headings_from_scan(ranges, angles, step_m, clearance_m)
     if "scan_bands" in names:
-        ranges = np.asarray(msg.ranges, np.float64)
-        inc, hi = float(msg.angle_increment), float(msg.range_max)
-        if ranges.size == 0 or not (math.isfinite(inc) and math.isfinite(float(msg.angle_min)) and math.isfinite(hi)
-                                    and hi > 0) or (ranges.size > 1 and inc == 0.0):
-            raise InputError(f"laser scan: {ranges.size} ranges, angle_min {msg.angle_min}, angle_increment {inc}, "
-                             f"range_max {msg.range_max}: no floor per band from it", "scan")
-        ranges = np.where((ranges >= float(msg.range_min)) & (ranges <= hi), ranges, np.inf)
-        out["scan_bands"] = geometry.bands_from_scan(ranges, float(msg.angle_min) + inc * np.arange(ranges.size),
-                                            hi).astype(np.float32)
+        hi = float(msg.range_max)
+        if not (math.isfinite(hi) and hi > 0):
+            raise InputError(f"laser scan: range_max {msg.range_max}: no floor per band from it", "scan")
+        out["scan_bands"] = geometry.bands_from_scan(ranges, angles, hi).astype(np.float32)
     return out
 
 
