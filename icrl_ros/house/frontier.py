@@ -202,9 +202,9 @@ class FrontierMemory(GridWays):
         return self._write(inputs, "frontier", np.stack([self.way_input(b, odom[b]) for b in range(self.batch)]))
 
     # -- the way ------------------------------------------------------------------------------
-    def frontier(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-        """Env b's frontier cells, passable floor and unknown cells over a crop round what it looked at, and the
-        crop's origin cell; None before it looked at anything."""
+    def floor(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Env b's looked-at cells, cells next to a blocked one and passable floor over a crop round what it looked
+        at, and the crop's origin cell; None before it looked at anything."""
         looked = self.looked[b]
         rows, cols = np.flatnonzero(looked.any(1)), np.flatnonzero(looked.any(0))
         if not len(rows):
@@ -212,11 +212,32 @@ class FrontierMemory(GridWays):
         r0, c0 = max(rows[0] - 3, 0), max(cols[0] - 3, 0)
         r1, c1 = min(rows[-1] + 4, CELLS), min(cols[-1] + 4, CELLS)
         seen, blocked = looked[r0:r1, c0:c1], self.blocked[b, r0:r1, c0:c1] >= BLOCKED_HIT
-        near_block = _grow(blocked)
+        return seen, _grow(blocked), seen & ~blocked, np.array([r0, c0])
+
+    def frontier(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Env b's frontier cells, passable floor and unknown cells over :meth:`floor`'s crop, and the crop's
+        origin cell; None before it looked at anything."""
+        crop = self.floor(b)
+        if crop is None:
+            return None
+        seen, near_block, passable, origin = crop
         unknown = ~seen & ~near_block
-        passable = seen & ~blocked
         front = passable & ~near_block & (box5(unknown) >= MIN_UNKNOWN)
-        return front, passable, unknown, np.array([r0, c0])
+        return front, passable, unknown, origin
+
+    def _waypoint(self, start, D: np.ndarray, D0: np.ndarray, passable: np.ndarray, origin: np.ndarray,
+                  odom: np.ndarray, at_seed) -> np.ndarray:
+        """The waypoint of a way leaving from :meth:`_start`'s ``start`` down the field ``D`` over the crop's
+        ``passable`` floor: the cell it joins at when off that floor, ``at_seed(i, j)`` when it stands at a seed,
+        else the farthest point down the field a straight line over that floor reaches."""
+        (i, j), _, joining = start
+        if joining:  # off the floor it looked at: to the cell it joins at
+            return self._centre(np.array([i, j]) + origin)
+        if D[i, j] <= 0.0:
+            return at_seed(i, j)
+        grid = np.zeros((CELLS, CELLS), dtype=bool)
+        grid[origin[0]:origin[0] + D.shape[0], origin[1]:origin[1] + D.shape[1]] = passable
+        return self._pursuit(grid, D, D0, origin, i, j, odom)
 
     def _field(self, seeds: np.ndarray, passable: np.ndarray, origin: np.ndarray, odom: np.ndarray):
         D0 = np.where(seeds, 0.0, np.inf).astype(np.float32)
@@ -281,16 +302,12 @@ class FrontierMemory(GridWays):
         start, D, D0 = self._towards(b, front, passable, origin, odom)
         if start is None:
             return feats
-        (i, j), length, joining = start
-        if joining:  # off the floor it looked at: to the cell it joins at
-            waypoint = self._centre(np.array([i, j]) + origin)
-        elif D[i, j] <= 0.0:  # at a frontier: into the unknown round it
+        def into_unknown(i: int, j: int) -> np.ndarray:  # at a frontier: into the unknown round it
             ii, jj = np.nonzero(unknown[max(i - 2, 0):i + 3, max(j - 2, 0):j + 3])
-            waypoint = self._centre(np.stack([ii + max(i - 2, 0), jj + max(j - 2, 0)], 1).mean(0) + origin)
-        else:
-            grid = np.zeros((CELLS, CELLS), dtype=bool)
-            grid[origin[0]:origin[0] + D.shape[0], origin[1]:origin[1] + D.shape[1]] = passable
-            waypoint = self._pursuit(grid, D, D0, origin, i, j, odom)
+            return self._centre(np.stack([ii + max(i - 2, 0), jj + max(j - 2, 0)], 1).mean(0) + origin)
+
+        length = start[1]
+        waypoint = self._waypoint(start, D, D0, passable, origin, odom, into_unknown)
         gap = math.hypot(*(waypoint - odom[:2]))
         self.plan[b] = (*waypoint, max(length - gap, 0.0))
         self.plan_age[b] = 0
@@ -303,10 +320,10 @@ def way_over_looked(memory: FrontierMemory, b: int, odom: np.ndarray, xy: np.nda
     there or none joins it. A sighting's way over the floor the camera swept, where the route memory's runs over
     the floor the robot stood on."""
     feats = np.zeros(FRONTIER_DIM, dtype=np.float32)
-    crop = memory.frontier(b)
+    crop = memory.floor(b)
     if crop is None:
         return feats
-    _front, passable, _unknown, origin = crop
+    _seen, _near_block, passable, origin = crop
     ii, jj = np.mgrid[0:passable.shape[0], 0:passable.shape[1]]
     centre = memory._centre(np.stack([ii, jj], -1) + origin)
     seeds = passable & (np.hypot(*(centre - np.asarray(xy, np.float64)).transpose(2, 0, 1)) <= radius_m)
@@ -315,16 +332,8 @@ def way_over_looked(memory: FrontierMemory, b: int, odom: np.ndarray, xy: np.nda
     start, D, D0 = memory._field(seeds, passable, origin, odom)
     if start is None:
         return feats
-    (i, j), length, joining = start
-    if joining:
-        waypoint = memory._centre(np.array([i, j]) + origin)
-    elif D[i, j] <= 0.0:  # there: straight on to the point
-        waypoint = np.asarray(xy, np.float64)
-    else:
-        grid = np.zeros((CELLS, CELLS), dtype=bool)
-        grid[origin[0]:origin[0] + D.shape[0], origin[1]:origin[1] + D.shape[1]] = passable
-        waypoint = memory._pursuit(grid, D, D0, origin, i, j, odom)
-    return memory._features(odom, waypoint, length)
+    there = lambda i, j: np.asarray(xy, np.float64)  # noqa: E731 - within reach of it: straight on to the point
+    return memory._features(odom, memory._waypoint(start, D, D0, passable, origin, odom, there), start[1])
 
 
 def at_frontier(way: np.ndarray, scale_m: float) -> np.ndarray:

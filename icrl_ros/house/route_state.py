@@ -7,7 +7,7 @@ import math
 import numpy as np
 from torch import Tensor
 
-from icrl_ros.geometry import relative_pose
+from icrl_ros.geometry import compose_pose, relative_pose
 from icrl_ros.house.frontier import APPROACH_M, FrontierMemory, way_over_looked
 from icrl_ros.memory.quant import zero_code
 from icrl_ros.memory.route import RouteMemory
@@ -148,9 +148,7 @@ class RouteState(RouteMemory):
         odom = self.last_pose[b]
         if self._looked_way[b] and self.last_route is not None:  # over looked-at floor: to its waypoint, then the goal
             r = self.last_route[b].detach().cpu().double().numpy()
-            c, s = math.cos(odom[2]), math.sin(odom[2])
-            fwd, left = r[1] * self.scale_m, r[2] * self.scale_m
-            waypoint = odom[:2] + np.array([c * fwd - s * left, s * fwd + c * left])
+            waypoint = np.array(compose_pose(tuple(odom), (r[1] * self.scale_m, r[2] * self.scale_m, 0.0))[:2])
             goal_xy, _ = self.remembered(b, int(self.last_goal[b]))
             return np.stack([np.asarray(odom[:2], np.float64), waypoint, goal_xy]), float(r[5] * self.scale_m)
         way = self._way(b, odom, int(self.last_goal[b]))
