@@ -81,7 +81,8 @@ def read_recording(path: str) -> tuple[dict[str, str], list[tuple[int, str, Any]
 
 def replay(rows: list[tuple[int, str, Any]], runner: Any, params: Any) -> tuple[list[Step], dict[str, int]]:
     """Feed the recorded inputs through an :class:`AgentLoop` on ``runner``; returns the steps (replayed beside
-    recorded actions) and the loop's counters."""
+    recorded actions) and the loop's counters, with ``actions_before_first_frame``: recorded actions left
+    uncompared."""
     from icrl_ros.nodes.action_executor import ActionExecutor
     from icrl_ros.nodes.agent_loop import AgentIO, AgentLoop, RunnerSetup, executor_config
     from icrl_ros.nodes.convert import (
@@ -106,11 +107,14 @@ def replay(rows: list[tuple[int, str, Any]], runner: Any, params: Any) -> tuple[
     loop.activate()
     recorded: list[int] = []
     framed = False  # actions before the first recorded frame answer frames the recording lacks: not compared
+    unframed = 0
     for log_time, topic, msg in rows:
         now[0] = log_time * 1e-9
         if topic == "action":
             if framed:
                 recorded.append(int(msg.data))
+            else:
+                unframed += 1
         elif topic == "episode_events":
             loop.event(msg.data)
         elif topic == "goal":
@@ -136,7 +140,7 @@ def replay(rows: list[tuple[int, str, Any]], runner: Any, params: Any) -> tuple[
              for i, (action, stamp, info) in enumerate(replayed)]
     for i in range(len(replayed), len(recorded)):  # recorded actions the replay never took
         steps.append(Step(i, -1, -1, float("nan"), recorded[i], -1))
-    return steps, dict(loop.counters)
+    return steps, {**loop.counters, "actions_before_first_frame": unframed}
 
 
 def _names(runner: Any) -> list[str]:
@@ -228,24 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     selection = params.action_selection or "the bundle's"
     print(f"replay of {path} ({n_recorded} recorded actions) through {bundle} "
           f"({params.backend}, {selection} actions, seed {params.sample_seed})")
-    early = actions_before_first_frame(rows)
+    early = counters["actions_before_first_frame"]
     if early:
         print(f"note: {early} recorded action(s) precede the recording's first camera frame: it begins steps into "
               "the run (the recorder matched the topics late): they are not compared, and the replay lacks those "
               "steps' memory, so later actions may part too; start the recorder before the agent acts")
     differ = report(steps, _names(runner), args.steps)
     return 1 if differ else 0
-
-
-def actions_before_first_frame(rows: list[tuple[int, str, Any]]) -> int:
-    """How many recorded actions come before the first recorded camera frame (in log time): answers to frames
-    the recording does not hold."""
-    count = 0
-    for _, topic, _ in rows:
-        if topic == "camera/image_raw":
-            break
-        count += topic == "action"
-    return count
 
 
 if __name__ == "__main__":
