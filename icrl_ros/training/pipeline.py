@@ -128,13 +128,18 @@ def _read(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     return d
 
 
-def load_pipeline(path: str, run_dir: str | None = None) -> Pipeline:
-    """Read and check a pipeline file; ValueError says what is wrong in one line."""
+def load_pipeline(path: str, run_dir: str | None = None, overrides: dict[str, str] | None = None) -> Pipeline:
+    """Read and check a pipeline file; ValueError says what is wrong in one line. ``overrides`` replace the
+    file's ``vars`` (each must be one of them)."""
     p = Path(path)
     d = _read(p)
     if not isinstance(d.get("stages"), list) or not d["stages"]:
         raise ValueError(f"{path}: expected a mapping with 'name' and a non-empty list 'stages'")
     variables = {str(k): str(v) for k, v in (d.get("vars") or {}).items()}
+    for k, v in (overrides or {}).items():
+        if k not in variables:
+            raise ValueError(f"--var {k}: {path} has no var {k!r} (its vars: {', '.join(sorted(variables)) or 'none'})")
+        variables[k] = v
     if "run" in variables:
         raise ValueError(f"{path}: 'run' is the run directory; give the variable another name")
     stages, seen = [], set()
@@ -249,6 +254,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print the commands that would run, run nothing")
     ap.add_argument("--from", dest="start", metavar="STAGE", help="redo this stage and every one after it")
     ap.add_argument("--only", metavar="STAGE", help="run this stage alone (done or not)")
+    ap.add_argument("--var", action="append", default=[], metavar="NAME=TEXT",
+                    help="replace one of the file's vars for this run (repeatable), e.g. a seed for a second "
+                         "draw of a recipe: --var 'student=... --set seed=2' (give it its own --run-dir)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads of every stage (OMP_NUM_THREADS; default: the stage's own). Give 1 when "
                          "other jobs share the cores: torch's threads spinning against another process made "
@@ -256,8 +264,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.threads < 0:
         fail(f"--threads {args.threads}: give a count >= 1, or 0 for each stage's own")
+    overrides = {}
+    for v in args.var:
+        name, eq, text = v.partition("=")
+        if not eq or not name:
+            fail(f"--var {v!r}: give NAME=TEXT, NAME one of the pipeline file's vars")
+        overrides[name.strip()] = text
     try:
-        pipe = load_pipeline(args.pipeline, args.run_dir)
+        pipe = load_pipeline(args.pipeline, args.run_dir, overrides)
     except ValueError as e:
         fail(str(e))
     names = [s.name for s in pipe.stages]

@@ -144,6 +144,12 @@ def test_a_variant_extends_a_recipe_through_its_vars(tmp_path):
     assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
     assert (tmp_path / "rv" / "c.pt").is_file() and (tmp_path / "rv" / "b.pt").is_file()
 
+    r = run(variant, "--dry-run", "--run-dir", tmp_path / "rv", "--var", "out=d")  # a var replaced for one run
+    assert r.returncode == 0 and f"darkroom_relic.pt {tmp_path}/rv/d.pt" in r.stdout, r.stderr
+    for bad_var, words in (("nothing=1", "has no var 'nothing'"), ("out", "give NAME=TEXT")):
+        r = run(variant, "--dry-run", "--var", bad_var)
+        assert r.returncode == 2 and words in r.stderr.strip().splitlines()[-1], r.stderr
+
     bad = {"unused.yaml": ("extends: base.yaml\nvars: {unused: c}\n", None),
            "typo.yaml": (PIPE.replace("{run}/a.pt {run}/b.pt", "{run}/{nothing}.pt {run}/b.pt"), "uses {nothing}"),
            "own_stages.yaml": ("extends: base.yaml\n" + PIPE.split("\n", 2)[2], "takes its stages"),
