@@ -15,6 +15,9 @@ and hands the policy the way to the nearest frontier as an input (what to do wit
   evidence of an obstacle, and rays that pass over a cell take evidence away (``BLOCKED_HIT``);
 * **frontier**: looked-at cells with at least ``MIN_UNKNOWN`` unknown cells (neither looked at nor within a
   cell of a blocked one) in their 5x5 neighbourhood and no blocked cell next to them;
+* **given up**: a target frontier whose way has not got ``PROGRESS_M`` shorter in ``STALL_STEPS`` steps (a cell
+  the robot's body cannot reach beside an obstacle the map does not hold, a frontier that a look round does not
+  clear) is given up for the rest of the episode, with the frontier cells round it, and the way leads to the next;
 * **goal in view**: while the heads' most confident category at the last step is the goal at P >= ``GOAL_IN_VIEW_P``,
   there is no way (nothing to explore for);
 * **way**: a distance field over the looked-at floor (clear of blocked cells) from the frontier gives the
@@ -27,7 +30,7 @@ input, robot frame, in units of ``scale_m``): found, the waypoint's (forward, le
 path length. The heads' band distances enter the map after the step whose image they describe (they are
 token entries the step encoder writes, :func:`frontier_struct`), the pose before it.
 
-Bounded: ``2 CELLS^2`` bytes of grids per env, whatever the trial length. ``per_episode`` (models without
+Bounded: ``3 CELLS^2`` bytes of grids per env, whatever the trial length. ``per_episode`` (models without
 inter-episode attention) clears an env's map when its episode index changes, as their KV mask does.
 """
 
@@ -73,6 +76,12 @@ ARRIVED_M = 0.3
 robot stands at the frontier (:func:`at_frontier`)."""
 MIN_UNKNOWN = 4
 """A frontier cell has at least this many unknown cells in its 5x5 neighbourhood (as the teacher's)."""
+STALL_STEPS = 16
+"""Steps a way to one target frontier may go without getting ``PROGRESS_M`` shorter before that frontier is given up
+(more than a look round on the spot: 12 turns). Without it a frontier the robot cannot reach or clear held it for
+the rest of the episode, turning or stepping back and forth."""
+PROGRESS_M = 0.25
+"""A way to the target frontier this much shorter than its shortest so far is progress."""
 APPROACH_M = 1.0
 """A way to a sighting over looked-at floor (:func:`way_over_looked`) ends within this of its position."""
 FRONTIER_DIM = ROUTE_DIM
@@ -114,6 +123,11 @@ class FrontierMemory(GridWays):
         self.plan = np.zeros((batch, 3), dtype=np.float64)
         self.plan_age = np.full(batch, -1, dtype=np.int64)
         self.goal_p = np.zeros(batch, dtype=np.float64)  # the heads' P(goal in view) at each env's last step
+        self.given_up = np.zeros((batch, CELLS, CELLS), dtype=bool)  # frontier cells given up this episode
+        # per env: the target the stall count is for (cell), its way's shortest length so far, steps since it shrank
+        self.stall_target = np.full((batch, 2), -1, dtype=np.int64)
+        self.best = np.full(batch, np.inf, dtype=np.float64)
+        self.stall = np.zeros(batch, dtype=np.int64)
         edges = band_edges()
         # per band: bearings across its wedge (robot frame) and the ranges sampled along each
         frac = (np.arange(_BEARINGS_PER_BAND) + 0.5) / _BEARINGS_PER_BAND
@@ -134,13 +148,22 @@ class FrontierMemory(GridWays):
         self.target[idx] = -1
         self.plan_age[idx] = -1
         self.goal_p[idx] = 0.0
+        self._forget_stalls(idx)
+
+    def _forget_stalls(self, idx) -> None:
+        self.given_up[idx] = False
+        self.stall_target[idx] = -1
+        self.best[idx] = np.inf
+        self.stall[idx] = 0
 
     def tensors(self) -> dict[str, Tensor]:
         """The state as tensors sharing its arrays (snapshots write them and load into them in place)."""
         return {"frontier_looked": torch.from_numpy(self.looked), "frontier_blocked": torch.from_numpy(self.blocked),
                 "frontier_episode": torch.from_numpy(self.episode), "frontier_target": torch.from_numpy(self.target),
                 "frontier_plan": torch.from_numpy(self.plan), "frontier_plan_age": torch.from_numpy(self.plan_age),
-                "frontier_goal_p": torch.from_numpy(self.goal_p)}
+                "frontier_goal_p": torch.from_numpy(self.goal_p), "frontier_given_up": torch.from_numpy(self.given_up),
+                "frontier_stall_target": torch.from_numpy(self.stall_target),
+                "frontier_best": torch.from_numpy(self.best), "frontier_stall": torch.from_numpy(self.stall)}
 
     def restored(self) -> None:
         """The arrays were loaded from a snapshot (nothing is cached)."""
@@ -148,7 +171,8 @@ class FrontierMemory(GridWays):
     @property
     def nbytes(self) -> int:
         return (self.looked.nbytes + self.blocked.nbytes + self.episode.nbytes + self.target.nbytes + self.plan.nbytes
-                + self.plan_age.nbytes + self.goal_p.nbytes)
+                + self.plan_age.nbytes + self.goal_p.nbytes + self.given_up.nbytes + self.stall_target.nbytes
+                + self.best.nbytes + self.stall.nbytes)
 
     # -- per step ---------------------------------------------------------------------------
     def mark(self, b: int, pose: np.ndarray, bands_m: np.ndarray) -> None:
@@ -194,6 +218,13 @@ class FrontierMemory(GridWays):
         for b in range(self.batch):
             self.mark(b, pose[b], bands[b])
 
+    def _episodes(self, episode: Tensor) -> None:
+        """As the route memory's; a new episode also forgets the frontiers given up in the last one."""
+        changed = episode.detach().cpu().numpy().astype(np.int64) != self.episode
+        if changed.any():
+            self._forget_stalls(changed)
+        super()._episodes(episode)
+
     def fill(self, inputs: dict[str, Tensor], episode: Tensor) -> Tensor:
         """Write each env's way to its nearest frontier into ``inputs["frontier"]`` (in place when the key holds
         a (B, FRONTIER_DIM) tensor: the runner's bound buffer)."""
@@ -223,6 +254,7 @@ class FrontierMemory(GridWays):
         seen, near_block, passable, origin = crop
         unknown = ~seen & ~near_block
         front = passable & ~near_block & (box5(unknown) >= MIN_UNKNOWN)
+        front &= ~self.given_up[b, origin[0]:origin[0] + front.shape[0], origin[1]:origin[1] + front.shape[1]]
         return front, passable, unknown, origin
 
     def _waypoint(self, start, D: np.ndarray, D0: np.ndarray, passable: np.ndarray, origin: np.ndarray,
@@ -244,17 +276,22 @@ class FrontierMemory(GridWays):
         D = grid_distances(D0, passable, CELL_M)
         return self._start(D, origin, odom[:2]), D, D0
 
-    @staticmethod
-    def _around(front: np.ndarray, cell: np.ndarray) -> np.ndarray:
+    @classmethod
+    def _around(cls, front: np.ndarray, cell: np.ndarray) -> np.ndarray:
         """The frontier cells of the crop within ``TARGET_CELLS`` (rows and columns) of its cell ``cell``; none when
         ``cell`` lies off the crop."""
         near = np.zeros_like(front)
         i, j = (int(v) for v in cell)
         if 0 <= i < front.shape[0] and 0 <= j < front.shape[1]:
-            box = (slice(max(i - TARGET_CELLS, 0), i + TARGET_CELLS + 1),
-                   slice(max(j - TARGET_CELLS, 0), j + TARGET_CELLS + 1))
+            box = cls._target_box(cell)
             near[box] = front[box]
         return near
+
+    @staticmethod
+    def _target_box(cell: np.ndarray) -> tuple[slice, slice]:
+        """The map's cells within ``TARGET_CELLS`` (rows and columns) of map cell ``cell``."""
+        i, j = (int(v) for v in cell)
+        return slice(max(i - TARGET_CELLS, 0), i + TARGET_CELLS + 1), slice(max(j - TARGET_CELLS, 0), j + TARGET_CELLS + 1)
 
     def _towards(self, b: int, front: np.ndarray, passable: np.ndarray, origin: np.ndarray, odom: np.ndarray):
         """(way start, field, seeds' costs) towards env b's target frontier: the frontier cells within
@@ -280,28 +317,47 @@ class FrontierMemory(GridWays):
         A plan is held ``REPLAN`` steps while its waypoint is farther than ``ARRIVED_M`` and its target frontier
         is left (a plan redone at every step follows every change the last view made to the map, and a robot
         turning to it turns back and forth)."""
+        feats, length = self._way_input(b, odom)
+        if feats[0] > 0 and self._stalled(b, length):  # give the target up: the way to the next frontier
+            self.given_up[(b, *self._target_box(self.target[b]))] = True
+            self.target[b], self.plan_age[b] = -1, -1
+            feats, length = self._way_input(b, odom)
+            self._stalled(b, length)
+        return feats
+
+    def _stalled(self, b: int, length: float) -> bool:
+        """Count env b's steps without progress on its way to its target frontier; whether it is to be given up."""
+        if (self.stall_target[b] != self.target[b]).any():
+            self.stall_target[b], self.best[b], self.stall[b] = self.target[b], length, 0
+        elif length < self.best[b] - PROGRESS_M:
+            self.best[b], self.stall[b] = length, 0
+        else:
+            self.stall[b] += 1
+        return self.target[b, 0] >= 0 and self.stall[b] >= STALL_STEPS
+
+    def _way_input(self, b: int, odom: np.ndarray) -> tuple[np.ndarray, float]:
         crop = self.frontier(b)
         feats = np.zeros(FRONTIER_DIM, dtype=np.float32)
         goal_in_view = self.goal_gate and self.goal_p[b] >= GOAL_IN_VIEW_P
         if crop is None or goal_in_view:  # the goal in view: no way (the plan is kept)
-            return feats
+            return feats, math.inf
         front, passable, unknown, origin = crop
         if not front.any():
             self.target[b], self.plan_age[b] = -1, -1
-            return feats
+            return feats, math.inf
         if 0 <= self.plan_age[b] < REPLAN - 1 and self.target[b, 0] >= 0:
             gap = math.hypot(*(self.plan[b, :2] - odom[:2]))
             if gap > ARRIVED_M and self._around(front, self.target[b] - origin).any():
                 self.plan_age[b] += 1
-                return self._features(odom, self.plan[b, :2], gap + self.plan[b, 2])
+                return self._features(odom, self.plan[b, :2], gap + self.plan[b, 2]), gap + self.plan[b, 2]
         return self._plan(b, front, passable, unknown, origin, odom)
 
     def _plan(self, b: int, front: np.ndarray, passable: np.ndarray, unknown: np.ndarray, origin: np.ndarray,
-              odom: np.ndarray) -> np.ndarray:
+              odom: np.ndarray) -> tuple[np.ndarray, float]:
         feats = np.zeros(FRONTIER_DIM, dtype=np.float32)
         start, D, D0 = self._towards(b, front, passable, origin, odom)
         if start is None:
-            return feats
+            return feats, math.inf
         def into_unknown(i: int, j: int) -> np.ndarray:  # at a frontier: into the unknown round it
             ii, jj = np.nonzero(unknown[max(i - 2, 0):i + 3, max(j - 2, 0):j + 3])
             return self._centre(np.stack([ii + max(i - 2, 0), jj + max(j - 2, 0)], 1).mean(0) + origin)
@@ -311,7 +367,7 @@ class FrontierMemory(GridWays):
         gap = math.hypot(*(waypoint - odom[:2]))
         self.plan[b] = (*waypoint, max(length - gap, 0.0))
         self.plan_age[b] = 0
-        return self._features(odom, waypoint, length)
+        return self._features(odom, waypoint, length), length
 
 
 def way_over_looked(memory: FrontierMemory, b: int, odom: np.ndarray, xy: np.ndarray, radius_m: float) -> np.ndarray:

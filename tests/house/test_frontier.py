@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from icrl_ros.house.frontier import (BLOCKED_HIT, FREE_STRUCT, LOOK_M, REPLAN, WALL_SURE_M, FrontierMemory,
-                                     band_edges, frontier_struct)
+from icrl_ros.house.frontier import (BLOCKED_HIT, FREE_STRUCT, LOOK_M, REPLAN, STALL_STEPS, WALL_SURE_M,
+                                     FrontierMemory, band_edges, frontier_struct)
 from icrl_ros.memory.route import CELL_M, GridWays
 from icrl_ros.models.encoders import FREE_BANDS, VIEW_FOV_DEG
 from icrl_ros.models.object_memory import STRUCT_DIM, object_struct
@@ -127,7 +127,7 @@ def test_tokens_feed_the_map_as_mark_does_and_reset_forgets():
         v.copy_(snap[k])
     a.restored()
     assert np.array_equal(a.looked, b.looked)
-    assert a.nbytes < 40_000
+    assert a.nbytes < 50_000
 
 
 def test_per_episode_memories_clear_when_the_episode_changes():
@@ -193,3 +193,30 @@ def test_the_way_to_a_point_goes_round_the_wall_over_looked_floor_and_none_where
     assert 4.0 <= feats[5] * SCALE <= 6.0, feats[5] * SCALE  # round the corner: ~2.6 + ~2.1, not the 3.7 m straight
     assert not way_over_looked(mem, 0, pose, np.array([-3.0, 4.0]), 0.5).any()
     assert not way_over_looked(FrontierMemory(1, SCALE), 0, pose, np.array([1.0, 0.0]), 0.5).any()
+
+
+def test_a_frontier_the_robot_makes_no_progress_to_is_given_up_for_the_episode():
+    """A robot that stays put (its body cannot reach the target, or looking round does not clear it) gives its target
+    frontier up after STALL_STEPS steps and is led to the other one; the next episode may try it again."""
+    mem = FrontierMemory(1, SCALE)
+    for x in np.arange(-3.0, 3.0, CELL_M / 2):  # a corridor looked at from x = -3 to 3 m, open at both ends
+        for y in np.arange(-0.5, 0.5, CELL_M / 2):
+            mem.looked[0][cell((x, y))] = True
+        for y in (-0.75, 0.75):
+            mem.blocked[0][cell((x, y))] = BLOCKED_HIT
+    mem._episodes(torch.tensor([0]))
+    pose = np.array([1.0, 0.0, 0.0])  # nearer the +x end, facing it
+    ahead = [mem.way_input(0, pose)[1] > 0 for _ in range(STALL_STEPS)]
+    assert all(ahead) and mem.stall[0] == STALL_STEPS - 1
+    assert mem.way_input(0, pose)[1] < 0  # given up: the way turns to the -x end
+    assert mem.given_up[0].any() and mem.way_input(0, pose + np.array([-0.3, 0.0, 0.0]))[1] < 0
+    p = pose.copy()
+    for _ in range(28):  # slow progress towards the -x end (0.1 m a step): nothing more is given up
+        p[0] -= 0.1
+        assert mem.way_input(0, np.array([p[0], 0.0, math.pi]))[1] > 0
+    front, _, _, origin = mem.frontier(0)
+    end = tuple(np.array(cell((2.9, 0.0))) - origin)
+    assert not front[end]
+    mem._episodes(torch.tensor([1]))  # a new episode: the +x end is a frontier again
+    front, _, _, origin = mem.frontier(0)
+    assert not mem.given_up[0].any() and front[end]
