@@ -291,7 +291,8 @@ class FrontierMemory(GridWays):
     def _target_box(cell: np.ndarray) -> tuple[slice, slice]:
         """The map's cells within ``TARGET_CELLS`` (rows and columns) of map cell ``cell``."""
         i, j = (int(v) for v in cell)
-        return slice(max(i - TARGET_CELLS, 0), i + TARGET_CELLS + 1), slice(max(j - TARGET_CELLS, 0), j + TARGET_CELLS + 1)
+        t = TARGET_CELLS
+        return slice(max(i - t, 0), i + t + 1), slice(max(j - t, 0), j + t + 1)
 
     def _towards(self, b: int, front: np.ndarray, passable: np.ndarray, origin: np.ndarray, odom: np.ndarray):
         """(way start, field, seeds' costs) towards env b's target frontier: the frontier cells within
