@@ -141,6 +141,7 @@ def run_trial(job: tuple) -> dict[str, list]:
         else:
             opts.pop("bands", None)  # it sweeps the floor by ray casting
             opts.pop("approach", None)  # it plans over that floor
+            opts.pop("stop_frames", None)
         from icrl_ros.sim.house_teacher import encoder_searcher
 
         searcher = encoder_searcher(agent, env, perceive, **opts)
@@ -200,7 +201,8 @@ def main(argv=None) -> int:
                    "heads, cast from the pose as a depth camera gives them, or from the laser scan), slip=P (a random "
                    "forward / left / right replaces the searcher's action with probability P: an imitator's errors), "
                    "approach=route|looked (inputs only: the way to a remembered goal over the floor stood on, or over "
-                   "the floor the camera looked at)")
+                   "the floor the camera looked at), stop_frames=N (inputs only: stop after N images in a row give the "
+                   "goal within reach)")
     p.add_argument("--census", action="store_true",
                    help="the perceiving agents' failure census: per episode, where it ended (success, wrong stop, "
                    "never saw the goal, saw it but its heads did not call it, called it but never reached it, reached "
@@ -231,8 +233,9 @@ def main(argv=None) -> int:
         seeing = {"encoder": args.encoder}
         for kv in args.searcher:
             k, _, v = kv.partition("=")
-            if k not in ("present", "stop_p", "stop_m", "whole_map", "bands", "slip", "approach") or not v:
-                p.error(f"--searcher: expected present|stop_p|stop_m|whole_map|bands|slip|approach=VALUE, got {kv!r}")
+            if k not in ("present", "stop_p", "stop_m", "whole_map", "bands", "slip", "approach", "stop_frames") or not v:
+                p.error("--searcher: expected present|stop_p|stop_m|whole_map|bands|slip|approach|stop_frames=VALUE, "
+                        f"got {kv!r}")
             if k == "bands" and v not in ("heads", "depth", "laser"):
                 p.error(f"--searcher bands: expected heads, depth or laser, got {v!r}")
             if k == "approach" and v not in ("route", "looked"):

@@ -51,12 +51,18 @@ class InputSearcher:
     it wipes both memories)."""
 
     def __init__(self, env, perceive, memory: bool = True, present: float = 0.8, stop_p: float = 0.5,
-                 stop_m: float = 1.0, approach: str = "route") -> None:
+                 stop_m: float = 1.0, approach: str = "route", stop_frames: int = 1) -> None:
         """``approach``: how rule 3 heads for the remembered goal: ``route``, the route memory's way (over the floor
         the robot stood on); ``looked``, a way over the frontier memory's looked-at floor to within
-        ``APPROACH_M`` of it (the route memory's where none joins)."""
+        ``APPROACH_M`` of it (the route memory's where none joins). ``stop_frames``: it stops once the heads have
+        given the goal within reach (``stop_p``, ``stop_m``) in this many images in a row; before that it closes in
+        on where they put it (a new view)."""
         if approach not in ("route", "looked"):
             raise ValueError(f"approach must be 'route' or 'looked', got {approach!r}")
+        if int(stop_frames) < 1:
+            raise ValueError(f"stop_frames must be >= 1, got {stop_frames!r}")
+        self.stop_frames = int(stop_frames)
+        self._stop_run = 0
         self.approach = approach
         self.env, self.perceive, self.memory = env, perceive, bool(memory)
         self.present, self.stop_p, self.stop_m = float(present), float(stop_p), float(stop_m)
@@ -96,6 +102,7 @@ class InputSearcher:
             self.front.reset()
         self.episode += 1
         self.dropped = False
+        self._stop_run = 0
 
     def goal_known(self) -> bool:
         """Whether the last :meth:`act` headed for the goal (in view, or by the route to where it was seen)."""
@@ -131,7 +138,11 @@ class InputSearcher:
         p, xy, dist, _ = self._seen
         self._known = True
         if p[g] >= self.stop_p and dist[g] <= self.stop_m:
-            return STOP
+            self._stop_run += 1
+            if self._stop_run >= self.stop_frames:
+                return STOP
+            return self._close_in(xy[g], pose)
+        self._stop_run = 0
         if p[g] >= self.present and dist[g] <= CLOSE_IN_M:
             return self._close_in(xy[g], pose)
         if route[0] > 0 and not self.dropped:

@@ -139,6 +139,7 @@ class HouseEnv(gym.Env):
         teacher_present: float = 0.8,
         teacher_bands: str = "heads",
         teacher_approach: str = "route",
+        teacher_stop_frames: int = 1,
         scan: bool = False,
         scan_bands: bool = False,
     ) -> None:
@@ -176,9 +177,12 @@ class HouseEnv(gym.Env):
         if teacher_bands not in ("heads", "laser") or teacher_approach not in ("route", "looked"):
             raise ValueError(f"teacher_bands: heads or laser, teacher_approach: route or looked (the input searcher's "
                              f"floor and its way to a sighting), got {teacher_bands!r}, {teacher_approach!r}")
-        if (teacher_bands, teacher_approach) != ("heads", "route") and not str(teacher).startswith("inputs"):
-            raise ValueError(f"teacher_bands / teacher_approach: settings of the input searcher (teacher inputs or "
-                             f"inputs_wiped), got teacher={teacher!r}")
+        if not isinstance(teacher_stop_frames, (int, np.integer)) or teacher_stop_frames < 1:
+            raise ValueError(f"teacher_stop_frames must be an int >= 1, got {teacher_stop_frames!r}")
+        if ((teacher_bands, teacher_approach, teacher_stop_frames) != ("heads", "route", 1)
+                and not str(teacher).startswith("inputs")):
+            raise ValueError(f"teacher_bands / teacher_approach / teacher_stop_frames: settings of the input searcher "
+                             f"(teacher inputs or inputs_wiped), got teacher={teacher!r}")
         self.pose_frame = pose_frame
         self.goal_instances, self.start_away = int(goal_instances), bool(start_away)
         self.min_start_distance = float(min_start_distance)
@@ -186,6 +190,7 @@ class HouseEnv(gym.Env):
         self.teacher_noise = float(teacher_noise)
         self.teacher_encoder, self.teacher_present = teacher_encoder, float(teacher_present)
         self.teacher_bands, self.teacher_approach = teacher_bands, teacher_approach
+        self.teacher_stop_frames = int(teacher_stop_frames)
         self.scan_bands = bool(scan_bands)
         self.scan = bool(scan)
         self._frame_key, self._frame = None, None
@@ -259,7 +264,7 @@ class HouseEnv(gym.Env):
             perceive = encoder_perceiver(self.teacher_encoder, self.image_size)
             opts = {}
             if self.teacher_mode.startswith("inputs"):
-                opts["approach"] = self.teacher_approach
+                opts["approach"], opts["stop_frames"] = self.teacher_approach, self.teacher_stop_frames
                 if self.teacher_bands == "laser":
                     from icrl_ros.house.perception import with_laser_bands
 

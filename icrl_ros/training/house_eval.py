@@ -156,6 +156,7 @@ def run_house_trials(stepper, trials: int, episodes: int, seed: int = 0, split: 
     if not str(teacher).startswith("inputs"):  # and from the input searcher, its floor and approach
         options.pop("teacher_bands", None)
         options.pop("teacher_approach", None)
+        options.pop("teacher_stop_frames", None)
     max_steps = int(options.pop("max_episode_steps", a.max_episode_steps))
     size = int(options.pop("image_size", a.image_size))  # a checkpoint's env options may name its camera
     if size != a.image_size:

@@ -606,16 +606,18 @@ def test_the_seeing_teacher_in_the_env_labels_as_the_scripted_searcher_acts(mode
     from icrl_ros.house.input_searcher import InputSearcher
     from icrl_ros.house.perception import encoder_perceiver, with_laser_bands
 
-    laser = mode == "inputs+laser"  # the rule on the laser's floor, heading for a sighting over looked-at floor
+    laser = mode == "inputs+laser"  # the rule on the laser's floor, heading for a sighting over looked-at floor,
+    # stopping on two images in a row
     mode = mode.split("+")[0]
     enc, seed, episodes = "checkpoints/house_encoder.pt", (7 if laser else 5) if mode == "inputs" else 4, 2  # a find
-    extra = {"approach": "looked"} if laser else {}
+    extra = {"approach": "looked", "stop_frames": 2} if laser else {}
     found, _, _, ref = _run_perceiving(
         lambda e: (with_laser_bands(e, encoder_perceiver(enc, e.image_size)) if laser else
                    encoder_perceiver(enc, e.image_size)), episodes, seed=seed, present=0.8,
         searcher=InputSearcher if mode == "inputs" else None, **extra)
     seeing = HouseEnv(split="test", teacher=mode, teacher_encoder=enc, teacher_present=0.8,
-                      **({"teacher_bands": "laser", "teacher_approach": "looked"} if laser else {}))
+                      **({"teacher_bands": "laser", "teacher_approach": "looked", "teacher_stop_frames": 2}
+                         if laser else {}))
     try:
         got = []
         _, info = seeing.reset(seed=seed)
@@ -635,6 +637,8 @@ def test_the_seeing_teacher_in_the_env_labels_as_the_scripted_searcher_acts(mode
         HouseEnv(split="test", teacher="memory", teacher_encoder=enc)
     with pytest.raises(ValueError, match="input searcher"):
         HouseEnv(split="test", teacher="seeing", teacher_encoder=enc, teacher_bands="laser")
+    with pytest.raises(ValueError, match="input searcher"):
+        HouseEnv(split="test", teacher="seeing", teacher_encoder=enc, teacher_stop_frames=2)
 
 
 def test_scan_bands_are_the_lasers_floor_per_camera_band_in_the_observation():
@@ -889,3 +893,46 @@ def test_perceiving_teacher_searches_with_a_detector_and_never_stops_blind():
     blind = lambda e: lambda rgb, pose: (np.zeros(n_cat), np.zeros((n_cat, 2)), np.full(n_cat, 9.0))  # noqa: E731
     found, stops, t, _ = _run_perceiving(blind, 2)
     assert stops == 0 and not any(found) and t.seen.sum() > 50 and not t.known.any()
+
+
+def test_the_input_searcher_stops_after_stop_frames_images_in_a_row_give_the_goal_within_reach():
+    """``stop_frames=2``: one image that puts the goal within reach makes it close in, not stop (single-image false
+    alarms of the heads were most of its wrong stops); a second in a row stops; an image without it starts again."""
+    from icrl_ros.house.input_searcher import InputSearcher
+    from icrl_ros.models.encoders import FREE_BANDS
+    from icrl_ros.sim.house_teacher import STOP
+
+    e = HouseEnv(split="test")
+    try:
+        e.reset(seed=3)
+        n_cat, g = int(e.observation_space["goal"].n), int(e.goal)
+        state = {"p": 0.9}
+
+        def perceive(rgb, pose):  # the goal 0.5 m ahead at P state["p"], open floor all round
+            p = np.zeros(n_cat)
+            p[g] = state["p"]
+            xy = np.tile(np.array(pose[:2]) + 0.5 * np.array([math.cos(pose[2]), math.sin(pose[2])]), (n_cat, 1))
+            return p, xy, np.full(n_cat, 0.5), np.full(FREE_BANDS, 3.0)
+
+        for frames, want in ((1, [STOP]), (2, [None, STOP]), (3, [None, None, STOP])):
+            s = InputSearcher(e, perceive, stop_frames=frames)
+            s.see(None)
+            s.episode_start()
+            got = [s.act() for _ in want]
+            assert [a if a == STOP else None for a in got] == want, (frames, got)
+        s = InputSearcher(e, perceive, stop_frames=2)
+        s.see(None)
+        s.episode_start()
+        assert s.act() != STOP
+        state["p"] = 0.0  # not in this image: the count starts again
+        s.see(None)
+        assert s.act() != STOP
+        state["p"] = 0.9
+        s.see(None)
+        assert s.act() != STOP
+        s.see(None)
+        assert s.act() == STOP
+        with pytest.raises(ValueError, match="stop_frames"):
+            InputSearcher(e, perceive, stop_frames=0)
+    finally:
+        e.close()
