@@ -233,7 +233,8 @@ def main(argv=None) -> int:
         seeing = {"encoder": args.encoder}
         for kv in args.searcher:
             k, _, v = kv.partition("=")
-            if k not in ("present", "stop_p", "stop_m", "whole_map", "bands", "slip", "approach", "stop_frames") or not v:
+            if k not in ("present", "stop_p", "stop_m", "whole_map", "bands", "slip", "approach", "stop_frames") \
+                    or not v:
                 p.error("--searcher: expected present|stop_p|stop_m|whole_map|bands|slip|approach|stop_frames=VALUE, "
                         f"got {kv!r}")
             if k == "bands" and v not in ("heads", "depth", "laser"):
