@@ -337,9 +337,11 @@ def main(argv=None) -> int:
                 name = signal.Signals(sig).name
             except ValueError:
                 name = f"signal {sig}"
-            fail(f"stage {s.name!r} was stopped by {name} after {wall:.0f} s; run the same command again to go on "
-                 f"(done stages are skipped{'; this one resumes if it saved its state' if s.resume else ''})",
-                 code=128 + sig)
+            again = ("run the same command again to go on (done stages are skipped" if not args.start
+                     else f"go on with --from {s.name} in place of --from {args.start} (that redoes {args.start}"
+                          f"{' and what follows it' if s.name != args.start else ''}")
+            fail(f"stage {s.name!r} was stopped by {name} after {wall:.0f} s; {again}"
+                 f"{'; this one resumes if it saved its state' if s.resume else ''})", code=128 + sig)
         if rc != 0:
             fail(f"stage {s.name!r} exited with {rc} after {wall:.0f} s; its log: {pipe.run_dir}/logs/{s.name}.log. "
                  f"Fix it and run the same command again: done stages are skipped", code=1)

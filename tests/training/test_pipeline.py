@@ -74,6 +74,9 @@ def test_a_stage_stopped_by_a_signal_says_to_run_again(tmp_path):
     assert r.returncode == 143 and "[1/2] ship: done in" in r.stdout, r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert "stage 'copy' was stopped by SIGTERM" in last and "run the same command again to go on" in last, last
+    r = run(f, "--run-dir", tmp_path / "run", "--from", "ship")  # --from redoes its stage: name the stopped one
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 143 and "go on with --from copy in place of --from ship" in last, last
 
 
 def test_every_pipeline_file_lists_stages_of_scripts_that_exist():
