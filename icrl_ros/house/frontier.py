@@ -350,7 +350,8 @@ class FrontierMemory(GridWays):
             gap = math.hypot(*(self.plan[b, :2] - odom[:2]))
             if gap > ARRIVED_M and self._around(front, self.target[b] - origin).any():
                 self.plan_age[b] += 1
-                return self._features(odom, self.plan[b, :2], gap + self.plan[b, 2]), gap + self.plan[b, 2]
+                length = gap + self.plan[b, 2]
+                return self._features(odom, self.plan[b, :2], length), length
         return self._plan(b, front, passable, unknown, origin, odom)
 
     def _plan(self, b: int, front: np.ndarray, passable: np.ndarray, unknown: np.ndarray, origin: np.ndarray,
