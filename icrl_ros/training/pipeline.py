@@ -337,9 +337,9 @@ def main(argv=None) -> int:
                 name = signal.Signals(sig).name
             except ValueError:
                 name = f"signal {sig}"
-            again = ("run the same command again to go on (done stages are skipped" if not args.start
-                     else f"go on with --from {s.name} in place of --from {args.start} (that redoes {args.start}"
-                          f"{' and what follows it' if s.name != args.start else ''}")
+            again = ("run the same command again to go on (done stages are skipped" if args.start in (None, s.name)
+                     else f"go on with --from {s.name} in place of --from {args.start} (that redoes {args.start} and "
+                          "what follows it")
             fail(f"stage {s.name!r} was stopped by {name} after {wall:.0f} s; {again}"
                  f"{'; this one resumes if it saved its state' if s.resume else ''})", code=128 + sig)
         if rc != 0:
