@@ -9,6 +9,7 @@ approximation, 1.96 standard errors). Used by the teacher benchmark
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -102,7 +103,7 @@ def plot(curves: dict[str, dict], path: Path, title: str) -> None:
             ax.set_ylim(bottom=0)  # from zero: a cropped axis made a 10-step wobble look like a fall
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, loc="best")  # teacher curves sit near 1, students near 0.2
-    fig.suptitle(title + "  (bands: 95% CI)")
+    fig.suptitle(textwrap.fill(title + "  (bands: 95% CI)", 150))  # a long settings line would run off the figure
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
